@@ -1,0 +1,83 @@
+"""Every error a client can see, and the ONE table that maps it to an HTTP status.
+
+Whatever goes wrong — a bad field, an unknown model, a full queue, an oversized header —
+is raised as `ApiError(kind, message, param=...)`. `ERROR_KINDS` alone decides the status,
+the OpenAI `type` and the `code`; `error_response` renders the OpenAI error document:
+
+    {"error": {"message": "...", "type": "invalid_request_error", "param": "temperature", "code": null}}
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from server.protocol import Response
+
+
+@dataclass(frozen=True)
+class ErrorKind:
+    status: int
+    type: str            # OpenAI error "type"
+    code: str | None     # OpenAI error "code" (machine-readable), None when OpenAI sends null
+
+
+# kind -> (status, type, code). The only place a status is chosen for an error.
+ERROR_KINDS: dict[str, ErrorKind] = {
+    # request content (chapter 2.5)
+    "invalid_request": ErrorKind(400, "invalid_request_error", None),
+    "invalid_json": ErrorKind(400, "invalid_request_error", "invalid_json"),
+    "context_length_exceeded": ErrorKind(400, "invalid_request_error", "context_length_exceeded"),
+    "template_error": ErrorKind(400, "invalid_request_error", "chat_template_error"),
+    "unsupported_parameter": ErrorKind(422, "invalid_request_error", "unsupported_parameter"),
+    "model_not_found": ErrorKind(404, "invalid_request_error", "model_not_found"),
+    "kv_handle_not_found": ErrorKind(404, "invalid_request_error", "kv_handle_not_found"),
+    # routing
+    "route_not_found": ErrorKind(404, "invalid_request_error", "not_found"),
+    "method_not_allowed": ErrorKind(405, "invalid_request_error", "method_not_allowed"),
+    # admission and lifecycle (chapter 2.2, 2.6)
+    "rate_limit_exceeded": ErrorKind(429, "rate_limit_error", "rate_limit_exceeded"),
+    "no_capacity": ErrorKind(503, "server_error", "no_capacity"),
+    "shutting_down": ErrorKind(503, "server_error", "server_shutting_down"),
+    "not_ready": ErrorKind(503, "server_error", "not_ready"),
+    # HTTP framing (server/http11.py)
+    "malformed_http": ErrorKind(400, "invalid_request_error", "malformed_request"),
+    "request_timeout": ErrorKind(408, "invalid_request_error", "request_timeout"),
+    "length_required": ErrorKind(411, "invalid_request_error", "length_required"),
+    "body_too_large": ErrorKind(413, "invalid_request_error", "request_too_large"),
+    "expectation_failed": ErrorKind(417, "invalid_request_error", "expectation_failed"),
+    "headers_too_large": ErrorKind(431, "invalid_request_error", "request_header_fields_too_large"),
+    "not_implemented": ErrorKind(501, "invalid_request_error", "not_implemented"),
+    "http_version_not_supported": ErrorKind(505, "invalid_request_error", "http_version_not_supported"),
+    # our fault
+    "internal_error": ErrorKind(500, "server_error", "internal_error"),
+}
+
+
+class ApiError(Exception):
+    """An error for the client. `kind` must be a key of ERROR_KINDS."""
+
+    def __init__(self, kind: str, message: str, *, param: str | None = None,
+                 headers: tuple[tuple[str, str], ...] = ()):
+        if kind not in ERROR_KINDS:
+            raise KeyError(f"unknown error kind {kind!r}")
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.param = param
+        self.headers = headers          # extra response headers, e.g. Retry-After
+
+    @property
+    def status(self) -> int:
+        return ERROR_KINDS[self.kind].status
+
+    def document(self) -> dict:
+        info = ERROR_KINDS[self.kind]
+        return {"error": {"message": self.message, "type": info.type,
+                          "param": self.param, "code": info.code}}
+
+
+def error_response(err: ApiError, headers: tuple[tuple[str, str], ...] = ()) -> Response:
+    """Render an ApiError as a complete JSON response."""
+    body = json.dumps(err.document(), ensure_ascii=False).encode("utf-8")
+    all_headers = (("Content-Type", "application/json"),) + err.headers + tuple(headers)
+    return Response(status=err.status, headers=all_headers, body=body)

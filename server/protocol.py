@@ -1,0 +1,76 @@
+"""The seam between the socket loop (`server/loop.py`) and the application (routes, OpenAI).
+
+The loop owns sockets and HTTP bytes; the application owns meaning. They meet in four
+values and one protocol:
+
+* `Request`  — one parsed HTTP request, body complete;
+* `Response` — a whole answer, known at once (the loop frames it with Content-Length);
+* `Stream`   — an answer produced over time (a generation): the loop polls it whenever the
+  engine thread wakes the loop, or at the deadline the stream asks for (pings, queue
+  timeouts), and calls `cancel()` as soon as the client goes away;
+* `StreamPoll` / `ResponseHead` — what a poll found ready.
+
+An `App` turns a `Request` into a `Response` or a `Stream`. Nothing here does I/O.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+@dataclass(frozen=True, kw_only=True)
+class Request:
+    method: str                                  # "GET", "POST", ...
+    path: str                                    # "/v1/models" (no query)
+    query: str = ""                              # raw query string after '?', may be ""
+    headers: tuple[tuple[str, str], ...] = ()    # (lower-cased name, value), in arrival order
+    body: bytes = b""
+    version: str = "HTTP/1.1"                    # "HTTP/1.1" or "HTTP/1.0"
+    peer: str = ""                               # "host:port" of the client
+
+    def header(self, name: str, default: str | None = None) -> str | None:
+        """The first value of a header (name case-insensitive)."""
+        name = name.lower()
+        for key, value in self.headers:
+            if key == name:
+                return value
+        return default
+
+
+@dataclass(frozen=True, kw_only=True)
+class Response:
+    status: int
+    headers: tuple[tuple[str, str], ...] = ()    # the loop adds Content-Length and Connection
+    body: bytes = b""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResponseHead:
+    status: int
+    headers: tuple[tuple[str, str], ...] = ()
+    content_length: int | None = None            # None: body of unknown length (chunked on 1.1)
+
+
+@dataclass(kw_only=True)
+class StreamPoll:
+    head: ResponseHead | None = None             # given exactly once, on or before the first body bytes
+    chunks: list[bytes] = field(default_factory=list)   # body bytes ready now, in order
+    done: bool = False                           # no more chunks will come
+
+
+class Stream(Protocol):
+    """An answer produced over time. Every method is called on the loop thread only."""
+
+    def poll(self, now_s: float) -> StreamPoll:
+        """Non-blocking: return what is ready now (possibly nothing)."""
+
+    def next_deadline_s(self) -> float | None:
+        """Monotonic time at which the loop must poll again even without a wake, or None."""
+
+    def cancel(self) -> None:
+        """The client went away (or the server is stopping): abort the work behind this stream."""
+
+
+class App(Protocol):
+    def handle(self, request: Request) -> Response | Stream:
+        """Answer one request. Must not block: long work becomes a `Stream`."""
