@@ -1,0 +1,90 @@
+"""`Template`: parse once (lex -> parse -> compile to closures), render many times.
+
+    template = Template.parse(source)          # TemplateSyntaxError here, at model load
+    prompt = template.render_chat(messages, add_generation_prompt=True,
+                                  bos_token="<s>", eos_token="</s>")
+
+`render_chat` prepares the messages as Hugging Face's `apply_chat_template` does before
+rendering: keys whose value is None are dropped, and `reasoning_content`, `thinking` and
+`reasoning` mirror each other (a template reading any one of them sees the value). The
+context then holds `messages`, `add_generation_prompt`, `bos_token`, `eos_token`,
+`tools`, `documents` (None unless given) and every extra keyword.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from .errors import TemplateSyntaxError
+from .evaluator import Limits, compile_body, render_body
+from .lexer import tokenize
+from .parser import parse
+
+# The chapter's plain default for models that ship no template.
+DEFAULT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|' + message['role'] + '|>\\n' + message['content'] + '\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% endif %}"
+)
+
+REASONING_KEYS = ("reasoning_content", "thinking", "reasoning")
+
+
+def prepare_message(message: dict) -> dict:
+    """Drop None-valued keys and mirror the reasoning keys, as Hugging Face does."""
+    prepared = {key: value for key, value in message.items() if value is not None}
+    reasoning = next((prepared[key] for key in REASONING_KEYS if key in prepared), None)
+    if reasoning is not None:
+        for key in REASONING_KEYS:
+            prepared.setdefault(key, reasoning)
+    return prepared
+
+
+class Template:
+    """A compiled template. Build with `Template.parse(source)`; immutable afterwards."""
+
+    __slots__ = ("source", "_body", "limits")
+
+    def __init__(self, source: str, body, limits: Limits) -> None:
+        self.source = source
+        self._body = body
+        self.limits = limits
+
+    @classmethod
+    def parse(cls, source: str, *, limits: Limits | None = None) -> "Template":
+        try:
+            body = compile_body(parse(tokenize(source)))
+        except RecursionError:
+            raise TemplateSyntaxError("template nested too deeply", 1, 1) from None
+        return cls(source, body, limits or Limits())
+
+    def render(self, context: dict, *, now: datetime | None = None) -> str:
+        return render_body(self._body, context, self.limits, now or datetime.now())
+
+    def render_chat(self, messages: list, *, add_generation_prompt: bool = True, bos_token: str | None = "",
+                    eos_token: str | None = "", tools: list | None = None, now: datetime | None = None,
+                    **extra: object) -> str:
+        context = {"documents": None}
+        context.update(extra)
+        context.update(
+            messages=[prepare_message(m) if isinstance(m, dict) else m for m in messages],
+            add_generation_prompt=add_generation_prompt, bos_token=bos_token,
+            eos_token=eos_token, tools=tools,
+        )
+        return self.render(context, now=now)
+
+    def render_messages(self, messages: list, add_generation_prompt: bool = True,
+                        bos_token: str = "", eos_token: str = "") -> str:
+        """Render `[(role, content), ...]` pairs."""
+        return self.render_chat([{"role": role, "content": content} for role, content in messages],
+                                add_generation_prompt=add_generation_prompt,
+                                bos_token=bos_token, eos_token=eos_token)
+
+
+def chat_template_for(source: str | None, *, limits: Limits | None = None) -> Template:
+    """The model's own chat template, or `DEFAULT_TEMPLATE` when it ships none (or an empty one).
+
+    Call this when a model loads: a broken template raises TemplateSyntaxError there.
+    """
+    return Template.parse(source if source and source.strip() else DEFAULT_TEMPLATE, limits=limits)
