@@ -1,0 +1,151 @@
+"""safetensors files: a reader (F32, F16, BF16, memory-mapped) and a writer.
+
+The format is deliberately tiny:
+
+    header_len u64 (little-endian) | header: JSON, header_len bytes | data
+
+The header maps each tensor name to `{"dtype": "F32", "shape": [..], "data_offsets":
+[begin, end]}` (offsets relative to the start of data, row-major, little-endian), plus an
+optional `"__metadata__": {str: str}`. Hugging Face checkpoints split big models into
+several `model-0000k-of-0000n.safetensors` shards; `read_safetensors_dir` merges them.
+
+Every check that can fail -- a short file, a header that is not JSON, offsets outside the
+data or not matching dtype x shape, an unsupported dtype -- raises `ModelFormatError`
+naming the file.
+"""
+from __future__ import annotations
+
+import json
+import mmap
+import os
+from pathlib import Path
+
+import numpy as np
+
+from engine.errors import ModelFormatError
+from engine.quants import dequant_bf16
+
+HEADER_LEN_BYTES = 8
+MAX_HEADER_BYTES = 100 * 1024 * 1024     # the format's own cap on the JSON header
+HEADER_ALIGN = 8                          # writers pad the header so data starts aligned
+
+# dtype name -> (numpy dtype of the stored values, bytes per value)
+DTYPES: dict[str, tuple[str, int]] = {"F32": ("<f4", 4), "F16": ("<f2", 2), "BF16": ("<u2", 2)}
+
+
+def _to_float32(raw: np.ndarray, dtype: str) -> np.ndarray:
+    """Stored little-endian values (uint8 bytes) -> float32 (F32: a zero-copy view)."""
+    if dtype == "BF16":
+        return dequant_bf16(raw)
+    return raw.view(DTYPES[dtype][0]).astype(np.float32, copy=False)
+
+
+class SafetensorsFile:
+    """One open .safetensors file: `header` (name -> entry), `metadata`, `tensor(name)`."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = str(path)
+        try:
+            with open(self.path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+        except OSError as e:
+            raise ModelFormatError(self.path, f"cannot open: {e.strerror or e}") from None
+        if size < HEADER_LEN_BYTES:
+            raise ModelFormatError(self.path, f"truncated file: {size} bytes, no header length")
+        header_len = int.from_bytes(self._map[:HEADER_LEN_BYTES], "little")
+        if header_len > MAX_HEADER_BYTES or HEADER_LEN_BYTES + header_len > size:
+            raise ModelFormatError(self.path, f"header length {header_len} does not fit a "
+                                              f"{size}-byte file (truncated or not safetensors)")
+        try:
+            header = json.loads(bytes(self._map[HEADER_LEN_BYTES:HEADER_LEN_BYTES + header_len]))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ModelFormatError(self.path, f"header is not valid JSON: {e}") from None
+        if not isinstance(header, dict):
+            raise ModelFormatError(self.path, "header is not a JSON object")
+        self.metadata: dict = header.pop("__metadata__", None) or {}
+        self.data_offset = HEADER_LEN_BYTES + header_len
+        self.data_bytes = size - self.data_offset
+        self._data = np.frombuffer(self._map, np.uint8)
+        self.header: dict[str, dict] = {n: self._check(n, e) for n, e in header.items()}
+
+    def _check(self, name: str, entry) -> dict:
+        try:
+            dtype, shape, (begin, end) = entry["dtype"], entry["shape"], entry["data_offsets"]
+            shape = tuple(int(s) for s in shape)
+        except (TypeError, KeyError, ValueError):
+            raise ModelFormatError(self.path, f"tensor {name}: malformed header entry "
+                                              f"{entry!r}") from None
+        if dtype not in DTYPES:
+            raise ModelFormatError(self.path, f"tensor {name}: unsupported dtype {dtype} "
+                                              f"(supported: {', '.join(DTYPES)})")
+        expected = int(np.prod(shape, dtype=np.int64)) * DTYPES[dtype][1]
+        if not 0 <= begin <= end or end - begin != expected or min(shape, default=0) < 0:
+            raise ModelFormatError(self.path, f"tensor {name}: data_offsets [{begin}, {end}] "
+                                              f"do not match {dtype} shape {list(shape)}")
+        if end > self.data_bytes:
+            raise ModelFormatError(self.path, f"tensor {name}: data runs past the end of the "
+                                              f"file (needs {end} data bytes, has "
+                                              f"{self.data_bytes}; truncated?)")
+        return {"dtype": dtype, "shape": shape, "begin": begin, "end": end}
+
+    def names(self) -> list[str]:
+        return list(self.header)
+
+    def tensor(self, name: str) -> np.ndarray:
+        """float32 array of `shape` (F32: a read-only view of the mapped file)."""
+        e = self.header.get(name)
+        if e is None:
+            raise ModelFormatError(self.path, f"missing tensor {name}")
+        raw = self._data[self.data_offset + e["begin"]:self.data_offset + e["end"]]
+        return _to_float32(raw, e["dtype"]).reshape(e["shape"])
+
+
+def read_safetensors_dir(directory: str | os.PathLike) -> dict[str, SafetensorsFile]:
+    """Every tensor of every `*.safetensors` file in a directory: name -> the file holding it."""
+    files = sorted(Path(directory).glob("*.safetensors"))
+    if not files:
+        raise ModelFormatError(directory, "no *.safetensors files")
+    where: dict[str, SafetensorsFile] = {}
+    for path in files:
+        st = SafetensorsFile(path)
+        for name in st.names():
+            if name in where:
+                raise ModelFormatError(path, f"tensor {name} also appears in {where[name].path}")
+            where[name] = st
+    return where
+
+
+def _bf16_bits(x: np.ndarray) -> np.ndarray:
+    """float32 -> bfloat16 bit patterns (round to nearest even), uint16."""
+    bits = np.ascontiguousarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    rounded = bits + 0x7FFF + ((bits >> 16) & 1)
+    return (rounded >> 16).astype(np.uint16)
+
+
+_ENCODERS = {
+    "F32": lambda x: np.ascontiguousarray(x, "<f4"),
+    "F16": lambda x: np.ascontiguousarray(x, "<f2"),
+    "BF16": _bf16_bits,
+}
+
+
+def write_safetensors(path: str | os.PathLike, tensors: dict[str, np.ndarray], *,
+                      dtypes: dict[str, str] | None = None,
+                      metadata: dict[str, str] | None = None) -> Path:
+    """Write float arrays as a .safetensors file (dtype per tensor: F32 unless `dtypes` says)."""
+    dtypes = dtypes or {}
+    header: dict = {"__metadata__": dict(metadata)} if metadata else {}
+    blobs, offset = [], 0
+    for name, array in tensors.items():
+        dtype = dtypes.get(name, "F32")
+        blob = _ENCODERS[dtype](np.asarray(array)).tobytes()
+        header[name] = {"dtype": dtype, "shape": list(np.shape(array)),
+                        "data_offsets": [offset, offset + len(blob)]}
+        blobs.append(blob)
+        offset += len(blob)
+    head = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    head += b" " * (-len(head) % HEADER_ALIGN)
+    path = Path(path)
+    path.write_bytes(len(head).to_bytes(HEADER_LEN_BYTES, "little") + head + b"".join(blobs))
+    return path

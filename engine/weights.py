@@ -1,0 +1,255 @@
+"""Tensors + hyper-parameters -> `ModelConfig` and `LlamaWeights` (engine/modelspec.py).
+
+Both file formats name the same Llama tensors differently and store every projection
+output-major (`[out, in]`, PyTorch's `nn.Linear` layout). This module maps the names
+through one table per format, checks every shape against the config, and asks the format's
+`TensorSource` for the matrices in the layout the forward pass wants (the GGUF source
+transposes packed bytes, so no float32 copy is wasted):
+
+* input-major (`x @ W`), float32, C-contiguous;
+* Q, K and V fused column-wise into `wqkv [d, H*hd + 2*KV*hd]`, gate and up into
+  `w_gate_up [d, 2*ff]`;
+* Q/K rows in Hugging Face's rotate-half order. llama.cpp's converter permutes them so that
+  ggml's adjacent-pair RoPE rotates (row 2j, row 2j+1) of each head; HF rotates (row j,
+  row j + hd/2). For GGUF input the loader reads Q/K rows in `unpermute_order`;
+  `permute_rows` is the converter's direction (used by the tests to write a GGUF).
+* No `lm_head` tensor means tied embeddings: `lm_head = embed.T`, a view, not a copy.
+
+Config keys come from `config.json` (`config_from_hf`) or the GGUF `llama.*` metadata
+(`config_from_gguf`). Any missing key, missing tensor or wrong shape raises
+`ModelFormatError` naming the file.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from engine.errors import ModelFormatError
+from engine.modelspec import LayerWeights, LlamaWeights, ModelConfig
+
+DEFAULT_ROPE_THETA = 10000.0
+DEFAULT_RMS_EPS_HF = 1e-6           # transformers' LlamaConfig default
+DEFAULT_RMS_EPS_GGUF = 1e-5         # llama.cpp's default
+DEFAULT_MAX_POSITIONS = 2048
+SUPPORTED_GGUF_ARCHS = ("llama",)
+
+# Tensor roles -> names per format ({i} = layer index). Output-major in both.
+HF_NAMES = {
+    "embed": "model.embed_tokens.weight", "final_norm": "model.norm.weight",
+    "lm_head": "lm_head.weight",
+    "attn_norm": "model.layers.{i}.input_layernorm.weight",
+    "q": "model.layers.{i}.self_attn.q_proj.weight",
+    "k": "model.layers.{i}.self_attn.k_proj.weight",
+    "v": "model.layers.{i}.self_attn.v_proj.weight",
+    "o": "model.layers.{i}.self_attn.o_proj.weight",
+    "mlp_norm": "model.layers.{i}.post_attention_layernorm.weight",
+    "gate": "model.layers.{i}.mlp.gate_proj.weight",
+    "up": "model.layers.{i}.mlp.up_proj.weight",
+    "down": "model.layers.{i}.mlp.down_proj.weight",
+}
+GGUF_NAMES = {
+    "embed": "token_embd.weight", "final_norm": "output_norm.weight",
+    "lm_head": "output.weight",
+    "attn_norm": "blk.{i}.attn_norm.weight",
+    "q": "blk.{i}.attn_q.weight", "k": "blk.{i}.attn_k.weight", "v": "blk.{i}.attn_v.weight",
+    "o": "blk.{i}.attn_output.weight",
+    "mlp_norm": "blk.{i}.ffn_norm.weight",
+    "gate": "blk.{i}.ffn_gate.weight", "up": "blk.{i}.ffn_up.weight",
+    "down": "blk.{i}.ffn_down.weight",
+}
+
+
+@dataclass(frozen=True)
+class TensorSource:
+    """Where tensors come from, as the builder needs them (one per file format)."""
+    path: str
+    shapes: dict[str, tuple[int, ...]]          # every tensor's stored shape (numpy order)
+    get: Callable[[str], np.ndarray]            # name -> float32 array as stored
+    get_input_major: Callable[[list[tuple[str, np.ndarray | None]]], np.ndarray]
+    #   [(name of an [out_i, in] matrix, output-row order or None), ...]
+    #   -> float32 [in, sum(out_i)]: the matrices transposed and fused column-wise
+    role_names: dict[str, str]
+    is_gguf_permuted: bool          # Q/K rows in ggml's adjacent-pair order
+
+
+# --- configs ---------------------------------------------------------------------------
+
+def _require(src: dict, key: str, path: str):
+    if key not in src:
+        raise ModelFormatError(path, f"missing config key {key}")
+    return src[key]
+
+
+def as_ids(value) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    return tuple(int(v) for v in value) if isinstance(value, (list, tuple)) else (int(value),)
+
+
+def config_from_hf(cfg: dict, path: str) -> ModelConfig:
+    """config.json (LlamaConfig) -> ModelConfig. rope_theta may sit in rope_parameters."""
+    try:
+        heads = int(_require(cfg, "num_attention_heads", path))
+        hidden = int(_require(cfg, "hidden_size", path))
+        rope = cfg.get("rope_theta") or (cfg.get("rope_parameters") or {}).get("rope_theta")
+        return ModelConfig(
+            vocab_size=int(_require(cfg, "vocab_size", path)),
+            hidden_size=hidden,
+            intermediate_size=int(_require(cfg, "intermediate_size", path)),
+            num_layers=int(_require(cfg, "num_hidden_layers", path)),
+            num_heads=heads,
+            num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
+            head_dim=int(cfg.get("head_dim") or hidden // heads),
+            rope_theta=float(rope or DEFAULT_ROPE_THETA),
+            rms_norm_eps=float(cfg.get("rms_norm_eps", DEFAULT_RMS_EPS_HF)),
+            max_position_embeddings=int(cfg.get("max_position_embeddings",
+                                                DEFAULT_MAX_POSITIONS)),
+            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+            bos_token_id=None if cfg.get("bos_token_id") is None else int(cfg["bos_token_id"]),
+            eos_token_ids=as_ids(cfg.get("eos_token_id")),
+        )
+    except (TypeError, ValueError, AttributeError) as e:
+        raise ModelFormatError(path, f"bad config value: {e}") from None
+
+
+def config_from_gguf(meta: dict, path: str, vocab_fallback: int) -> ModelConfig:
+    """GGUF `{arch}.*` and `tokenizer.ggml.*` metadata -> ModelConfig."""
+    arch = meta.get("general.architecture")
+    if arch not in SUPPORTED_GGUF_ARCHS:
+        raise ModelFormatError(path, f"unsupported architecture {arch!r} "
+                                     f"(supported: {', '.join(SUPPORTED_GGUF_ARCHS)})")
+
+    def key(name: str, default=None):
+        full = f"{arch}.{name}"
+        return meta[full] if full in meta or default is None else default
+
+    try:
+        hidden = int(_require(meta, f"{arch}.embedding_length", path))
+        heads = int(_require(meta, f"{arch}.attention.head_count", path))
+        head_dim = int(key("attention.key_length", hidden // heads))
+        rope_dims = int(key("rope.dimension_count", head_dim))
+        if rope_dims != head_dim:
+            raise ModelFormatError(path, f"partial RoPE ({rope_dims} of {head_dim} dims) "
+                                         f"is not supported")
+        tokens = meta.get("tokenizer.ggml.tokens")
+        return ModelConfig(
+            vocab_size=int(key("vocab_size", len(tokens) if tokens else vocab_fallback)),
+            hidden_size=hidden,
+            intermediate_size=int(_require(meta, f"{arch}.feed_forward_length", path)),
+            num_layers=int(_require(meta, f"{arch}.block_count", path)),
+            num_heads=heads,
+            num_kv_heads=int(key("attention.head_count_kv", heads)),
+            head_dim=head_dim,
+            rope_theta=float(key("rope.freq_base", DEFAULT_ROPE_THETA)),
+            rms_norm_eps=float(key("attention.layer_norm_rms_epsilon", DEFAULT_RMS_EPS_GGUF)),
+            max_position_embeddings=int(key("context_length", DEFAULT_MAX_POSITIONS)),
+            tie_word_embeddings=False,  # build_weights ties when output.weight is absent
+            bos_token_id=meta.get("tokenizer.ggml.bos_token_id"),
+            eos_token_ids=as_ids(meta.get("tokenizer.ggml.eos_token_id")),
+        )
+    except (TypeError, ValueError) as e:
+        raise ModelFormatError(path, f"bad metadata value: {e}") from None
+
+
+# --- Q/K row order ---------------------------------------------------------------------
+
+def permute_rows(w: np.ndarray, num_heads: int) -> np.ndarray:
+    """Rotate-half rows -> ggml adjacent-pair rows (llama.cpp's converter direction).
+
+    Per head, rows [a0..a(h-1), b0..b(h-1)] (h = hd/2) become [a0, b0, a1, b1, ...].
+    """
+    out_dim = w.shape[0]
+    half = out_dim // num_heads // 2
+    return w.reshape(num_heads, 2, half, -1).swapaxes(1, 2).reshape(w.shape)   # same shape
+
+
+def unpermute_rows(w: np.ndarray, num_heads: int) -> np.ndarray:
+    """ggml adjacent-pair rows -> rotate-half rows (the inverse of `permute_rows`)."""
+    return w[unpermute_order(w.shape[0], num_heads)]
+
+
+def unpermute_order(out_dim: int, num_heads: int) -> np.ndarray:
+    """Row indices that undo `permute_rows`: rotate-half row r is stored row order[r]."""
+    half = out_dim // num_heads // 2
+    return np.arange(out_dim).reshape(num_heads, half, 2).swapaxes(1, 2).reshape(-1)
+
+
+# --- weights ---------------------------------------------------------------------------
+
+def _name(src: TensorSource, role: str, shape: tuple[int, ...], layer: int = 0) -> str:
+    """The tensor's name, after checking that it exists with the shape the config implies."""
+    name = src.role_names[role].format(i=layer)
+    if name not in src.shapes:
+        raise ModelFormatError(src.path, f"missing tensor {name}")
+    if tuple(src.shapes[name]) != shape:
+        raise ModelFormatError(src.path, f"tensor {name} has shape {list(src.shapes[name])}, "
+                                         f"expected {list(shape)} from the config")
+    return name
+
+
+def _vector(src: TensorSource, role: str, size: int, layer: int = 0) -> np.ndarray:
+    array = src.get(_name(src, role, (size,), layer))
+    if array.flags.writeable and array.flags.c_contiguous and array.dtype == np.float32:
+        return array
+    return np.array(array, dtype=np.float32, order="C")     # never borrow the mapped file
+
+
+def _input_major(src: TensorSource, cfg: ModelConfig, roles: list[tuple[str, tuple, int]],
+                 layer: int = 0) -> np.ndarray:
+    """Stored [out_i, in] matrices -> one float32 [in, sum(out_i)], fused column-wise.
+
+    `roles`: (role, stored shape, RoPE heads or 0); Q and K (heads > 0) come back in
+    rotate-half row order.
+    """
+    parts = []
+    for role, shape, rope_heads in roles:
+        name = _name(src, role, shape, layer)
+        permuted = rope_heads and src.is_gguf_permuted
+        parts.append((name, unpermute_order(shape[0], rope_heads) if permuted else None))
+    return src.get_input_major(parts)
+
+
+def _layer(src: TensorSource, cfg: ModelConfig, i: int) -> LayerWeights:
+    d, ff, q, kv = cfg.hidden_size, cfg.intermediate_size, cfg.q_size, cfg.kv_size
+    qkv = [("q", (q, d), cfg.num_heads), ("k", (kv, d), cfg.num_kv_heads), ("v", (kv, d), 0)]
+    return LayerWeights(
+        attn_norm=_vector(src, "attn_norm", d, i),
+        wqkv=_input_major(src, cfg, qkv, i),                                # [d, q + 2*kv]
+        wo=_input_major(src, cfg, [("o", (d, q), 0)], i),                   # [q, d]
+        mlp_norm=_vector(src, "mlp_norm", d, i),
+        w_gate_up=_input_major(src, cfg, [("gate", (ff, d), 0), ("up", (ff, d), 0)], i),
+        w_down=_input_major(src, cfg, [("down", (d, ff), 0)], i),          # [ff, d]
+    )
+
+
+def _check_heads(cfg: ModelConfig, path: str) -> None:
+    if cfg.num_kv_heads <= 0 or cfg.num_heads % cfg.num_kv_heads:
+        raise ModelFormatError(path, f"{cfg.num_heads} heads are not a multiple of "
+                                     f"{cfg.num_kv_heads} KV heads")
+    if cfg.num_layers and cfg.head_dim % 2:
+        raise ModelFormatError(path, f"head_dim {cfg.head_dim} is odd (RoPE rotates pairs)")
+
+
+def build_weights(src: TensorSource, cfg: ModelConfig) -> tuple[ModelConfig, LlamaWeights]:
+    """Load, check and rearrange every tensor; returns the config with tying settled."""
+    _check_heads(cfg, src.path)
+    d, vocab = cfg.hidden_size, cfg.vocab_size
+    embed = src.get(_name(src, "embed", (vocab, d)))            # [V, d]
+    if not (embed.flags.writeable and embed.flags.c_contiguous):
+        embed = np.array(embed, dtype=np.float32, order="C")
+    has_head = src.role_names["lm_head"] in src.shapes
+    tied = cfg.tie_word_embeddings or not has_head              # no LM head tensor: tied
+    if tied:
+        lm_head = embed.T                                        # [d, V], a view
+    else:
+        lm_head = _input_major(src, cfg, [("lm_head", (vocab, d), 0)])     # [d, V]
+    weights = LlamaWeights(
+        embed=embed,
+        layers=tuple(_layer(src, cfg, i) for i in range(cfg.num_layers)),
+        final_norm=_vector(src, "final_norm", d),
+        lm_head=lm_head,
+    )
+    return dataclasses.replace(cfg, tie_word_embeddings=tied), weights

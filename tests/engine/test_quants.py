@@ -1,0 +1,125 @@
+"""Dequantizers against llama.cpp's reference output (exact), layouts by hand, quantizers."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engine.quants import (GGML_TYPE_BY_NAME, GGML_TYPES, dequantize, dequantize_input_major,
+                           quantize_q4_1, quantize_q8_0)
+
+ORACLE = Path(__file__).resolve().parents[2] / ".." / "shared" / "oracle" / "dequant_cases.json"
+CASES = json.loads(ORACLE.read_text())["cases"]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["type"] for c in CASES])
+def test_dequantizer_reproduces_reference_exactly(case):
+    gtype = GGML_TYPE_BY_NAME[case["type"]]
+    assert (gtype.block_size, gtype.type_size) == (case["block_size"], case["type_size"])
+    raw = np.frombuffer(bytes.fromhex(case["raw_hex"]), np.uint8)
+    expected = np.array(case["values"], np.float32)
+    got = dequantize(raw, gtype, expected.size)
+    assert got.dtype == np.float32
+    assert np.array_equal(got, expected)
+
+
+def test_oracle_covers_every_required_type():
+    assert {c["type"] for c in CASES} >= {"Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K",
+                                           "F16", "BF16"}
+
+
+def _f16_bytes(value: float) -> list[int]:
+    return list(np.float16(value).tobytes())
+
+
+def test_q4_1_low_nibbles_are_first_half_high_nibbles_second():
+    block = _f16_bytes(0.5) + _f16_bytes(-1.0) + [0x31] * 16      # low 1, high 3
+    got = dequantize(np.array(block, np.uint8), GGML_TYPE_BY_NAME["Q4_1"], 32)
+    assert got.tolist() == [0.5 * 1 - 1.0] * 16 + [0.5 * 3 - 1.0] * 16
+
+
+def test_q4_0_codes_are_centred_at_8():
+    block = _f16_bytes(2.0) + [0xF0] * 16                          # low 0, high 15
+    got = dequantize(np.array(block, np.uint8), GGML_TYPE_BY_NAME["Q4_0"], 32)
+    assert got.tolist() == [-16.0] * 16 + [14.0] * 16
+
+
+def test_q8_0_is_signed_bytes_times_scale():
+    block = _f16_bytes(0.25) + list(np.arange(-16, 16, dtype=np.int8).view(np.uint8))
+    got = dequantize(np.array(block, np.uint8), GGML_TYPE_BY_NAME["Q8_0"], 32)
+    assert got.tolist() == [0.25 * q for q in range(-16, 16)]
+
+
+def test_f32_and_bf16_by_hand():
+    f32 = np.array([1.5, -2.0], "<f4").view(np.uint8)
+    assert dequantize(f32, GGML_TYPE_BY_NAME["F32"], 2).tolist() == [1.5, -2.0]
+    bf16 = np.array([0x3F80, 0xC040], "<u2").view(np.uint8)          # 1.0, -3.0
+    assert dequantize(bf16, GGML_TYPE_BY_NAME["BF16"], 2).tolist() == [1.0, -3.0]
+
+
+# Where each type keeps its float16 scale(s) inside a block.
+SCALE_OFFSETS = {"Q4_0": (0,), "Q4_1": (0, 2), "Q8_0": (0,), "Q4_K": (0, 2), "Q5_K": (0, 2),
+                 "Q6_K": (208,)}
+
+
+@pytest.mark.parametrize("name", sorted(SCALE_OFFSETS))
+def test_many_blocks_at_once_equal_block_by_block(name):
+    gtype = GGML_TYPE_BY_NAME[name]
+    num_blocks = 5
+    blocks = np.random.default_rng(0).integers(0, 256, (num_blocks, gtype.type_size), np.uint8)
+    for b in range(num_blocks):                          # finite, distinct scales
+        for off in SCALE_OFFSETS[name]:
+            blocks[b, off:off + 2] = _f16_bytes(0.01 * (b + 1))
+    whole = dequantize(blocks.reshape(-1), gtype, num_blocks * gtype.block_size)
+    parts = [dequantize(blocks[b], gtype, gtype.block_size) for b in range(num_blocks)]
+    assert np.array_equal(whole, np.concatenate(parts))
+    assert len(np.unique(whole)) > 8
+
+
+def test_unsupported_type_and_wrong_size_raise_value_errors():
+    with pytest.raises(ValueError, match="Q5_0"):
+        dequantize(np.zeros(22, np.uint8), GGML_TYPE_BY_NAME["Q5_0"], 32)
+    with pytest.raises(ValueError, match="do not hold"):
+        dequantize(np.zeros(33, np.uint8), GGML_TYPE_BY_NAME["Q8_0"], 32)
+    assert GGML_TYPES[30].name == "BF16" and GGML_TYPES[14].name == "Q6_K"
+
+
+def test_q8_0_round_trip_error_is_within_half_a_step():
+    x = np.random.default_rng(1).standard_normal(32 * 40).astype(np.float32)
+    raw = quantize_q8_0(x)
+    assert raw.size == 40 * 34
+    back = dequantize(raw, GGML_TYPE_BY_NAME["Q8_0"], x.size)
+    step = np.abs(x.reshape(-1, 32)).max(axis=1, keepdims=True) / 127
+    assert np.all(np.abs(back - x).reshape(-1, 32) <= step * 0.5 + 1e-3 * step)
+
+
+def test_q4_1_round_trip_error_is_within_half_a_step():
+    x = np.random.default_rng(2).uniform(-3, 5, 32 * 40).astype(np.float32)
+    raw = quantize_q4_1(x)
+    assert raw.size == 40 * 20
+    back = dequantize(raw, GGML_TYPE_BY_NAME["Q4_1"], x.size).reshape(-1, 32)
+    rows = x.reshape(-1, 32)
+    step = (rows.max(axis=1) - rows.min(axis=1))[:, None] / 15
+    assert np.all(np.abs(back - rows) <= step * 0.5 + 0.01 * step)
+
+
+def test_constant_and_zero_blocks_quantize_exactly():
+    zeros = np.zeros(32, np.float32)
+    assert np.array_equal(dequantize(quantize_q8_0(zeros), GGML_TYPE_BY_NAME["Q8_0"], 32), zeros)
+    twos = np.full(32, 2.0, np.float32)
+    assert np.array_equal(dequantize(quantize_q4_1(twos), GGML_TYPE_BY_NAME["Q4_1"], 32), twos)
+
+
+@pytest.mark.parametrize("name", ["Q8_0", "Q4_1", "Q4_0", "Q4_K", "Q6_K", "F16", "BF16"])
+def test_input_major_dequantization_is_the_exact_transpose(name):
+    gtype = GGML_TYPE_BY_NAME[name]
+    out_dim, in_dim = 6, 512
+    raw = np.random.default_rng(4).integers(0, 256, gtype.nbytes(out_dim * in_dim), np.uint8)
+    order = np.array([3, 0, 5, 1, 4, 2])
+    with np.errstate(all="ignore"):                      # random bytes make some NaN scales
+        got = dequantize_input_major(raw, gtype, out_dim, in_dim, order)
+        expected = dequantize(raw, gtype, out_dim * in_dim).reshape(out_dim, in_dim)[order].T
+    assert got.shape == (in_dim, out_dim) and got.flags.c_contiguous
+    assert np.array_equal(got, expected, equal_nan=True)
