@@ -37,6 +37,7 @@ from engine.modelspec import Model, ModelConfig
 from engine.safetensors import read_safetensors_dir
 from engine.weights import (GGUF_NAMES, HF_NAMES, TensorSource, as_ids, build_weights,
                             config_from_gguf, config_from_hf)
+from template import DEFAULT_TEMPLATE, Template, TemplateSyntaxError
 
 VERSION_DIR = re.compile(r"v\d+(\.\d+)*")
 TEMPLATE_FILE = "chat_template.jinja"
@@ -120,8 +121,16 @@ def _finish(directory: Path, config: ModelConfig, weights, tokenizer, template: 
         bos = getattr(tokenizer, "bos_token_id", None)
     config = dataclasses.replace(config, eos_token_ids=tuple(sorted(eos)), bos_token_id=bos)
     return Model(name=model_name(directory), config=config, weights=weights,
-                 tokenizer=tokenizer, chat_template=template, source_path=str(source),
-                 extra={"format": fmt})
+                 tokenizer=tokenizer, chat_template=template, template=_parse_template(source, template),
+                 source_path=str(source), extra={"format": fmt})
+
+
+def _parse_template(source: Path, text: str | None) -> Template:
+    """Parse the chat template now, so a syntax error surfaces when the model loads."""
+    try:
+        return Template.parse(DEFAULT_TEMPLATE if text is None else text)
+    except TemplateSyntaxError as err:
+        raise ModelFormatError(source, f"chat template does not parse: {err}") from None
 
 
 # --- tokenizers ------------------------------------------------------------------------

@@ -72,13 +72,16 @@ class Model:
     """A loaded model: what `engine.load_model(model_dir)` returns.
 
     `tokenizer` offers encode/decode/token_bytes, `.eos_token_ids`, `.bos_token`/`.eos_token`;
-    `chat_template` is the model's Jinja source (None: the caller uses the plain default).
+    `chat_template` is the model's Jinja source (None: it shipped none) and `template` its
+    parsed form (parsed once at load, so a broken template fails here, never on a request).
     """
     name: str
     config: ModelConfig
     weights: LlamaWeights
     tokenizer: Any
-    chat_template: str | None = None
+    chat_template: str | None = None    # the model's own template source (None: none shipped)
+    template: Any = None                # the parsed `template.Template` the server renders with:
+                                        # the model's own, else template.DEFAULT_TEMPLATE
     source_path: str = ""
     extra: dict = field(default_factory=dict)
 

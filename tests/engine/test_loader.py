@@ -204,6 +204,20 @@ def test_chat_template_precedence(tiny_copy):
     assert load_model(tiny_copy).chat_template == "G"
 
 
+def test_template_is_parsed_at_load_and_defaults_when_absent(tiny_copy):
+    model = load_model(tiny_copy)
+    assert model.chat_template is None
+    assert model.template.render_chat([{"role": "user", "content": "Hi"}]) == "<|user|>\nHi\n<|assistant|>\n"
+    (tiny_copy / "chat_template.jinja").write_text("{{ messages[0]['content'] | upper }}")
+    assert load_model(tiny_copy).template.render_chat([{"role": "user", "content": "hi"}]) == "HI"
+
+
+def test_broken_template_fails_at_load_naming_the_file(tiny_copy):
+    (tiny_copy / "chat_template.jinja").write_text("{% for m in messages %}{{ m.content }}")
+    with pytest.raises(ModelFormatError, match="chat template does not parse.*for"):
+        load_model(tiny_copy)
+
+
 def test_named_template_list_uses_default(tiny_copy):
     _edit_json(tiny_copy / "tokenizer_config.json",
                chat_template=[{"name": "tool_use", "template": "X"},
