@@ -1,0 +1,633 @@
+"""The selectors loop: the ONLY code in tl-serve that calls socket, accept, recv, send, select.
+
+One thread runs `EventLoop.run()`. It blocks in `select(timeout=nearest deadline)` and wakes
+for exactly four reasons: a socket is ready, a timer is due, another thread called `wake()`
+(the engine finished a step) or a signal arrived (`signal.set_wakeup_fd` writes to the same
+wake-up socketpair). It never polls: thousands of idle keep-alive connections cost nothing
+but their file descriptors and one timer each.
+
+Per connection the loop only moves bytes: `server/http11.Connection` turns them into
+`Request`s and turns `Response`s / stream chunks back into bytes. The application (`App`)
+answers a Request with a `Response` (sent at once) or a `Stream` (polled on every wake and
+at its own deadline, until done). While a stream is active the socket stays registered for
+reading, so a client that goes away is noticed at once and the stream is `cancel()`ed — not
+at the next token write (the trap of servers that only notice on write).
+
+Bounds (`server/limits.py`): a stream whose client does not read is not polled while its
+send buffer is over `max_send_buffer_bytes`, and is dropped after `send_timeout_s` without
+progress; pipelined input is held up to `max_pipelined_bytes`; a framing error is answered,
+then the connection half-closes and lingers briefly so the client reads the error.
+
+Timers: one heap of (when, seq, conn). Each connection keeps at most one live entry for its
+earliest deadline; a deadline that moves later (the common case: more bytes arrived) does
+not touch the heap, the entry re-arms itself when it fires.
+
+Drain (first SIGTERM or `request_drain()`): close the listeners marked `closes_on_drain`,
+call `on_drain()` once, keep serving open connections and the health listener, and return
+from `run()` when no stream or unsent response of a draining listener is left, or after
+`drain_timeout_s` (the rest are cancelled). A second signal (or `stop()`) returns at once.
+"""
+from __future__ import annotations
+
+import heapq
+import logging
+import selectors
+import signal
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from server.errors import ApiError, error_response
+from server.http11 import BODY, CLOSING, IDLE, Connection, HttpError, Interim
+from server.limits import HttpLimits
+from server.protocol import App, Request, Response
+
+log = logging.getLogger("tlserve.http")
+
+RECV_BYTES = 64 * 1024          # one recv; big enough for a pipelined burst or a body chunk
+LISTEN_BACKLOG = 1024
+# accept() failing (EMFILE: out of file descriptors) leaves the listener readable: retrying
+# at once would spin. Pause accepting for this long, or until a connection closes.
+ACCEPT_RETRY_S = 0.5
+_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+@dataclass(frozen=True)
+class Listener:
+    name: str                 # "api" | "health"
+    address: str              # "host:port"; ":8000" = all interfaces; port 0 = pick one
+    app: App
+    closes_on_drain: bool     # the API listener closes when draining; health stays
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """"host:port" -> (host, port); ":8000" -> ("", 8000) (all interfaces); "[::1]:80" ok."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"listen address {address!r} is not host:port")
+    return host.strip("[]"), int(port)
+
+
+def _bind(address: str) -> socket.socket:
+    host, port = parse_address(address)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    if host and not host.replace(".", "").isdigit() and family == socket.AF_INET:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        family, host = infos[0][0], infos[0][4][0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host or ("::" if family == socket.AF_INET6 else "0.0.0.0"), port))
+        sock.listen(LISTEN_BACKLOG)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+class _ListenerState:
+    __slots__ = ("spec", "sock", "num_connections", "is_accepting", "is_closed")
+
+    def __init__(self, spec: Listener, sock: socket.socket):
+        self.spec, self.sock = spec, sock
+        self.num_connections = 0
+        self.is_accepting = True
+        self.is_closed = False
+
+
+class _Conn:
+    """One accepted socket: its HTTP state, unsent bytes, active stream and timer."""
+    __slots__ = ("sock", "fd", "http", "listener", "outbuf", "stream", "events", "deadline_s",
+                 "timer_at", "phase_started_s", "last_send_s", "is_closed", "is_lingering",
+                 "is_write_shut", "is_head_sent", "in_ready")
+
+    def __init__(self, sock, listener: _ListenerState, http: Connection, now_s: float):
+        self.sock, self.fd, self.listener, self.http = sock, sock.fileno(), listener, http
+        self.outbuf = bytearray()
+        self.stream = None
+        self.events = 0
+        self.deadline_s: float | None = None
+        self.timer_at: float | None = None
+        self.phase_started_s = now_s       # when the current wait (idle / head / body) began
+        self.last_send_s = now_s
+        self.is_closed = self.is_lingering = self.is_write_shut = False
+        self.is_head_sent = self.in_ready = False
+
+
+class EventLoop:
+    """Serves `listeners` until drained or stopped. Only `wake`, `request_drain` and `stop`
+    may be called from other threads (or signal handlers)."""
+
+    def __init__(self, listeners: list[Listener], *, limits: HttpLimits = HttpLimits(),
+                 handle_signals: bool = False, drain_timeout_s: float = 30.0,
+                 on_drain: Callable[[], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic):
+        self.limits, self._clock = limits, clock
+        self._handle_signals, self._drain_timeout_s, self._on_drain = (
+            handle_signals, drain_timeout_s, on_drain)
+        self._selector = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = socket.socketpair()
+        for sock in (self._wake_r, self._wake_w):
+            sock.setblocking(False)
+        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+        self._listeners: dict[str, _ListenerState] = {}
+        try:
+            for spec in listeners:
+                state = _ListenerState(spec, _bind(spec.address))
+                self._listeners[spec.name] = state
+                self._selector.register(state.sock, selectors.EVENT_READ, state)
+        except BaseException:
+            self._close_all()
+            raise
+        self._conns: set[_Conn] = set()
+        self._streaming: set[_Conn] = set()   # conns with an active Stream
+        self._ready: list[_Conn] = []         # conns with buffered requests left to answer
+        self._timers: list[tuple[float, int, _Conn]] = []
+        self._timer_seq = 0
+        self._wake_pending = False
+        self._drain_requested = self._stop_requested = False
+        self._drain_deadline_s: float | None = None
+        self._accept_retry_s: float | None = None   # when paused listeners try again
+
+    # ---- thread-safe controls ---------------------------------------------------------
+
+    def bound_address(self, name: str) -> tuple[str, int]:
+        host, port = self._listeners[name].sock.getsockname()[:2]
+        return host, port
+
+    def wake(self) -> None:
+        """Make run() poll every active stream soon. Cheap and safe from any thread."""
+        if self._wake_pending:
+            return
+        self._wake_pending = True
+        try:
+            self._wake_w.send(b"\0")
+        except OSError:          # buffer full (a wake is pending anyway) or loop closed
+            pass
+
+    def request_drain(self) -> None:
+        self._drain_requested = True
+        self._poke()
+
+    def stop(self) -> None:
+        self._stop_requested = True
+        self._poke()
+
+    def _poke(self) -> None:
+        try:
+            self._wake_w.send(b"\1")
+        except OSError:
+            pass
+
+    # ---- the loop ---------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Serve until drained or stopped; always closes every socket on the way out."""
+        restore = self._install_signals()
+        try:
+            while not self._stop_requested:
+                now = self._clock()
+                if self._drain_requested and self._drain_deadline_s is None:
+                    self._begin_drain(now)
+                if self._drain_deadline_s is not None and self._drain_done(now):
+                    break
+                for key, mask in self._selector.select(self._select_timeout(now)):
+                    self._dispatch(key.data, mask)
+                now = self._clock()
+                self._run_timers(now)
+                self._answer_ready()
+                if self._accept_retry_s is not None and now >= self._accept_retry_s:
+                    self._resume_accepting()
+        finally:
+            restore()
+            self._close_all()
+
+    def _dispatch(self, target, mask: int) -> None:
+        if target is None:
+            self._on_wake()
+        elif isinstance(target, _ListenerState):
+            self._accept(target)
+        elif not target.is_closed:
+            if mask & selectors.EVENT_WRITE:
+                self._on_writable(target)
+            if mask & selectors.EVENT_READ and not target.is_closed:
+                self._on_readable(target)
+
+    def _select_timeout(self, now: float) -> float | None:
+        if self._ready:
+            return 0.0
+        candidates = [t for t in (self._timers[0][0] if self._timers else None,
+                                  self._drain_deadline_s, self._accept_retry_s) if t is not None]
+        return max(0.0, min(candidates) - now) if candidates else None
+
+    # ---- signals and drain ------------------------------------------------------------
+
+    def _install_signals(self) -> Callable[[], None]:
+        if not self._handle_signals or threading.current_thread() is not threading.main_thread():
+            return lambda: None
+
+        def on_signal(signum, frame):     # flags only: the loop does the work
+            if self._drain_requested:
+                self._stop_requested = True
+            self._drain_requested = True
+
+        previous = {sig: signal.signal(sig, on_signal) for sig in _SIGNALS}
+        previous_fd = signal.set_wakeup_fd(self._wake_w.fileno(), warn_on_full_buffer=False)
+
+        def restore():
+            signal.set_wakeup_fd(previous_fd)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        return restore
+
+    def _begin_drain(self, now: float) -> None:
+        self._drain_deadline_s = now + self._drain_timeout_s
+        for state in self._listeners.values():
+            if state.spec.closes_on_drain and not state.is_closed:
+                self._close_listener(state)
+        for conn in self._conns:       # their next responses say Connection: close
+            if conn.listener.spec.closes_on_drain:
+                conn.http.request_close()
+        log.info("draining: API listener closed, waiting for %d streams", len(self._streaming))
+        if self._on_drain is not None:
+            try:
+                self._on_drain()
+            except Exception:
+                log.exception("on_drain failed")
+
+    def _drain_done(self, now: float) -> bool:
+        num_busy = sum(1 for c in self._conns if c.listener.spec.closes_on_drain
+                       and (c.stream is not None or c.outbuf))
+        if num_busy and now >= self._drain_deadline_s:
+            log.warning("drain timeout: cancelling %d open responses", num_busy)
+            return True
+        return num_busy == 0
+
+    # ---- accept / read / write --------------------------------------------------------
+
+    def _accept(self, state: _ListenerState) -> None:
+        for _ in range(self.limits.max_accepts_per_wakeup):
+            if state.num_connections >= self.limits.max_connections:
+                self._set_accepting(state, False)
+                return
+            try:
+                sock, addr = state.sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:                 # EMFILE and friends: try again later
+                log.warning("accept on %s failed: %s", state.spec.name, exc)
+                self._set_accepting(state, False)
+                self._accept_retry_s = self._clock() + ACCEPT_RETRY_S
+                return
+            sock.setblocking(False)
+            if sock.family in (socket.AF_INET, socket.AF_INET6):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            now = self._clock()
+            peer = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else str(addr)
+            conn = _Conn(sock, state, Connection(limits=self.limits, peer=peer), now)
+            state.num_connections += 1
+            self._conns.add(conn)
+            if self._drain_deadline_s is not None and state.spec.closes_on_drain:
+                conn.http.request_close()
+            self._update(conn)
+
+    def _set_accepting(self, state: _ListenerState, is_accepting: bool) -> None:
+        if state.is_closed or state.is_accepting == is_accepting:
+            return
+        state.is_accepting = is_accepting
+        if is_accepting:
+            self._selector.register(state.sock, selectors.EVENT_READ, state)
+        else:
+            self._selector.unregister(state.sock)
+
+    def _on_readable(self, conn: _Conn) -> None:
+        try:
+            data = conn.sock.recv(RECV_BYTES)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = None                                 # reset: the client is gone
+        if conn.is_lingering:                            # discarding input after an error
+            if not data:
+                self._close(conn)
+            return
+        if not data:
+            if conn.stream is not None or data is None:
+                self._close(conn)                       # disconnect: cancel at once
+                return
+            conn.http.receive_data(b"")
+            if conn.http.state == IDLE and not conn.http.buffered_bytes:
+                self._close(conn)                      # a clean close between requests
+                return
+        else:
+            if conn.http.state == IDLE and conn.http.buffered_bytes == 0:
+                conn.phase_started_s = self._clock()   # a new request starts arriving
+            conn.http.receive_data(data)
+        self._answer(conn)
+
+    def _on_writable(self, conn: _Conn) -> None:
+        self._flush(conn)
+        if conn.is_closed:
+            return
+        if conn.stream is not None and len(conn.outbuf) <= self.limits.max_send_buffer_bytes:
+            self._poll_stream(conn, self._clock())    # backpressure released
+        elif not conn.outbuf and conn.stream is None:
+            self._answer(conn)                          # pipelined requests may be waiting
+        else:
+            self._update(conn)
+
+    def _send(self, conn: _Conn, data: bytes) -> None:
+        if data:
+            is_fresh = not conn.outbuf
+            conn.outbuf += data
+            self._flush(conn, is_fresh)
+
+    def _flush(self, conn: _Conn, is_fresh: bool = False) -> None:
+        if not conn.outbuf or conn.is_closed:
+            return
+        try:
+            sent = conn.sock.send(conn.outbuf)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError:
+            self._close(conn)                          # reset or broken pipe: client gone
+            return
+        del conn.outbuf[:sent]
+        if conn.outbuf and (sent or is_fresh):         # the send timeout counts from here
+            conn.last_send_s = self._clock()
+
+    # ---- requests and responses -------------------------------------------------------
+
+    def _answer(self, conn: _Conn) -> None:
+        """Answer buffered requests in order until one needs more bytes or time."""
+        for _ in range(self.limits.max_pipelined_requests):
+            if conn.is_closed or conn.stream is not None or conn.http.state == CLOSING:
+                break
+            if len(conn.outbuf) > self.limits.max_send_buffer_bytes:
+                break                                   # the client is not reading: wait
+            try:
+                event = conn.http.next_event()
+            except HttpError as err:
+                self._fail(conn, err)
+                break
+            if event is None:
+                break
+            if isinstance(event, Interim):
+                self._send(conn, event.data)
+                continue
+            self._handle(conn, event)
+        else:
+            self._answer_soon(conn)                    # more may be buffered: others first
+        self._update(conn)
+
+    def _answer_soon(self, conn: _Conn) -> None:
+        """Answer `conn`'s buffered requests in the next loop iteration (select timeout 0)."""
+        if not conn.in_ready and conn.http.buffered_bytes:
+            conn.in_ready = True
+            self._ready.append(conn)
+
+    def _answer_ready(self) -> None:
+        ready, self._ready = self._ready, []
+        for conn in ready:
+            conn.in_ready = False
+            if not conn.is_closed:
+                self._answer(conn)
+
+    def _handle(self, conn: _Conn, request: Request) -> None:
+        try:
+            result = conn.listener.spec.app.handle(request)
+        except Exception:
+            log.exception("app.handle failed for %s %s", request.method, request.path)
+            result = _internal_error()
+        if isinstance(result, Response):
+            self._send(conn, conn.http.send_response(result))
+            conn.phase_started_s = self._clock()
+            return
+        conn.stream, conn.is_head_sent = result, False
+        self._streaming.add(conn)
+        self._poll_stream(conn, self._clock())
+
+    def _poll_stream(self, conn: _Conn, now: float) -> None:
+        stream = conn.stream
+        if len(conn.outbuf) > self.limits.max_send_buffer_bytes:
+            return self._update(conn)            # backpressure: resumes when writable
+        try:
+            poll = stream.poll(now)
+            parts = []
+            if poll.head is not None and not conn.is_head_sent:
+                parts.append(conn.http.send_head(poll.head))
+                conn.is_head_sent = True
+            if (poll.chunks or poll.done) and not conn.is_head_sent:
+                raise RuntimeError("stream produced body bytes before its head")
+            parts.extend(conn.http.send_data(chunk) for chunk in poll.chunks)
+            if poll.done:
+                parts.append(conn.http.send_end())
+            self._send(conn, b"".join(parts))          # one write per poll: one packet
+        except Exception:
+            log.exception("stream poll failed")
+            return self._stream_failed(conn, now)
+        if conn.is_closed:
+            return
+        if poll.done:
+            self._end_stream(conn)
+            conn.phase_started_s = now
+            self._answer_soon(conn)                    # a pipelined request may be waiting
+        self._update(conn)
+
+    def _stream_failed(self, conn: _Conn, now: float) -> None:
+        stream, head_sent = conn.stream, conn.is_head_sent
+        self._end_stream(conn)
+        _cancel(stream)
+        if head_sent or conn.is_closed:
+            self._close(conn)                          # mid-body: only a close can tell
+            return
+        self._send(conn, conn.http.send_response(_internal_error()))
+        self._answer_soon(conn)
+        self._update(conn)
+
+    def _end_stream(self, conn: _Conn) -> None:
+        conn.stream = None
+        self._streaming.discard(conn)
+
+    def _fail(self, conn: _Conn, err: HttpError) -> None:
+        """Answer a framing error, then stop reading requests and close (RFC 9112 9.6)."""
+        log.info("%s from %s: %s", err.kind, conn.http.peer, err.message)
+        self._send(conn, conn.http.send_error(err))
+        self._linger(conn)
+
+    def _linger(self, conn: _Conn) -> None:
+        if conn.is_closed:
+            return
+        conn.is_lingering = True
+        conn.phase_started_s = self._clock()
+        self._update(conn)
+
+    def _on_wake(self) -> None:
+        try:
+            while self._wake_r.recv(4096):
+                pass
+        except (BlockingIOError, InterruptedError):
+            pass
+        # Order matters: empty the socket, THEN clear the flag, THEN poll. A wake() racing
+        # with us either sees the flag still set (and its events are found by the poll
+        # below) or sees it clear and writes a fresh byte. Clearing before emptying could
+        # swallow that byte with the flag left set: every later wake() would be dropped.
+        self._wake_pending = False
+        now = self._clock()
+        for conn in list(self._streaming):
+            if conn.stream is not None and not conn.is_closed:
+                self._poll_stream(conn, now)
+
+    # ---- timers -----------------------------------------------------------------------
+
+    def _update(self, conn: _Conn) -> None:
+        """Re-register interest and re-arm the timer after anything happened to `conn`."""
+        if conn.is_closed:
+            return
+        http = conn.http
+        if not conn.outbuf:
+            if conn.is_lingering and http.is_eof:
+                return self._close(conn)               # nothing more will come either way
+            if conn.is_lingering and not conn.is_write_shut:
+                conn.is_write_shut = True
+                self._shutdown_write(conn)             # the client sees the end of our answer
+            if http.state == CLOSING and not conn.is_lingering:
+                return self._linger(conn)              # response done, connection ends
+            if http.is_eof and http.state == IDLE and not http.buffered_bytes:
+                return self._close(conn)               # half-closed client, all answered
+        events = selectors.EVENT_WRITE if conn.outbuf else 0
+        is_parsing = http.state in (IDLE, BODY)
+        if not http.is_eof and (is_parsing or conn.is_lingering
+                                or http.buffered_bytes <= self.limits.max_pipelined_bytes):
+            events |= selectors.EVENT_READ
+        if events != conn.events:
+            if conn.events == 0:
+                self._selector.register(conn.sock, events, conn)
+            elif events == 0:
+                self._selector.unregister(conn.sock)
+            else:
+                self._selector.modify(conn.sock, events, conn)
+            conn.events = events
+        self._arm(conn, self._deadline(conn))
+
+    def _deadline(self, conn: _Conn) -> float | None:
+        limits, http = self.limits, conn.http
+        if conn.is_lingering:
+            deadline = conn.phase_started_s + limits.linger_s
+        elif conn.stream is not None:             # a stream over its buffer waits for writable
+            is_blocked = len(conn.outbuf) > limits.max_send_buffer_bytes
+            deadline = None if is_blocked else _stream_deadline(conn)
+        elif http.has_partial_request:
+            timeout_s = limits.body_timeout_s if http.state == BODY else limits.header_timeout_s
+            deadline = conn.phase_started_s + timeout_s
+        elif http.state == IDLE and not conn.outbuf:
+            deadline = conn.phase_started_s + limits.idle_timeout_s
+        else:
+            deadline = None
+        if conn.outbuf:
+            send_deadline = conn.last_send_s + limits.send_timeout_s
+            deadline = send_deadline if deadline is None else min(deadline, send_deadline)
+        return deadline
+
+    def _arm(self, conn: _Conn, deadline: float | None) -> None:
+        conn.deadline_s = deadline
+        if deadline is not None and (conn.timer_at is None or deadline < conn.timer_at):
+            self._timer_seq += 1
+            heapq.heappush(self._timers, (deadline, self._timer_seq, conn))
+            conn.timer_at = deadline
+
+    def _run_timers(self, now: float) -> None:
+        timers, due = self._timers, []
+        while timers and timers[0][0] <= now:         # collect first: handlers may re-arm
+            due.append(heapq.heappop(timers))
+        for when, _, conn in due:
+            if conn.is_closed or conn.timer_at != when:
+                continue                                # superseded by an earlier entry
+            conn.timer_at = None
+            if conn.deadline_s is not None and conn.deadline_s > now:
+                self._arm(conn, conn.deadline_s)       # moved later: re-arm, nothing due
+                continue
+            self._on_timer(conn, now)
+
+    def _on_timer(self, conn: _Conn, now: float) -> None:
+        limits, http = self.limits, conn.http
+        if conn.is_lingering:
+            return self._close(conn)
+        if conn.outbuf and now >= conn.last_send_s + limits.send_timeout_s:
+            log.info("send timeout for %s", http.peer)
+            return self._close(conn)                   # the client stopped reading
+        if conn.stream is not None:
+            return self._poll_stream(conn, now)
+        if http.has_partial_request:
+            return self._fail(conn, HttpError("request_timeout", "request not received in time"))
+        if http.state == IDLE and not conn.outbuf:
+            return self._close(conn)                   # keep-alive idle timeout: silently
+        self._update(conn)
+
+    # ---- closing ----------------------------------------------------------------------
+
+    def _shutdown_write(self, conn: _Conn) -> None:
+        try:
+            conn.sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
+    def _close(self, conn: _Conn) -> None:
+        if conn.is_closed:
+            return
+        conn.is_closed = True
+        if conn.stream is not None:
+            stream = conn.stream
+            self._end_stream(conn)
+            _cancel(stream)
+        if conn.events:
+            self._selector.unregister(conn.sock)
+        conn.sock.close()
+        self._conns.discard(conn)
+        conn.listener.num_connections -= 1
+        self._resume_accepting()
+
+    def _resume_accepting(self) -> None:
+        """Listeners paused at max_connections or by a failed accept try again."""
+        self._accept_retry_s = None
+        for state in self._listeners.values():
+            if not state.is_accepting and state.num_connections < self.limits.max_connections:
+                self._set_accepting(state, True)
+
+    def _close_listener(self, state: _ListenerState) -> None:
+        if state.is_accepting:
+            self._selector.unregister(state.sock)
+        state.is_accepting, state.is_closed = False, True
+        state.sock.close()
+
+    def _close_all(self) -> None:
+        for conn in list(getattr(self, "_conns", ())):
+            self._close(conn)
+        for state in self._listeners.values():
+            if not state.is_closed:
+                self._close_listener(state)
+        self._selector.close()
+        self._wake_r.close()
+        self._wake_w.close()
+
+
+def _stream_deadline(conn: _Conn) -> float | None:
+    try:
+        return conn.stream.next_deadline_s()
+    except Exception:
+        log.exception("stream.next_deadline_s failed")
+        return None
+
+
+def _cancel(stream) -> None:
+    try:
+        stream.cancel()
+    except Exception:
+        log.exception("stream.cancel failed")
+
+
+def _internal_error() -> Response:
+    return error_response(ApiError("internal_error", "internal server error"))
