@@ -1,0 +1,8 @@
+"""SSE bytes and streaming text: framing (`event`, `DONE`, `PING`) and `TextStream`.
+
+Imports nothing from `engine/` or `server/`.
+"""
+from sse.framing import DONE, PING, event
+from sse.textstream import MAX_STOP_STRINGS, TextStream
+
+__all__ = ["DONE", "PING", "event", "TextStream", "MAX_STOP_STRINGS"]

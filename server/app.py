@@ -1,0 +1,256 @@
+"""The two applications the loop serves: the OpenAI API and the health/metrics listener.
+
+`ApiApp.handle(request)` is the whole life of an API request on the loop thread:
+
+    route table -> validate body (server/openai.py) -> served model? -> headers
+    (X-TL-KV-Handle, X-TL-Priority) -> chat template -> tokenizer -> context check
+    -> admission gate (429 now if full) -> bridge.submit -> GenerationStream
+
+It never blocks: anything that needs the engine becomes a `Stream`. Every response,
+errors and 404s included, carries `X-Request-Id` (echoed when the client sent a sane one).
+Drain (chapter 2.6) flips `ServerState.is_draining`: new API requests get 503, `/readyz`
+503, `/healthz` stays 200.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+from dataclasses import dataclass, field
+
+from engine.api import GenRequest
+from server import documents as docs
+from server import openai as api
+from server.admission import AdmissionGate
+from server.errors import ApiError, error_response
+from server.metrics import CONTENT_TYPE as METRICS_TYPE
+from server.metrics import ServerMetrics, metrics_text
+from server.protocol import Request, Response
+from server.routes import API_ROUTES, HEALTH_ROUTES, resolve
+from server.streams import EmbedStream, GenerationStream, StreamContext, json_bytes
+from template import DEFAULT_TEMPLATE, Template, TemplateError
+
+log = logging.getLogger("tlserve.app")
+
+MAX_REQUEST_ID_CHARS = 128                      # longer client ids are replaced, not echoed
+REQUEST_ID_OK = re.compile(r"[\x21-\x7e]{1,%d}" % MAX_REQUEST_ID_CHARS)
+JSON_HEADERS = (("Content-Type", "application/json"),)
+
+
+@dataclass
+class ServerState:
+    """Shared, loop-thread-owned flags and counters."""
+    is_draining: bool = False
+    started_s: float = field(default_factory=time.time)
+    metrics: ServerMetrics = field(default_factory=ServerMetrics)
+
+
+class ServedModel:
+    """The model as the API sees it: id, template, tokenizer, context length."""
+
+    def __init__(self, model, model_id: str, max_model_len: int):
+        self.id = model_id
+        self.tokenizer = model.tokenizer
+        self.max_model_len = max_model_len
+        self.template = Template.parse(model.chat_template or DEFAULT_TEMPLATE)
+        self.created = int(time.time())
+
+    def render(self, messages, *, add_generation_prompt: bool = True) -> str:
+        tok = self.tokenizer
+        try:
+            return self.template.render_chat(
+                [dict(m) for m in messages], add_generation_prompt=add_generation_prompt,
+                bos_token=getattr(tok, "bos_token", "") or "",
+                eos_token=getattr(tok, "eos_token", "") or "")
+        except TemplateError as exc:
+            message = getattr(exc, "message", None) or str(exc)
+            raise ApiError("template_error", message, param="messages") from None
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text))
+
+
+def request_id(request: Request) -> str:
+    given = request.header("x-request-id")
+    if given and REQUEST_ID_OK.fullmatch(given):
+        return given
+    return f"req-{os.urandom(12).hex()}"
+
+
+def json_response(status: int, document, headers=()) -> Response:
+    return Response(status=status, headers=JSON_HEADERS + tuple(headers),
+                    body=json_bytes(document))
+
+
+class ApiApp:
+    """The OpenAI v1 API listener."""
+
+    def __init__(self, *, served: ServedModel, bridge, gate: AdmissionGate, state: ServerState,
+                 queue_deadline_ms: int, ping_interval_s: float, clock=time.monotonic):
+        self.served, self.bridge, self.gate, self.state = served, bridge, gate, state
+        self.queue_deadline_ms = queue_deadline_ms
+        self.clock = clock
+        metrics = state.metrics
+        self.stream_ctx = StreamContext(
+            bridge=bridge, tokenizer=served.tokenizer, ping_interval_s=ping_interval_s,
+            queue_deadline_ms=queue_deadline_ms, on_status=metrics.count_request,
+            on_finish=metrics.observe_generation)
+        self.handlers = {"chat": self.chat, "completions": self.completions,
+                         "embeddings": self.embeddings, "tokenize": self.tokenize,
+                         "detokenize": self.detokenize, "models": self.models,
+                         "model": self.model, "healthz": health_ok}
+
+    def handle(self, request: Request):
+        rid = request_id(request)
+        extra = (("X-Request-Id", rid),)
+        label = "unmatched"
+        try:
+            route, params = resolve(API_ROUTES, request.method, request.path)
+            label = route.handler
+            if self.state.is_draining and route.handler != "healthz":
+                raise ApiError("shutting_down", "The server is shutting down; retry elsewhere.")
+            result = self.handlers[route.handler](request, params, extra)
+        except ApiError as err:
+            self.state.metrics.count_request(label, err.status)
+            return error_response(err, extra)
+        except Exception:                                      # noqa: BLE001
+            log.exception("handler %s failed", label)
+            self.state.metrics.count_request(label, 500)
+            return error_response(ApiError("internal_error", "Internal server error."), extra)
+        if isinstance(result, Response):
+            self.state.metrics.count_request(label, result.status)
+            return Response(status=result.status, headers=result.headers + extra,
+                            body=result.body)
+        return result
+
+    # -- generation ----------------------------------------------------------------------
+
+    def chat(self, request: Request, params, extra):
+        spec = api.parse_chat(request.body)
+        self._check_model(spec.model)
+        prompt = self.served.encode(self.served.render(spec.messages))
+        return self._generate(request, spec, prompt, "chat", "chatcmpl", "messages", extra)
+
+    def completions(self, request: Request, params, extra):
+        spec = api.parse_completion(request.body)
+        self._check_model(spec.model)
+        prompt = (list(spec.prompt) if isinstance(spec.prompt, tuple)
+                  else self.served.encode(spec.prompt))
+        if not prompt:
+            raise api.bad("prompt", "The prompt must contain at least one token.")
+        return self._generate(request, spec, prompt, "completions", "cmpl", "prompt", extra)
+
+    def _generate(self, request, spec, prompt, route, id_prefix, prompt_param, extra):
+        priority = self._headers(request)
+        limit = self.served.max_model_len
+        max_tokens = spec.max_tokens if spec.max_tokens is not None else limit - len(prompt)
+        if len(prompt) + max(max_tokens, 1) > limit:
+            raise ApiError("context_length_exceeded",
+                           f"This model's maximum context length is {limit} tokens. However, "
+                           f"you requested {len(prompt) + max(max_tokens, 1)} tokens "
+                           f"({len(prompt)} in the {prompt_param}, {max(max_tokens, 1)} for "
+                           "the completion). Please reduce the length of the "
+                           f"{prompt_param} or max_tokens.", param=prompt_param)
+        vocab = getattr(self.served.tokenizer, "vocab_size", None)
+        if vocab is not None and any(t >= vocab for t in prompt):
+            raise api.bad(prompt_param, f"Token ids must be below the vocabulary size {vocab}.")
+        self.gate.reserve_or_raise()
+        now = self.clock()
+        gen = GenRequest(prompt=tuple(prompt), params=spec.params, seed=spec.seed,
+                         max_tokens=max_tokens, stop_ids=spec.stop_ids, priority=priority,
+                         deadline_s=now + self.queue_deadline_ms / 1000.0)
+        ticket = self.bridge.submit(gen, on_leave_queue=self.gate.release)
+        return GenerationStream(ctx=self.stream_ctx, ticket=ticket, spec=spec,
+                                header=docs.Header.new(id_prefix, self.served.id),
+                                prompt_tokens=len(prompt), route=route, headers=extra,
+                                arrival_s=now)
+
+    def _check_model(self, model: str) -> None:
+        if model != self.served.id:
+            raise ApiError("model_not_found", f"The model '{model}' does not exist; this "
+                                              f"server serves '{self.served.id}'.", param="model")
+
+    def _headers(self, request: Request) -> int:
+        if request.header("x-tl-kv-handle") is not None:
+            raise ApiError("kv_handle_not_found", "Unknown KV handle (KV handles are not "
+                                                  "served by this engine).", param="X-TL-KV-Handle")
+        return api.parse_priority(request.header("x-tl-priority"))
+
+    # -- embeddings, tokenize, models ----------------------------------------------------
+
+    def embeddings(self, request: Request, params, extra):
+        spec = api.parse_embeddings(request.body)
+        self._check_model(spec.model)
+        inputs = [list(x) if isinstance(x, tuple) else self.served.encode(x)
+                  for x in spec.inputs]
+        for ids in inputs:
+            if not ids or len(ids) > self.served.max_model_len:
+                raise ApiError("context_length_exceeded", "Each input must have 1 to "
+                               f"{self.served.max_model_len} tokens.", param="input")
+        ticket = self.bridge.embed(inputs, spec.encoding_format)
+        return EmbedStream(ticket=ticket, model_id=self.served.id,
+                           prompt_tokens=sum(map(len, inputs)), headers=extra,
+                           on_status=self.state.metrics.count_request)
+
+    def tokenize(self, request: Request, params, extra):
+        spec = api.parse_tokenize(request.body)
+        self._check_model(spec.model)
+        text = (self.served.render(spec.messages,
+                                   add_generation_prompt=spec.add_generation_prompt)
+                if spec.messages else spec.prompt)
+        tokens = self.served.encode(text)
+        return json_response(200, docs.tokenized(tokens, self.served.max_model_len))
+
+    def detokenize(self, request: Request, params, extra):
+        spec = api.parse_detokenize(request.body)
+        self._check_model(spec.model)
+        vocab = getattr(self.served.tokenizer, "vocab_size", None)
+        if vocab is not None and any(t >= vocab for t in spec.tokens):
+            raise api.bad("tokens", f"Token ids must be below the vocabulary size {vocab}.")
+        return json_response(200, docs.detokenized(self.served.tokenizer.decode(
+            list(spec.tokens))))
+
+    def _card(self) -> dict:
+        return docs.model_card(self.served.id, self.served.created, self.served.max_model_len)
+
+    def models(self, request: Request, params, extra):
+        return json_response(200, docs.model_list([self._card()]))
+
+    def model(self, request: Request, params, extra):
+        self._check_model(params["model"])
+        return json_response(200, self._card())
+
+
+def health_ok(request: Request, params, extra):
+    return json_response(200, {"status": "ok"})
+
+
+class HealthApp:
+    """The health listener: liveness, readiness, metrics. Stays up during a drain."""
+
+    def __init__(self, *, bridge, state: ServerState):
+        self.bridge, self.state = bridge, state
+        self.handlers = {"healthz": health_ok, "readyz": self.readyz, "metrics": self.metrics}
+
+    def handle(self, request: Request):
+        rid = request_id(request)
+        extra = (("X-Request-Id", rid),)
+        try:
+            route, params = resolve(HEALTH_ROUTES, request.method, request.path)
+            result = self.handlers[route.handler](request, params, extra)
+        except ApiError as err:
+            return error_response(err, extra)
+        return Response(status=result.status, headers=result.headers + extra, body=result.body)
+
+    def readyz(self, request: Request, params, extra):
+        if self.state.is_draining:
+            raise ApiError("not_ready", "The server is draining.")
+        return json_response(200, {"status": "ready"})
+
+    def metrics(self, request: Request, params, extra):
+        text = metrics_text(self.bridge.stats, self.state.metrics)
+        return Response(status=200, headers=(("Content-Type", METRICS_TYPE),),
+                        body=text.encode("utf-8"))
+
+

@@ -1,0 +1,289 @@
+"""The engine thread: the one OS thread that runs `Engine.step()` (chapter 2.1).
+
+The loop thread and the engine thread share exactly three things:
+
+* the **inbox** — a list of commands (add, abort, embed) guarded by a Condition; the
+  engine thread drains it between steps, so aborts and embeddings never race a step;
+* one **Ticket per request** — its `events` deque receives the request's `TokenOut`s
+  (deque.append / popleft are atomic under the GIL: one producer, one consumer);
+* a **wake callback** — after each step that produced events the engine thread calls
+  `EventLoop.wake()`, and the loop polls the streams.
+
+    loop thread                                   engine thread
+    submit(GenRequest) -> inbox.append(add)  -->  loop: take commands (add/abort/embed)
+                                                        expire unscheduled past deadline
+                                                        step() -> ticket.events.append
+    stream.poll() <- ticket.events  <-- wake() --       publish stats, wake()
+
+The engine thread never formats text; the loop thread never touches numpy (embeddings
+come back as Python floats or base64 bytes prepared here, which is cheap).
+"""
+from __future__ import annotations
+
+import base64
+import logging
+import threading
+import time
+import traceback
+from collections import deque
+from dataclasses import dataclass
+from typing import Callable
+
+from engine.api import FINISH_DEADLINE, AdmitError, EngineStats, GenRequest, TokenOut
+
+log = logging.getLogger("tlserve.bridge")
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """The engine refused the request (its waiting queue was full)."""
+    message: str
+
+
+@dataclass(frozen=True)
+class Refused:
+    """The engine refused the request as it is (e.g. its prompt cannot fit the KV cache)."""
+    message: str
+
+
+@dataclass(frozen=True)
+class Failed:
+    """The engine raised while serving this request; the stream ends with a 500."""
+    message: str
+
+
+class Ticket:
+    """One generation request as both threads see it."""
+
+    __slots__ = ("request", "events", "engine_id", "is_aborted", "is_scheduled",
+                 "is_finished", "holds_slot", "on_leave_queue", "submitted_s",
+                 "scheduled_s", "first_token_s", "last_token_s")
+
+    def __init__(self, request: GenRequest, on_leave_queue: Callable[[], None] | None):
+        self.request = request
+        self.events: deque = deque()            # TokenOut | Rejected | Refused | Failed
+        self.engine_id: int | None = None       # set on the engine thread
+        self.is_aborted = False                 # set on the loop thread
+        self.is_scheduled = False
+        self.is_finished = False
+        self.holds_slot = on_leave_queue is not None
+        self.on_leave_queue = on_leave_queue    # releases the admission slot, once
+        self.submitted_s = 0.0
+        self.scheduled_s: float | None = None
+        self.first_token_s: float | None = None
+        self.last_token_s: float | None = None
+
+
+class EmbedTicket:
+    """One embeddings call: token-id lists in, vectors out (engine thread fills it)."""
+
+    __slots__ = ("inputs", "encoding_format", "result", "error", "done")
+
+    def __init__(self, inputs: list[list[int]], encoding_format: str):
+        self.inputs = inputs
+        self.encoding_format = encoding_format
+        self.result: list | None = None         # list[float] or base64 str per input
+        self.error: str | None = None
+        self.done = False
+
+
+class EngineBridge:
+    """Owns the engine thread. Public methods are thread-safe unless noted."""
+
+    def __init__(self, engine, *, step_delay_s: float = 0.0, clock=time.monotonic):
+        self._engine = engine
+        self._clock = clock
+        self._step_delay_s = step_delay_s
+        self._cond = threading.Condition()
+        self._inbox: list[tuple] = []
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self._live: dict[int, Ticket] = {}      # engine id -> ticket (engine thread only)
+        self._unscheduled: list[Ticket] = []     # engine thread only
+        self.wake: Callable[[], None] = lambda: None
+        self.stats: EngineStats = engine.stats()  # latest snapshot, replaced atomically
+
+    # -- loop-thread side --------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="tl-engine", daemon=True)
+        self._thread.start()
+
+    def submit(self, request: GenRequest, *, on_leave_queue: Callable[[], None] | None = None
+               ) -> Ticket:
+        ticket = Ticket(request, on_leave_queue)
+        ticket.submitted_s = self._clock()
+        self._post(("add", ticket))
+        return ticket
+
+    def abort(self, ticket: Ticket) -> None:
+        if ticket.is_aborted:
+            return
+        ticket.is_aborted = True
+        self._post(("abort", ticket))
+
+    def embed(self, inputs: list[list[int]], encoding_format: str) -> EmbedTicket:
+        ticket = EmbedTicket(inputs, encoding_format)
+        self._post(("embed", ticket))
+        return ticket
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    def _post(self, command: tuple) -> None:
+        with self._cond:
+            self._inbox.append(command)
+            self._cond.notify()
+
+    # -- engine-thread side ------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._inbox and not self._stopping and not self._engine.has_work():
+                    self._cond.wait()
+                if self._stopping:
+                    break
+                commands, self._inbox = self._inbox, []
+            for command in commands:
+                self._apply(command)
+            self._expire_unscheduled()
+            stepped = self._engine.has_work()
+            if stepped:
+                self._step()
+            self.stats = self._engine.stats()
+            self.wake()
+            if stepped and self._step_delay_s:
+                time.sleep(self._step_delay_s)
+        self._shutdown()
+
+    def _apply(self, command: tuple) -> None:
+        verb, ticket = command
+        try:
+            {"add": self._add, "abort": self._abort, "embed": self._embed}[verb](ticket)
+        except Exception as exc:                                   # noqa: BLE001
+            # Never let one bad command kill the engine thread: fail that request only.
+            log.error("engine command %s failed: %s", verb, traceback.format_exc())
+            if verb == "add" and not ticket.is_finished:
+                self._leave_queue(ticket)
+                ticket.is_finished = True
+                ticket.events.append(Failed(f"engine refused the request: {exc}"))
+
+    def _add(self, ticket: Ticket) -> None:
+        if ticket.is_aborted:
+            self._leave_queue(ticket)
+            return
+        try:
+            ticket.engine_id = self._engine.add_request(ticket.request)
+        except AdmitError as exc:
+            self._leave_queue(ticket)
+            ticket.is_finished = True
+            ticket.events.append(Rejected(str(exc) or "engine queue full"))
+            return
+        except ValueError as exc:
+            self._leave_queue(ticket)
+            ticket.is_finished = True
+            ticket.events.append(Refused(str(exc)))
+            return
+        self._live[ticket.engine_id] = ticket
+        self._unscheduled.append(ticket)
+
+    def _abort(self, ticket: Ticket) -> None:
+        if ticket.engine_id is not None and ticket.engine_id in self._live:
+            self._engine.abort(ticket.engine_id)
+            del self._live[ticket.engine_id]
+        self._leave_queue(ticket)
+        ticket.is_finished = True
+
+    def _embed(self, ticket: EmbedTicket) -> None:
+        try:
+            vectors = self._engine.embed(ticket.inputs)            # [n, d] float32
+            if ticket.encoding_format == "base64":
+                little = vectors.astype("<f4")                     # [n, d] little-endian f32
+                ticket.result = [base64.b64encode(row.tobytes()).decode("ascii")
+                                 for row in little]
+            else:
+                ticket.result = vectors.astype("float32").tolist()
+        except Exception as exc:                                   # noqa: BLE001
+            log.error("embed failed: %s", traceback.format_exc())
+            ticket.error = f"embedding failed: {exc}"
+        ticket.done = True
+
+    def _expire_unscheduled(self) -> None:
+        """Backstop for the engine's own deadline: unscheduled past deadline -> 503."""
+        if not self._unscheduled:
+            return
+        now = self._clock()
+        keep = []
+        for ticket in self._unscheduled:
+            deadline = ticket.request.deadline_s
+            if ticket.is_scheduled or ticket.is_finished:
+                continue
+            if deadline is not None and now > deadline and ticket.engine_id in self._live:
+                self._engine.abort(ticket.engine_id)
+                del self._live[ticket.engine_id]
+                self._deliver(ticket, TokenOut(id=ticket.engine_id, token=None,
+                                               finish=FINISH_DEADLINE), now)
+                continue
+            keep.append(ticket)
+        self._unscheduled = keep
+
+    def _step(self) -> None:
+        started_s = self._clock()
+        try:
+            outs = self._engine.step()
+        except Exception as exc:                                   # noqa: BLE001
+            log.error("engine step failed: %s", traceback.format_exc())
+            self._fail_all(f"engine step failed: {exc}")
+            return
+        now = self._clock()
+        for out in outs:
+            ticket = self._live.get(out.id)
+            if ticket is not None:
+                if not ticket.is_scheduled and out.token is not None:
+                    ticket.scheduled_s = started_s
+                self._deliver(ticket, out, now)
+
+    def _deliver(self, ticket: Ticket, out: TokenOut, now: float) -> None:
+        if out.token is not None:
+            ticket.is_scheduled = True
+            ticket.first_token_s = ticket.first_token_s or now
+            ticket.last_token_s = now
+        if out.token is not None or out.finish is not None:
+            self._leave_queue(ticket)
+        if out.finish is not None:
+            ticket.is_finished = True
+            self._live.pop(out.id, None)
+        ticket.events.append(out)
+
+    def _leave_queue(self, ticket: Ticket) -> None:
+        if ticket.holds_slot:
+            ticket.holds_slot = False
+            ticket.on_leave_queue()
+
+    def _fail_all(self, message: str) -> None:
+        for ticket in list(self._live.values()):
+            self._leave_queue(ticket)
+            ticket.is_finished = True
+            ticket.events.append(Failed(message))
+        self._live.clear()
+        self._unscheduled.clear()
+        try:
+            self._engine.abort_all()
+        except Exception:                                          # noqa: BLE001
+            log.error("abort_all failed: %s", traceback.format_exc())
+
+    def _shutdown(self) -> None:
+        self._fail_all("the server is stopping")
+        for verb, ticket in self._inbox:
+            if verb == "embed":
+                ticket.error, ticket.done = "the server is stopping", True
+            elif verb == "add":
+                self._leave_queue(ticket)
+                ticket.events.append(Failed("the server is stopping"))
+        self._inbox = []
+        self.wake()

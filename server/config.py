@@ -1,0 +1,242 @@
+"""ServeConfig: `runtime.toml`'s `[engine]` table plus `TL_ENGINE__<KEY>` overrides.
+
+The configuration is read and validated ONCE, at start-up, into a frozen dataclass; a bad
+file never half-starts a server. Every refusal is a `ConfigError` whose message names the
+key (`[engine].block_size: expected an integer >= 1, got 0`), because the person reading it
+is fixing a ConfigMap at 3 a.m.
+
+Precedence (lowest to highest): the defaults in `KEYS`, the `[engine]` table, environment
+variables `TL_ENGINE__<KEY>` (upper-case key; nested speculative keys as
+`TL_ENGINE__SPECULATIVE__<KEY>`). Environment values are strings and are converted with the
+key's type; `TL_ENGINE__` variables naming no key are refused like unknown TOML keys.
+
+Listen addresses are `"host:port"`; `":8000"` means all interfaces; port 0 picks a free
+port (the tests do that).
+"""
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from engine.api import EngineConfig, SpeculativeConfig
+
+ENV_PREFIX = "TL_ENGINE__"
+DEFAULT_MODEL_DIR = "artifacts/models/smol-135m"
+VERSION_DIR = re.compile(r"v\d+")              # "smol-135m/v3": the id is "smol-135m"
+LISTEN = re.compile(r"(?P<host>[^:\s]*|\[[0-9a-fA-F:]+\]):(?P<port>\d{1,5})")
+
+
+class ConfigError(ValueError):
+    """A configuration value or key was refused; the message names the key."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServeConfig:
+    model_dir: str = DEFAULT_MODEL_DIR
+    model_id: str = ""                         # "" in the table: derived from model_dir
+    http_listen: str = ":8000"
+    health_listen: str = ":9464"
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    queue_capacity: int = 256                  # admitted but not yet scheduled requests
+    queue_deadline_ms: int = 30_000            # unscheduled past this -> 503 no_capacity
+    handle_signals: bool = False               # run() sets True: SIGTERM drains
+    step_delay_s: float = 0.0                  # slows each engine step (fault tests only)
+    drain_timeout_s: float = 30.0              # in-flight streams get this long on SIGTERM
+    ping_interval_s: float = 15.0              # SSE ": ping" after this long without a token
+
+    def __post_init__(self):
+        if not self.model_id:
+            object.__setattr__(self, "model_id", model_id_from_dir(self.model_dir))
+
+    @staticmethod
+    def for_model(model_dir: str | os.PathLike, **overrides: Any) -> "ServeConfig":
+        """Defaults for serving one model on loopback, ports picked by the OS (tests)."""
+        base = ServeConfig(model_dir=str(model_dir), http_listen="127.0.0.1:0",
+                           health_listen="127.0.0.1:0")
+        return replace(base, **overrides) if overrides else base
+
+    @staticmethod
+    def from_toml(text: str, env: Mapping[str, str] | None = None) -> "ServeConfig":
+        try:
+            document = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"runtime.toml: {exc}") from None
+        unknown = sorted(set(document) - {"engine"})
+        if unknown:
+            raise ConfigError(f"unknown table or key {unknown[0]!r} (only [engine] is read)")
+        table = document.get("engine", {})
+        if not isinstance(table, dict):
+            raise ConfigError("[engine] must be a table")
+        values = _from_table(table)
+        values.update(_from_env(env or {}))
+        return _build(values)
+
+    @staticmethod
+    def load(path: str | os.PathLike, env: Mapping[str, str] | None = None) -> "ServeConfig":
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
+        return ServeConfig.from_toml(text, os.environ if env is None else env)
+
+
+def model_id_from_dir(model_dir: str | os.PathLike) -> str:
+    """The served model id: the directory name, skipping a trailing version folder (`v3`)."""
+    parts = [p for p in Path(model_dir).parts if p not in ("", "/", ".")]
+    while len(parts) > 1 and VERSION_DIR.fullmatch(parts[-1]):
+        parts.pop()
+    return parts[-1] if parts else "model"
+
+
+def parse_listen(address: str) -> tuple[str, int]:
+    """`"host:port"` -> (host, port); `":8000"` -> ("", 8000), all interfaces."""
+    match = LISTEN.fullmatch(address)
+    if not match or int(match["port"]) > 65535:
+        raise ValueError(f"expected host:port or :port, got {address!r}")
+    return match["host"].strip("[]"), int(match["port"])
+
+
+# --- the key table -----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Key:
+    kind: type                                 # str | int | float | bool
+    check: Callable[[Any], bool]               # a valid value?
+    rule: str                                  # what the check means, for the message
+
+
+def _positive(v) -> bool:
+    return v >= 1
+
+
+def _non_negative(v) -> bool:
+    return v >= 0
+
+
+def _listen_ok(v: str) -> bool:
+    try:
+        parse_listen(v)
+        return True
+    except ValueError:
+        return False
+
+
+_ANY = Key(str, lambda v: True, "a string")
+KEYS: dict[str, Key] = {
+    "model_dir": Key(str, bool, "a non-empty path"),
+    "model_id": _ANY,
+    "http_listen": Key(str, _listen_ok, "host:port or :port"),
+    "health_listen": Key(str, _listen_ok, "host:port or :port"),
+    "prefix_cache": Key(str, lambda v: v in ("radix", "none"), '"radix" or "none"'),
+    "prefill_chunk": Key(int, _positive, "an integer >= 1"),
+    "block_size": Key(int, _positive, "an integer >= 1"),
+    "kv_cache_mib": Key(int, _positive, "an integer >= 1"),
+    "num_kv_blocks": Key(int, _positive, "an integer >= 1"),
+    "max_num_seqs": Key(int, _positive, "an integer >= 1"),
+    "max_batched_tokens": Key(int, _positive, "an integer >= 1"),
+    "max_model_len": Key(int, _positive, "an integer >= 1"),
+    "queue_capacity": Key(int, _positive, "an integer >= 1"),
+    "queue_deadline_ms": Key(int, _positive, "an integer >= 1"),
+    "step_delay_s": Key(float, _non_negative, "a number >= 0"),
+    "drain_timeout_s": Key(float, _non_negative, "a number >= 0"),
+    "ping_interval_s": Key(float, lambda v: v > 0, "a number > 0"),
+    "speculative": Key(str, lambda v: v in ("", "none", "prompt_lookup"),
+                       '"prompt_lookup" or "none" (or a [engine.speculative] table)'),
+}
+SPECULATIVE_KEYS: dict[str, Key] = {
+    "method": Key(str, lambda v: v == "prompt_lookup", '"prompt_lookup"'),
+    "num_speculative_tokens": Key(int, _positive, "an integer >= 1"),
+    "prompt_lookup_min": Key(int, _positive, "an integer >= 1"),
+    "prompt_lookup_max": Key(int, _positive, "an integer >= 1"),
+}
+ENGINE_FIELDS = ("prefill_chunk", "block_size", "kv_cache_mib", "num_kv_blocks",
+                 "max_num_seqs", "max_batched_tokens", "max_model_len", "prefix_cache")
+SERVE_FIELDS = ("model_dir", "model_id", "http_listen", "health_listen", "queue_capacity",
+                "queue_deadline_ms", "step_delay_s", "drain_timeout_s", "ping_interval_s")
+
+
+def _checked(name: str, key: Key, value: Any) -> Any:
+    kind_ok = (isinstance(value, key.kind) and not (key.kind is int and isinstance(value, bool))
+               or key.kind is float and isinstance(value, int) and not isinstance(value, bool))
+    if not kind_ok or not key.check(value):
+        raise ConfigError(f"[engine].{name}: expected {key.rule}, got {value!r}")
+    return float(value) if key.kind is float else value
+
+
+def _from_table(table: dict) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for name, value in table.items():
+        if name == "speculative" and isinstance(value, dict):
+            values["speculative"] = {k: _checked(f"speculative.{k}", _spec_key(k), v)
+                                     for k, v in value.items()}
+            continue
+        if name not in KEYS:
+            raise ConfigError(f"[engine].{name}: unknown key")
+        values[name] = _checked(name, KEYS[name], value)
+    return values
+
+
+def _spec_key(name: str) -> Key:
+    if name not in SPECULATIVE_KEYS:
+        raise ConfigError(f"[engine].speculative.{name}: unknown key")
+    return SPECULATIVE_KEYS[name]
+
+
+def _convert(name: str, key: Key, text: str) -> Any:
+    """An environment string -> the key's type (then checked like a TOML value)."""
+    try:
+        if key.kind is int:
+            return int(text.strip())
+        if key.kind is float:
+            return float(text.strip())
+        if key.kind is bool:
+            return {"true": True, "1": True, "false": False, "0": False}[text.strip().lower()]
+        return text
+    except (ValueError, KeyError):
+        raise ConfigError(f"{ENV_PREFIX}{name.upper()} ([engine].{name}): "
+                          f"expected {key.rule}, got {text!r}") from None
+
+
+def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    spec: dict[str, Any] = {}
+    for var, text in env.items():
+        if not var.startswith(ENV_PREFIX):
+            continue
+        path = var[len(ENV_PREFIX):].lower().split("__")
+        if len(path) == 2 and path[0] == "speculative":
+            key = _spec_key(path[1])
+            spec[path[1]] = _checked(f"speculative.{path[1]}", key, _convert(path[1], key, text))
+        elif len(path) == 1 and path[0] in KEYS:
+            key = KEYS[path[0]]
+            values[path[0]] = _checked(path[0], key, _convert(path[0], key, text))
+        else:
+            raise ConfigError(f"{var}: unknown key [engine].{'.'.join(path)}")
+    if spec:
+        base = values.get("speculative")
+        values["speculative"] = {**(base if isinstance(base, dict) else {}), **spec}
+    return values
+
+
+def _speculative(value: Any) -> SpeculativeConfig | None:
+    if value in (None, "", "none"):
+        return None
+    if value == "prompt_lookup":
+        return SpeculativeConfig()
+    spec = SpeculativeConfig(**value)
+    if spec.prompt_lookup_min > spec.prompt_lookup_max:
+        raise ConfigError("[engine].speculative.prompt_lookup_min: must be <= prompt_lookup_max")
+    return spec
+
+
+def _build(values: dict[str, Any]) -> ServeConfig:
+    engine = {k: values[k] for k in ENGINE_FIELDS if k in values}
+    serve = {k: values[k] for k in SERVE_FIELDS if k in values}
+    capacity = serve.get("queue_capacity", ServeConfig.queue_capacity)
+    engine_cfg = EngineConfig(**engine, max_waiting=capacity,
+                              speculative=_speculative(values.get("speculative")))
+    return ServeConfig(**serve, engine=engine_cfg)

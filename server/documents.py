@@ -1,0 +1,136 @@
+"""The OpenAI v1 response documents: chat.completion, chat.completion.chunk, text_completion,
+usage, model list, embeddings, tokenize.
+
+Pure functions from values to JSON-ready dicts; no I/O, no engine. Field names and the
+order of the streamed chunks follow the OpenAI API reference (chapter 2.4):
+
+    role chunk (delta.role = "assistant", content "") -> content chunks -> the last content
+    chunk carries finish_reason -> usage chunk (choices = []) when asked -> [DONE]
+"""
+from __future__ import annotations
+
+import base64
+import os
+import struct
+import time
+from dataclasses import dataclass
+
+OWNED_BY = "tl-serve"
+
+
+def new_id(prefix: str) -> str:
+    """`chatcmpl-<24 hex>`, `cmpl-...`: a response id (separate from X-Request-Id)."""
+    return f"{prefix}-{os.urandom(12).hex()}"
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
+
+
+@dataclass(frozen=True)
+class Header:
+    """What every document of one response shares."""
+    id: str
+    created: int
+    model: str
+
+    @staticmethod
+    def new(prefix: str, model: str) -> "Header":
+        return Header(new_id(prefix), int(time.time()), model)
+
+
+# --- chat ------------------------------------------------------------------------------------
+
+def chat_completion(h: Header, text: str, finish: str, use: dict,
+                    logprobs: list | None = None) -> dict:
+    return {"id": h.id, "object": "chat.completion", "created": h.created, "model": h.model,
+            "system_fingerprint": None,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                         "logprobs": None if logprobs is None else {"content": logprobs},
+                         "finish_reason": finish}],
+            "usage": use}
+
+
+def chat_chunk(h: Header, delta: dict, finish: str | None = None,
+               logprobs: list | None = None) -> dict:
+    return {"id": h.id, "object": "chat.completion.chunk", "created": h.created,
+            "model": h.model, "system_fingerprint": None,
+            "choices": [{"index": 0, "delta": delta,
+                         "logprobs": None if logprobs is None else {"content": logprobs},
+                         "finish_reason": finish}]}
+
+
+def chat_usage_chunk(h: Header, use: dict) -> dict:
+    return {"id": h.id, "object": "chat.completion.chunk", "created": h.created,
+            "model": h.model, "system_fingerprint": None, "choices": [], "usage": use}
+
+
+def chat_logprob_entry(text: str, raw: bytes, logprob: float,
+                       top: list[tuple[str, bytes, float]]) -> dict:
+    return {"token": text, "logprob": logprob, "bytes": list(raw),
+            "top_logprobs": [{"token": t, "logprob": lp, "bytes": list(b)} for t, b, lp in top]}
+
+
+# --- completions -----------------------------------------------------------------------------
+
+def completion(h: Header, text: str, finish: str | None, use: dict | None,
+               logprobs: dict | None = None) -> dict:
+    doc = {"id": h.id, "object": "text_completion", "created": h.created, "model": h.model,
+           "system_fingerprint": None,
+           "choices": [{"index": 0, "text": text, "logprobs": logprobs,
+                        "finish_reason": finish}]}
+    if use is not None:
+        doc["usage"] = use
+    return doc
+
+
+def completion_usage_chunk(h: Header, use: dict) -> dict:
+    return {"id": h.id, "object": "text_completion", "created": h.created, "model": h.model,
+            "system_fingerprint": None, "choices": [], "usage": use}
+
+
+def completion_logprobs(entries: list[tuple[str, float, list[tuple[str, bytes, float]]]],
+                        start_offset: int = 0) -> dict:
+    """Legacy logprobs: tokens, token_logprobs, top_logprobs, text_offset."""
+    offsets, offset = [], start_offset
+    for text, _, _ in entries:
+        offsets.append(offset)
+        offset += len(text)
+    return {"tokens": [t for t, _, _ in entries],
+            "token_logprobs": [lp for _, lp, _ in entries],
+            "top_logprobs": [{t: lp for t, _, lp in top} for _, _, top in entries],
+            "text_offset": offsets}
+
+
+# --- models, embeddings, tokenize ------------------------------------------------------------
+
+def model_card(model_id: str, created: int, max_model_len: int) -> dict:
+    return {"id": model_id, "object": "model", "created": created, "owned_by": OWNED_BY,
+            "max_model_len": max_model_len}
+
+
+def model_list(cards: list[dict]) -> dict:
+    return {"object": "list", "data": cards}
+
+
+def embedding_base64(vector: list[float]) -> str:
+    """Little-endian float32 bytes, base64 (what the official client decodes by default)."""
+    return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")
+
+
+def embeddings(model: str, vectors: list[list[float]], encoding_format: str,
+               prompt_tokens: int) -> dict:
+    encode = embedding_base64 if encoding_format == "base64" else (lambda v: v)
+    return {"object": "list", "model": model,
+            "data": [{"object": "embedding", "index": i, "embedding": encode(v)}
+                     for i, v in enumerate(vectors)],
+            "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens}}
+
+
+def tokenized(tokens: list[int], max_model_len: int) -> dict:
+    return {"tokens": tokens, "count": len(tokens), "max_model_len": max_model_len}
+
+
+def detokenized(text: str) -> dict:
+    return {"prompt": text}

@@ -1,0 +1,105 @@
+"""Helpers for the end-to-end tests: start a real server on port 0, talk SSE and raw HTTP."""
+from __future__ import annotations
+
+import json
+import socket
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import requests
+
+from server.config import ServeConfig
+from server.serve import spawn
+
+SHARED = Path(__file__).resolve().parents[2] / ".." / "shared"
+TIMEOUT_S = 30
+
+
+@contextmanager
+def running_server(model_dir, **overrides):
+    """A server for one model on 127.0.0.1 port 0; drained and joined on exit."""
+    handle = spawn(ServeConfig.for_model(model_dir, **overrides))
+    try:
+        yield handle
+    finally:
+        handle.stop()
+
+
+def post(handle, path: str, body: dict, **kwargs) -> requests.Response:
+    return requests.post(handle.http_url + path, json=body, timeout=TIMEOUT_S, **kwargs)
+
+
+def chat_body(content: str, **fields) -> dict:
+    return {"model": fields.pop("model", "succ"),
+            "messages": [{"role": "user", "content": content}], **fields}
+
+
+def sse_events(raw: bytes) -> list[str]:
+    """Split an SSE body into event payloads; every event must end with a blank line."""
+    text = raw.decode("utf-8")
+    assert text.endswith("\n\n"), "an SSE body ends with a blank line"
+    events = []
+    for block in text.split("\n\n")[:-1]:
+        lines = block.split("\n")
+        data = [line[len("data: "):] for line in lines if line.startswith("data: ")]
+        if data:
+            events.append("\n".join(data))
+    return events
+
+
+def stream_chunks(response: requests.Response) -> tuple[list[dict], bool]:
+    """(JSON chunks, saw [DONE]) of a complete streamed response."""
+    events = sse_events(response.content)
+    done = events[-1] == "[DONE]"
+    return [json.loads(e) for e in events if e != "[DONE]"], done
+
+
+def chat_stream_text(chunks: list[dict]) -> str:
+    return "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+
+
+def metrics(handle) -> dict[str, float]:
+    """The /metrics samples as {"name{labels}": value}."""
+    text = requests.get(handle.health_url + "/metrics", timeout=TIMEOUT_S).text
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            out[name] = float(value)
+    return out
+
+
+def wait_for(predicate, timeout_s: float = 5.0, interval_s: float = 0.02):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval_s)
+    return predicate()
+
+
+def open_stream(handle, body: dict) -> tuple[socket.socket, bytes]:
+    """Send a streaming request on a raw socket; return it after the head has arrived."""
+    host, port = handle.http_addr.rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)), timeout=TIMEOUT_S)
+    payload = json.dumps(body).encode()
+    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                 b"application/json\r\nContent-Length: " + str(len(payload)).encode() +
+                 b"\r\n\r\n" + payload)
+    received = b""
+    while b"\r\n\r\n" not in received or b"data: " not in received:
+        data = sock.recv(65536)
+        assert data, "server closed the stream early"
+        received += data
+    return sock, received
+
+
+def read_until_closed_or(sock: socket.socket, marker: bytes, received: bytes = b"") -> bytes:
+    while marker not in received:
+        data = sock.recv(65536)
+        if not data:
+            break
+        received += data
+    return received

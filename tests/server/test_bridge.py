@@ -1,0 +1,138 @@
+"""The engine thread with a fake engine: commands, dispatch, aborts, admission, deadlines."""
+from __future__ import annotations
+
+import base64
+import struct
+import time
+
+import numpy as np
+
+from engine.api import FINISH_DEADLINE, FINISH_LENGTH, AdmitError, EngineStats, GenRequest, TokenOut
+from server.admission import AdmissionGate
+from server.bridge import EngineBridge, Rejected
+
+
+class FakeEngine:
+    """Emits prompt[-1] + 1, +2, ... one token per step per request; max_waiting 1."""
+
+    def __init__(self, *, running_limit: int = 8):
+        self.seqs: dict[int, list] = {}
+        self.aborted: list[int] = []
+        self.next_id = 0
+        self.running_limit = running_limit
+
+    def add_request(self, req: GenRequest) -> int:
+        if len(self.seqs) >= self.running_limit:
+            raise AdmitError("full")
+        self.seqs[self.next_id] = [req, 0]
+        self.next_id += 1
+        return self.next_id - 1
+
+    def abort(self, rid: int) -> None:
+        if self.seqs.pop(rid, None) is not None:
+            self.aborted.append(rid)
+
+    def abort_all(self) -> None:
+        for rid in list(self.seqs):
+            self.abort(rid)
+
+    def has_work(self) -> bool:
+        return bool(self.seqs)
+
+    def step(self) -> list[TokenOut]:
+        outs = []
+        for rid, entry in list(self.seqs.items()):
+            req, n = entry
+            entry[1] = n + 1
+            finish = FINISH_LENGTH if n + 1 >= req.max_tokens else None
+            outs.append(TokenOut(id=rid, token=req.prompt[-1] + n + 1, finish=finish))
+            if finish:
+                del self.seqs[rid]
+        return outs
+
+    def stats(self) -> EngineStats:
+        return EngineStats(active_sequences=len(self.seqs))
+
+    def embed(self, inputs):
+        return np.array([[float(len(x)), 0.5] for x in inputs], dtype=np.float32)
+
+
+def wait(predicate, timeout_s=2.0):
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end and not predicate():
+        time.sleep(0.002)
+    return predicate()
+
+
+def test_tokens_reach_the_ticket_and_release_the_slot():
+    engine, gate = FakeEngine(), AdmissionGate(1)
+    bridge = EngineBridge(engine)
+    wakes = []
+    bridge.wake = lambda: wakes.append(1)
+    bridge.start()
+    try:
+        assert gate.try_reserve()
+        ticket = bridge.submit(GenRequest(prompt=(10,), max_tokens=3), on_leave_queue=gate.release)
+        assert wait(lambda: ticket.is_finished and len(ticket.events) == 3)
+        assert [e.token for e in ticket.events] == [11, 12, 13]
+        assert ticket.events[-1].finish == FINISH_LENGTH
+        assert gate.waiting == 0 and wakes
+        assert ticket.scheduled_s is not None and ticket.first_token_s is not None
+    finally:
+        bridge.stop()
+
+
+def test_abort_reaches_the_engine():
+    engine = FakeEngine()
+    bridge = EngineBridge(engine, step_delay_s=0.01)
+    bridge.start()
+    try:
+        ticket = bridge.submit(GenRequest(prompt=(1,), max_tokens=10_000))
+        assert wait(lambda: len(ticket.events) > 0)
+        bridge.abort(ticket)
+        assert wait(lambda: engine.aborted == [0])
+        assert wait(lambda: bridge.stats.active_sequences == 0)
+    finally:
+        bridge.stop()
+
+
+def test_engine_admit_error_becomes_rejected_and_frees_the_slot():
+    engine, gate = FakeEngine(running_limit=0), AdmissionGate(2)
+    bridge = EngineBridge(engine)
+    bridge.start()
+    try:
+        gate.try_reserve()
+        ticket = bridge.submit(GenRequest(prompt=(1,)), on_leave_queue=gate.release)
+        assert wait(lambda: len(ticket.events) == 1)
+        assert isinstance(ticket.events[0], Rejected) and gate.waiting == 0
+    finally:
+        bridge.stop()
+
+
+def test_unscheduled_past_deadline_fails_with_deadline():
+    class NeverSchedules(FakeEngine):
+        def step(self):
+            return []
+    engine = NeverSchedules()
+    bridge = EngineBridge(engine)
+    bridge.start()
+    try:
+        ticket = bridge.submit(GenRequest(prompt=(1,), deadline_s=time.monotonic() + 0.05))
+        assert wait(lambda: len(ticket.events) == 1)
+        assert ticket.events[0].token is None and ticket.events[0].finish == FINISH_DEADLINE
+        assert engine.aborted == [0]
+    finally:
+        bridge.stop()
+
+
+def test_embeddings_run_on_the_engine_thread_in_both_formats():
+    bridge = EngineBridge(FakeEngine())
+    bridge.start()
+    try:
+        floats = bridge.embed([[1, 2, 3], [4]], "float")
+        b64 = bridge.embed([[1, 2, 3]], "base64")
+        assert wait(lambda: floats.done and b64.done)
+        assert floats.result == [[3.0, 0.5], [1.0, 0.5]]
+        assert struct.unpack("<2f", base64.b64decode(b64.result[0])) == (3.0, 0.5)
+    finally:
+        bridge.stop()

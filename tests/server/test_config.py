@@ -1,0 +1,95 @@
+"""ServeConfig: runtime.toml [engine] keys, defaults, TL_ENGINE__ overrides, refusals."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from engine.api import SpeculativeConfig
+from server.config import ConfigError, ServeConfig, model_id_from_dir, parse_listen
+
+REPO = Path(__file__).resolve().parents[2]
+
+CHAPTER_TOML = """
+[engine]
+model_dir = "artifacts/models/smol-135m/v3"
+http_listen = ":8000"
+health_listen = ":9464"
+prefix_cache = "radix"
+prefill_chunk = 512
+"""
+
+
+def test_runtime_toml_and_env_overrides():
+    cfg = ServeConfig.from_toml(CHAPTER_TOML, {})
+    assert cfg.model_dir == "artifacts/models/smol-135m/v3"
+    assert cfg.model_id == "smol-135m"                    # trailing version folder skipped
+    assert cfg.http_listen == ":8000" and cfg.health_listen == ":9464"
+    assert cfg.engine.prefix_cache == "radix" and cfg.engine.prefill_chunk == 512
+    # defaults
+    assert cfg.engine.block_size == 16 and cfg.queue_capacity == 256
+    assert cfg.engine.max_waiting == cfg.queue_capacity
+    assert cfg.engine.speculative is None
+    # environment overrides win over the file, converted with the key's type
+    env = {"TL_ENGINE__PREFILL_CHUNK": "64", "TL_ENGINE__PREFIX_CACHE": "none",
+           "TL_ENGINE__QUEUE_CAPACITY": "3", "TL_ENGINE__MODEL_ID": "mine",
+           "TL_ENGINE__STEP_DELAY_S": "0.5", "PATH": "/bin", "TL_OTHER__X": "1"}
+    cfg = ServeConfig.from_toml(CHAPTER_TOML, env)
+    assert cfg.engine.prefill_chunk == 64
+    assert cfg.engine.prefix_cache == "none"
+    assert cfg.queue_capacity == 3 and cfg.engine.max_waiting == 3
+    assert cfg.model_id == "mine" and cfg.step_delay_s == 0.5
+    # refused keys and values name the key
+    refusals = [
+        ("[engine]\nbogus = 1\n", {}, "bogus"),
+        ("[engine]\nblock_size = 0\n", {}, "block_size"),
+        ("[engine]\nblock_size = \"16\"\n", {}, "block_size"),
+        ("[engine]\nprefix_cache = \"lru\"\n", {}, "prefix_cache"),
+        ("[engine]\nhttp_listen = \"8000\"\n", {}, "http_listen"),
+        ("[engine]\nqueue_capacity = true\n", {}, "queue_capacity"),
+        ("[server]\nport = 1\n", {}, "server"),
+        (CHAPTER_TOML, {"TL_ENGINE__BLOCK_SIZE": "big"}, "BLOCK_SIZE"),
+        (CHAPTER_TOML, {"TL_ENGINE__MAX_NUM_SEQS": "0"}, "max_num_seqs"),
+        (CHAPTER_TOML, {"TL_ENGINE__NOPE": "1"}, "nope"),
+        ("[engine\n", {}, "runtime.toml"),
+    ]
+    for text, env, named in refusals:
+        with pytest.raises(ConfigError) as info:
+            ServeConfig.from_toml(text, env)
+        assert named in str(info.value), (text, env, str(info.value))
+
+
+def test_speculative_forms():
+    cfg = ServeConfig.from_toml('[engine]\nspeculative = "prompt_lookup"\n', {})
+    assert cfg.engine.speculative == SpeculativeConfig()
+    cfg = ServeConfig.from_toml(
+        '[engine.speculative]\nmethod = "prompt_lookup"\nnum_speculative_tokens = 6\n', {})
+    assert cfg.engine.speculative.num_speculative_tokens == 6
+    cfg = ServeConfig.from_toml('[engine]\n', {"TL_ENGINE__SPECULATIVE": "prompt_lookup",
+                                               "TL_ENGINE__SPECULATIVE__PROMPT_LOOKUP_MAX": "3"})
+    assert cfg.engine.speculative.prompt_lookup_max == 3
+    with pytest.raises(ConfigError, match="speculative.depth"):
+        ServeConfig.from_toml('[engine.speculative]\ndepth = 2\n', {})
+    with pytest.raises(ConfigError, match="speculative"):
+        ServeConfig.from_toml('[engine]\nspeculative = "medusa"\n', {})
+
+
+def test_repo_runtime_toml_loads_with_defaults():
+    cfg = ServeConfig.load(REPO / "runtime.toml", env={})
+    assert cfg.model_id == "smol-135m"
+    assert cfg.http_listen == ":8000" and cfg.health_listen == ":9464"
+    defaults = ServeConfig()
+    assert cfg.engine == defaults.engine and cfg.queue_capacity == defaults.queue_capacity
+    with pytest.raises(ConfigError, match="cannot read"):
+        ServeConfig.load(REPO / "no-such.toml", env={})
+
+
+def test_for_model_and_names():
+    cfg = ServeConfig.for_model("/x/models/succ")
+    assert cfg.model_id == "succ" and cfg.http_listen.endswith(":0")
+    assert model_id_from_dir("a/smol-135m/v3") == "smol-135m"
+    assert model_id_from_dir("a/smol-135m/v3/") == "smol-135m"
+    assert parse_listen(":8000") == ("", 8000)
+    assert parse_listen("127.0.0.1:0") == ("127.0.0.1", 0)
+    with pytest.raises(ValueError):
+        parse_listen("host:99999")
