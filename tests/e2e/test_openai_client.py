@@ -3,11 +3,10 @@ from __future__ import annotations
 
 import threading
 
+import openai
 import pytest
 
 from tests.e2e.helpers import chat_body, metrics, open_stream, post, running_server, wait_for
-
-openai = pytest.importorskip("openai")     # a test extra (setup.cfg [test]); see README
 
 
 @pytest.fixture(scope="module")

@@ -28,17 +28,10 @@ TOKENIZE_CASES = _jsonl("tokenize_cases.jsonl")
 DECODE_CASES = _jsonl("decode_cases.jsonl")
 
 
-def _gguf_metadata() -> dict:
-    if not GGUF_PATH.is_file():
-        pytest.skip(f"the real model is not fetched: {GGUF_PATH}")
-    from engine.gguf import GGUFFile
-    open_gguf = getattr(GGUFFile, "open", GGUFFile)
-    return open_gguf(GGUF_PATH).metadata
-
-
 @pytest.fixture(scope="module")
-def gguf_metadata() -> dict:
-    return _gguf_metadata()
+def gguf_metadata(real_model_dir) -> dict:
+    from engine.gguf import GGUFFile
+    return GGUFFile(real_model_dir / GGUF_PATH.name).metadata
 
 
 @pytest.fixture(scope="module", params=SOURCES)
