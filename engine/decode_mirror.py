@@ -1,0 +1,144 @@
+"""The decode mirror: dense per-sequence copies of the K/V of sequences that are decoding.
+
+Why: paged attention must gather a sequence's blocks into one array before numpy can
+matmul over them, and a decode step does that for every layer, every step, for every
+running sequence -- at 64 streams of ~190 tokens that copy moves as many bytes as the
+weights themselves. Yet from one decode step to the next a sequence gains exactly one
+K/V row per layer. So the runner keeps, per layer, dense arrays in which each decoding
+sequence owns a row; a step appends the new K/V to the row (as well as to the paged
+pools, which stay the source of truth), and attention reads the first rows and positions
+as *views*: no gather at all. The layouts are the ones the batched matmuls want:
+
+    K transposed  [rows, KV, hd, capacity_tokens]   q @ K^T is a plain (NN) gemm per head
+    V             [rows, KV, capacity_tokens, hd]   probs @ V likewise
+
+(OpenBLAS runs q @ K^T three to six times slower when K^T is a transposed view of a
+token-major array, as the pools are.)
+
+Rows are assigned to sequences by id, lowest free row first, and dropped as soon as a
+sequence is not in a step's decode group (finished, preempted, prefilling again). A row
+whose copy is behind (new, or its sequence verified drafts through the paged path) is
+refilled once from the pools. Rows not in the current group are computed and ignored.
+
+Bounded: the mirror never holds more bytes than `max_bytes` (the engine passes the
+pool's own size); when a step would need more, the runner falls back to the gather.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from engine.kv_cache import KVCache
+
+# Token capacity grows in steps of this many positions (a reallocation copies the rows).
+CAPACITY_STEP_TOKENS = 128
+
+
+def _round_up(value: int, step: int) -> int:
+    return -(-value // step) * step
+
+
+def _grow(need: int, capacity: int) -> int:
+    """The capacity to allocate for `need`: unchanged if it fits, else at least doubled."""
+    return capacity if need <= capacity else max(need, 2 * capacity)
+
+
+class DecodeMirror:
+    def __init__(self, kv: KVCache, num_layers: int, max_bytes: int):
+        self.kv = kv
+        self.num_layers = num_layers
+        self.max_bytes = max_bytes
+        self.k: list[np.ndarray] = []            # per layer K^T [rows_cap, KV, hd, cap_tokens]
+        self.v: list[np.ndarray] = []            # per layer V   [rows_cap, KV, cap_tokens, hd]
+        self.rows_cap = 0
+        self.cap_tokens = 0
+        self.row_of: dict[int, int] = {}         # sequence id -> row
+        self.valid_tokens: dict[int, int] = {}   # row -> positions 0.. that hold this sequence's K/V
+
+    # ----------------------------------------------------------------- planning
+
+    def prepare(self, members: list[tuple[int, int, tuple[int, ...]]], num_queries: int) -> np.ndarray | None:
+        """Rows for (seq_id, start_pos, block_table) members attending `num_queries` new rows.
+
+        Returns rows [B] (in member order), or None when the mirror would exceed its
+        budget (the caller gathers instead; the mirror is emptied).
+        """
+        wanted = {seq_id for seq_id, _, _ in members}
+        for seq_id in [s for s in self.row_of if s not in wanted]:
+            self.valid_tokens.pop(self.row_of.pop(seq_id))
+        free = sorted(set(range(len(members) + len(self.row_of))) - set(self.row_of.values()))
+        for seq_id, _, _ in members:
+            if seq_id not in self.row_of:
+                self.row_of[seq_id] = free.pop(0)
+                self.valid_tokens[self.row_of[seq_id]] = 0
+        need_rows = max(self.row_of.values()) + 1
+        need_tokens = max(start for _, start, _ in members) + num_queries
+        if not self._reserve(need_rows, need_tokens):
+            self.clear()
+            return None
+        rows = np.asarray([self.row_of[seq_id] for seq_id, _, _ in members], dtype=np.int64)
+        for (seq_id, start, table), row in zip(members, rows):
+            if self.valid_tokens[int(row)] < start:
+                self._refill(int(row), start, table)
+            self.valid_tokens[int(row)] = start + num_queries
+        return rows
+
+    def clear(self) -> None:
+        self.k, self.v = [], []
+        self.rows_cap = self.cap_tokens = 0
+        self.row_of.clear()
+        self.valid_tokens.clear()
+
+    @property
+    def num_rows(self) -> int:
+        return max(self.row_of.values()) + 1 if self.row_of else 0
+
+    def _reserve(self, rows: int, tokens: int) -> bool:
+        """Grow (geometrically, so arrivals do not copy the mirror each time) within budget."""
+        if rows <= self.rows_cap and tokens <= self.cap_tokens:
+            return True
+        if not self.kv.k:
+            return False
+        kv_heads, hd = self.kv.k[0].shape[2:]
+        row_bytes = 2 * self.num_layers * kv_heads * hd * 4                 # per row and position
+        step = CAPACITY_STEP_TOKENS
+        doubled = (_grow(rows, self.rows_cap), _round_up(_grow(tokens, self.cap_tokens), step))
+        tight = (max(rows, self.rows_cap), _round_up(max(tokens, self.cap_tokens), step))
+        fits = [shape for shape in (doubled, tight) if shape[0] * shape[1] * row_bytes <= self.max_bytes]
+        if not fits:
+            return False
+        new_rows, new_tokens = fits[0]
+        for i in range(self.num_layers):
+            k = np.zeros((new_rows, kv_heads, hd, new_tokens), dtype=np.float32)
+            v = np.zeros((new_rows, kv_heads, new_tokens, hd), dtype=np.float32)
+            if i < len(self.k):
+                k[:self.rows_cap, :, :, :self.cap_tokens] = self.k[i]
+                v[:self.rows_cap, :, :self.cap_tokens] = self.v[i]
+                self.k[i], self.v[i] = k, v
+            else:
+                self.k.append(k)
+                self.v.append(v)
+        self.rows_cap, self.cap_tokens = new_rows, new_tokens
+        return True
+
+    def _refill(self, row: int, num_tokens: int, table: tuple[int, ...]) -> None:
+        """Copy positions 0..num_tokens-1 of a sequence from the paged pools into its row."""
+        bs = self.kv.block_size
+        used = -(-num_tokens // bs)
+        blocks = list(table[:used])
+        for i in range(self.num_layers):
+            k = self.kv.k[i][blocks].reshape(used * bs, *self.kv.k[i].shape[2:])[:num_tokens]  # [T, KV, hd]
+            v = self.kv.v[i][blocks].reshape(used * bs, *self.kv.v[i].shape[2:])[:num_tokens]
+            self.k[i][row, :, :, :num_tokens] = k.transpose(1, 2, 0)        # [KV, hd, T]
+            self.v[i][row, :, :num_tokens] = v.transpose(1, 0, 2)           # [KV, T, hd]
+
+    # ----------------------------------------------------------------- per layer
+
+    def write(self, layer: int, rows: np.ndarray, positions: np.ndarray,
+              k: np.ndarray, v: np.ndarray) -> None:
+        """rows [m], positions [m], k/v [m, KV, hd]: one new K/V row per (row, position)."""
+        self.k[layer][rows, :, :, positions] = k
+        self.v[layer][rows, :, positions] = v
+
+    def views(self, layer: int, num_rows: int, num_tokens: int) -> tuple[np.ndarray, np.ndarray]:
+        """Views of the first rows and positions: K^T [R, KV, hd, L] and V [R, KV, L, hd]."""
+        return self.k[layer][:num_rows, :, :, :num_tokens], self.v[layer][:num_rows, :, :num_tokens]

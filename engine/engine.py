@@ -1,0 +1,236 @@
+"""The Engine: continuous batching over a paged KV cache, one `step()` at a time.
+
+What it is: the single-threaded heart of the server. `add_request` queues a `GenRequest`
+and returns its id; every `step()` is the same checklist (nano-vllm's shape):
+
+    expire   waiting requests past their deadline -> TokenOut(token=None, "deadline")
+    schedule which sequences run, with how many tokens (engine/scheduler.py)
+    run      ONE batched forward over all their rows (engine/runner.py)
+    sample   one token per sampling row with the request's own seeded stream
+             (engine/sampler.py); speculative rows are verified in order
+    commit   full blocks into the prefix cache; finished sequences release their blocks
+
+and returns one `TokenOut` per produced token. A token in the model's EOS ids (unless
+`ignore_eos`) or in the request's `stop_ids` finishes it with "stop" (and is reported);
+`max_tokens`, or the context limit, with "length". `abort(id)` releases a request's
+blocks at once.
+
+Determinism: a request's i-th sample uses `(seed, i)` only, so batch mates, chunked
+prefill, preemption and speculation never change a seeded result. Time (`clock`) and
+the seed source for requests without a seed (`rng`) are injected.
+
+What it is not: threads, text, HTTP. The server puts the engine on its own thread.
+"""
+from __future__ import annotations
+
+import random
+import time
+from typing import Callable
+
+import numpy as np
+
+from engine import model as dense
+from engine import sampler
+from engine.api import (FINISH_DEADLINE, FINISH_LENGTH, FINISH_STOP, EngineConfig,
+                        EngineStats, GenRequest, RequestId, TokenOut)
+from engine.block_manager import BlockManager
+from engine.kv_cache import KVCache, block_bytes, num_blocks_for_budget
+from engine.modelspec import Model
+from engine.runner import Chunk, ModelRunner
+from engine.scheduler import Scheduled, Scheduler
+from engine.sequence import FINISHED, Sequence
+from engine import speculative
+
+SEED_BITS = 63
+
+
+class Engine:
+    def __init__(self, model: Model, config: EngineConfig = EngineConfig(), *,
+                 clock: Callable[[], float] = time.monotonic, rng: random.Random | None = None):
+        self.model = model
+        self.config = config
+        self.clock = clock
+        self.rng = rng if rng is not None else random.Random()
+        mc = model.config
+        self._max_model_len = min(config.max_model_len or mc.max_position_embeddings,
+                                  mc.max_position_embeddings)
+        num_blocks = config.num_kv_blocks or num_blocks_for_budget(mc, config.block_size, config.kv_cache_mib)
+        self.kv = KVCache(mc, num_blocks, config.block_size)
+        self.blocks = BlockManager(num_blocks, config.block_size, config.prefix_cache)
+        # The decode mirror may hold at most as many bytes as the pools (see decode_mirror.py).
+        self.runner = ModelRunner(mc, model.weights, self.kv, self._max_model_len,
+                                  mirror_bytes=num_blocks * block_bytes(mc, config.block_size))
+        drafter = None
+        if config.speculative is not None:
+            speculative.check_config(config.speculative)
+            drafter = self._drafts
+        self.scheduler = Scheduler(config, self.blocks, drafter)
+        self.eos_ids = frozenset(int(t) for t in mc.eos_token_ids)
+        self._seqs: dict[RequestId, Sequence] = {}
+        self._next_id = 0
+        self._last_batch_tokens = 0
+        self._steps_total = 0
+        self._spec_draft_tokens = 0
+        self._spec_accepted_tokens = 0
+
+    # ----------------------------------------------------------------- requests
+
+    def add_request(self, req: GenRequest) -> RequestId:
+        """Queue a request; AdmitError when the waiting queue is full."""
+        if not req.prompt:
+            raise ValueError("a request needs at least one prompt token")
+        if len(req.prompt) >= self._max_model_len:
+            raise ValueError(f"prompt of {len(req.prompt)} tokens leaves no room in "
+                             f"the context of {self._max_model_len}")
+        if self.blocks.blocks_for_tokens(len(req.prompt) + 1) > self.blocks.num_blocks:
+            raise ValueError("prompt does not fit in the KV cache")
+        seed = req.seed if req.seed is not None else self.rng.getrandbits(SEED_BITS)
+        seq = Sequence(self._next_id, req, seed=seed, arrival=self._next_id, eos_ids=self.eos_ids)
+        self.scheduler.add(seq)
+        self._seqs[seq.id] = seq
+        self._next_id += 1
+        return seq.id
+
+    def abort(self, request_id: RequestId) -> None:
+        """Drop a request and free its blocks now (unknown or finished id: nothing)."""
+        seq = self._seqs.pop(request_id, None)
+        if seq is not None:
+            self._finish(seq)
+
+    def abort_all(self) -> None:
+        for request_id in list(self._seqs):
+            self.abort(request_id)
+
+    def has_work(self) -> bool:
+        return self.scheduler.has_work()
+
+    def max_model_len(self) -> int:
+        return self._max_model_len
+
+    # ----------------------------------------------------------------- the step
+
+    def step(self) -> list[TokenOut]:
+        """Expire, schedule, run one batched forward, sample; one TokenOut per produced token."""
+        outs = [TokenOut(id=s.id, token=None, finish=FINISH_DEADLINE)
+                for s in self.scheduler.expire(self.clock())]
+        for out in outs:
+            self._seqs.pop(out.id).status = FINISHED
+        plan = self.scheduler.schedule()
+        for seq in plan.cannot_fit:
+            outs.append(TokenOut(id=seq.id, token=None, finish=FINISH_LENGTH))
+            self._seqs.pop(seq.id, None)
+            self._finish(seq)
+        self._last_batch_tokens = plan.num_tokens
+        if not plan.scheduled:
+            return outs
+        self._steps_total += 1
+        chunks = [self._chunk(item) for item in plan.scheduled]
+        logits = self.runner.forward(chunks)                                   # [R, V]
+        row = 0
+        for item, chunk in zip(plan.scheduled, chunks):
+            outs.extend(self._postprocess(item, logits[row:row + chunk.num_logits]))
+            row += chunk.num_logits
+        return outs
+
+    @staticmethod
+    def _chunk(item: Scheduled) -> Chunk:
+        seq = item.seq
+        start = seq.num_computed
+        tokens = tuple(seq.tokens[start:start + item.num_tokens]) + item.drafts
+        num_logits = (1 + len(item.drafts)) if item.samples else 0
+        return Chunk(tokens, start, tuple(seq.blocks), num_logits, seq.id)
+
+    def _postprocess(self, item: Scheduled, logits: np.ndarray) -> list[TokenOut]:
+        seq = item.seq
+        seq.num_computed += item.num_tokens
+        self._commit_full_blocks(seq)                    # before sampling may finish it
+        if not item.samples:
+            return []
+        outs = []
+        for j in range(logits.shape[0]):
+            out = self._sample(seq, logits[j])
+            outs.append(out)
+            if out.finish is not None:
+                break
+            if j < len(item.drafts):
+                if out.token != item.drafts[j]:
+                    break
+                seq.num_computed += 1                    # the draft's K/V is now valid
+                self._spec_accepted_tokens += 1
+        self._spec_draft_tokens += len(item.drafts)
+        if item.drafts and seq.status != FINISHED:
+            self._commit_full_blocks(seq)                # blocks filled by accepted drafts
+        return outs
+
+    def _sample(self, seq: Sequence, logits_row: np.ndarray) -> TokenOut:
+        params = seq.req.params
+        prompt_set = seq.prompt_set if params.repetition_penalty != 1.0 else frozenset()
+        result = sampler.sample(logits_row, params, seed=seq.seed, sample_index=seq.num_generated,
+                                output_counts=seq.output_counts, prompt_tokens=prompt_set,
+                                suppress_ids=seq.suppress_ids())
+        token = result.token
+        seq.append(token)
+        finish = None
+        if token in seq.eos_ids or token in seq.stop_ids:
+            finish = FINISH_STOP
+        elif seq.num_generated >= seq.req.max_tokens or len(seq.tokens) >= self._max_model_len:
+            finish = FINISH_LENGTH
+        if finish is not None:
+            self._seqs.pop(seq.id, None)
+            self._finish(seq)
+        return TokenOut(id=seq.id, token=token, logprob=result.logprob,
+                        top_logprobs=result.top_logprobs, finish=finish)
+
+    def _finish(self, seq: Sequence) -> None:
+        self.scheduler.remove(seq)
+        seq.status = FINISHED
+
+    def _commit_full_blocks(self, seq: Sequence) -> None:
+        """Offer newly filled blocks of computed tokens to the prefix cache."""
+        bs = self.blocks.block_size
+        full = seq.num_computed // bs
+        while seq.radix_node is not None and seq.num_committed_blocks < full:
+            i = seq.num_committed_blocks
+            key = tuple(seq.tokens[i * bs:(i + 1) * bs])
+            node = self.blocks.commit(seq.radix_node, key, seq.blocks[i])
+            if node is not None:
+                seq.blocks[i] = node.block           # the tree's copy, when it already had one
+            seq.radix_node = node
+            seq.num_committed_blocks += 1
+
+    def _drafts(self, seq: Sequence, budget: int) -> list[int]:
+        room = min(budget, seq.req.max_tokens - seq.num_generated - 1,
+                   self._max_model_len - len(seq.tokens) - 1)
+        return speculative.propose(seq.tokens, self.config.speculative, room)
+
+    # ----------------------------------------------------------------- side doors
+
+    def embed(self, inputs) -> np.ndarray:
+        """Mean-pooled, L2-normalised final hidden states: one dense forward per input -> [n, d]."""
+        mc, w = self.model.config, self.model.weights
+        out = np.empty((len(inputs), mc.hidden_size), dtype=np.float32)
+        for i, ids in enumerate(inputs):
+            if len(ids) == 0:
+                raise ValueError("an embedding input needs at least one token")
+            pooled = dense.hidden_states(mc, w, list(ids)).mean(axis=0)         # [T, d] -> [d]
+            out[i] = pooled / max(float(np.linalg.norm(pooled)), 1e-12)
+        return out
+
+    def stats(self) -> EngineStats:
+        sch, blocks = self.scheduler, self.blocks
+        return EngineStats(
+            kv_blocks_used=blocks.num_used_blocks,
+            kv_blocks_cached=blocks.num_cached_blocks,
+            kv_blocks_free=blocks.num_free_blocks,
+            queue_depth=len(sch.waiting),
+            active_sequences=len(sch.running),
+            batch_tokens=self._last_batch_tokens,
+            prefix_hit_ratio=sch.prefix_hit_tokens / sch.prompt_tokens if sch.prompt_tokens else 0.0,
+            prefix_hit_tokens=sch.prefix_hit_tokens,
+            prompt_tokens=sch.prompt_tokens,
+            preemptions_total=sch.preemptions_total,
+            evictions_total=blocks.evictions_total,
+            spec_draft_tokens=self._spec_draft_tokens,
+            spec_accepted_tokens=self._spec_accepted_tokens,
+            steps_total=self._steps_total,
+        )

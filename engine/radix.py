@@ -1,0 +1,112 @@
+"""The radix tree of cached KV blocks: token ids -> the block that holds their K/V.
+
+What it is: a trie whose edges are *full blocks* of token ids (a tuple of `block_size`
+ids). A node stands for "the prefix made of every block on the path from the root", and
+owns the KV block computed for its own edge. Because a block's K/V depend on every token
+before it, the key of a block is its whole path, which is exactly what a trie gives.
+
+    root --(t0..t15)--> A --(t16..t31)--> B        A: block 7, B: block 12
+                         \\--(u16..u31)--> C        C: block 3  (same first block, other turn)
+
+What it is not: the owner of reference counts or the free list. `BlockManager` decides
+when a node's block is unreferenced; this module only keeps the tree, the last-use
+clock of each node, and the set of *evictable* nodes (unreferenced leaves). Eviction is
+leaf-first in least-recently-used order, so a prefix never loses its parent while a
+longer cached prefix still hangs below it.
+"""
+from __future__ import annotations
+
+
+class RadixNode:
+    """One full block of a cached prefix."""
+    __slots__ = ("key", "block", "parent", "children", "last_used")
+
+    def __init__(self, key: tuple[int, ...], block: int, parent: RadixNode | None):
+        self.key = key                                  # the block's token ids
+        self.block = block                              # KV block id (-1 for the root)
+        self.parent = parent
+        self.children: dict[tuple[int, ...], RadixNode] = {}
+        self.last_used = 0                              # logical clock of the last match / release
+
+
+class RadixCache:
+    """Prefix trie of full KV blocks with an LRU set of evictable leaves."""
+
+    def __init__(self, block_size: int):
+        self.block_size = block_size
+        self.root = RadixNode((), -1, None)
+        self.node_of_block: dict[int, RadixNode] = {}
+        self._evictable: dict[int, RadixNode] = {}       # block id -> unreferenced leaf
+        self._clock = 0
+
+    # ----------------------------------------------------------------- lookups
+
+    def match(self, tokens, max_blocks: int) -> list[RadixNode]:
+        """The nodes of the longest cached prefix of `tokens`, at most `max_blocks` blocks."""
+        bs = self.block_size
+        path: list[RadixNode] = []
+        node = self.root
+        for i in range(max_blocks):
+            child = node.children.get(tuple(tokens[i * bs:(i + 1) * bs]))
+            if child is None:
+                break
+            path.append(child)
+            node = child
+        return path
+
+    def __len__(self) -> int:
+        return len(self.node_of_block)
+
+    # ----------------------------------------------------------------- changes
+
+    def insert(self, parent: RadixNode, key: tuple[int, ...], block: int) -> RadixNode | None:
+        """Hang `block` (holding `key`'s K/V after `parent`'s prefix) below `parent`.
+
+        Returns the new node, or the existing one when a block already holds this prefix
+        (computed concurrently by another sequence; its block id differs from `block`).
+        """
+        existing = parent.children.get(key)
+        if existing is not None:
+            return existing
+        node = RadixNode(key, block, parent)
+        node.last_used = self.tick()
+        parent.children[key] = node
+        self.node_of_block[block] = node
+        self._evictable.pop(parent.block, None)          # parent is no longer a leaf
+        return node
+
+    def tick(self) -> int:
+        self._clock += 1
+        return self._clock
+
+    def mark_unreferenced(self, block: int) -> None:
+        """`block` (in the tree) lost its last reference: keep it, evictable if a leaf."""
+        node = self.node_of_block[block]
+        node.last_used = self.tick()
+        if not node.children:
+            self._evictable[block] = node
+
+    def mark_referenced(self, block: int) -> None:
+        """`block` (in the tree) gained a reference: it may not be evicted now."""
+        node = self.node_of_block[block]
+        node.last_used = self.tick()
+        self._evictable.pop(block, None)
+
+    @property
+    def num_evictable(self) -> int:
+        return len(self._evictable)
+
+    def evict_one(self, is_unreferenced) -> int:
+        """Remove the least recently used unreferenced leaf; return its block id.
+
+        `is_unreferenced(block)` tells whether the parent, once a leaf, may join the
+        evictable set. The caller must check `num_evictable > 0` first.
+        """
+        block, node = min(self._evictable.items(), key=lambda item: item[1].last_used)
+        del self._evictable[block]
+        del self.node_of_block[block]
+        parent = node.parent
+        del parent.children[node.key]
+        if parent is not self.root and not parent.children and is_unreferenced(parent.block):
+            self._evictable[parent.block] = parent
+        return block

@@ -1,0 +1,228 @@
+"""The model runner: ONE batched forward per engine step over a paged KV cache.
+
+What it is: a step is a list of `Chunk`s, one per scheduled sequence: a decode row (one
+token), a prefill piece (up to `prefill_chunk` prompt tokens) or a speculative
+verification (the last token plus its drafts). The runner concatenates every chunk's
+tokens into one activation matrix `x [N, d]`, so each weight matrix is used by exactly one
+matmul per layer per step (that is what turns a memory-bound batch-1 decode into sgemm):
+
+    x = embed(ids)                                         [N, d]
+    per layer:  q, k, v = qkv_project(rms_norm(x))         one matmul with the fused wqkv
+                write k, v into the pools at the rows' slots
+                attention per group of chunks over their blocks (paged, causal by position)
+                x += attn @ wo ; x += mlp(rms_norm(x))     one matmul per weight
+    logits only for the rows that sample                   [R, V], R << N for prefill
+
+Attention groups chunks of equal length, gathers their blocks as `[B, L, KV, hd]` and
+runs batched matmuls over `[B, KV, G*n, ...]`; a key is visible to a query iff its
+position is <= the query's. The one-token (decode) rows instead read the decode mirror
+(`engine/decode_mirror.py`), dense per-sequence copies kept up to date row by row, so a
+decode step gathers nothing. The dense maths (norms, RoPE, the projections, the MLP, the
+LM head) is `engine/model.py`'s, reused as is, so the runner differs from the dense
+reference only in where K/V live.
+
+What it is not: scheduling or sampling. Chunks in, logits out.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from engine import model as dense
+from engine.decode_mirror import DecodeMirror
+from engine.kv_cache import KVCache, slots_for
+from engine.modelspec import LlamaWeights, ModelConfig
+
+F32 = np.float32
+# A group's score array [B, KV, G*n, L] stays below this many float32 elements (64 MiB):
+# a long single-sequence prefill is cut into query pieces that each fit.
+MAX_SCORE_ELEMENTS = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """Tokens of one sequence computed in this step, at positions start_pos .. start_pos+n-1."""
+    tokens: tuple[int, ...]
+    start_pos: int
+    block_table: tuple[int, ...]     # covers every position up to start_pos + n - 1
+    num_logits: int                  # the last num_logits rows need logits (0: mid-prefill)
+    seq_id: int = -1                 # identifies the sequence to the decode mirror (-1: none)
+
+
+@dataclass(frozen=True, slots=True)
+class _Group:
+    """Chunks with the same query count n, attended together."""
+    rows: np.ndarray                 # [B*n] row indices into x, ordered (b, i)
+    block_index: np.ndarray          # [B, nb] block ids (padded with block 0)
+    bias: np.ndarray | None          # [B, 1, G*n or 1, L]: 0 visible, -inf hidden (None: all visible)
+    batch: int                       # B
+    num_queries: int                 # n
+    mirror_rows: np.ndarray | None = None   # [B] decode-mirror rows (None: gather the blocks)
+    mirror_span: int = 0             # attention runs over mirror rows 0..mirror_span-1
+    mirror_tokens: int = 0           # ... and their positions 0..mirror_tokens-1
+
+
+class ModelRunner:
+    """Batched paged forward for one model and its KV pools."""
+
+    def __init__(self, config: ModelConfig, weights: LlamaWeights, kv: KVCache, max_model_len: int,
+                 *, mirror_bytes: int = 0):
+        self.config = config
+        self.mirror = DecodeMirror(kv, config.num_layers, mirror_bytes) if mirror_bytes > 0 else None
+        self.weights = weights
+        self.kv = kv
+        self.block_size = kv.block_size
+        self.group_size = config.num_heads // config.num_kv_heads      # G query heads per KV head
+        self.scale = F32(1.0 / np.sqrt(config.head_dim))
+        # RoPE angles for every position once: [max_model_len, hd/2] each.
+        self.cos_table, self.sin_table = dense.rope_cos_sin(
+            np.arange(max_model_len), config.head_dim, config.rope_theta)
+
+    # ----------------------------------------------------------------- the step
+
+    def forward(self, chunks: list[Chunk]) -> np.ndarray:
+        """Run one step; return logits [sum(num_logits), V] in chunk order."""
+        cfg, w = self.config, self.weights
+        ids = np.fromiter((t for c in chunks for t in c.tokens), dtype=np.int64)           # [N]
+        positions = np.concatenate([np.arange(c.start_pos, c.start_pos + len(c.tokens)) for c in chunks])
+        x = dense.embed(w, ids)                                                             # [N, d]
+        if w.layers:
+            x = self._layers(x, chunks, positions)
+        logit_rows = self._logit_rows(chunks)                                               # [R]
+        h = dense.rms_norm(x[logit_rows], w.final_norm, cfg.rms_norm_eps)                   # [R, d]
+        return dense.logits_from_hidden(w, h)                                               # [R, V]
+
+    def _layers(self, x: np.ndarray, chunks: list[Chunk], positions: np.ndarray) -> np.ndarray:
+        cfg = self.config
+        n_rows = x.shape[0]
+        cos, sin = self.cos_table[positions], self.sin_table[positions]                    # [N, hd/2]
+        slots = np.concatenate([slots_for(c.block_table, c.start_pos, len(c.tokens), self.block_size)
+                                for c in chunks])                                           # [N]
+        groups = self._plan_groups(chunks)
+        attn = np.empty((n_rows, cfg.q_size), dtype=F32)                                     # [N, H*hd]
+        for index, layer in enumerate(self.weights.layers):
+            h = dense.rms_norm(x, layer.attn_norm, cfg.rms_norm_eps)                         # [N, d]
+            q, k, v = dense.qkv_project(h, layer, cfg, cos, sin)                             # [N, H|KV, hd]
+            self.kv.write(index, slots, k, v)
+            for group in groups:
+                if group.mirror_rows is not None:
+                    self.mirror.write(index, group.mirror_rows, positions[group.rows],
+                                      k[group.rows], v[group.rows])
+            q *= self.scale
+            if len(groups) == 1 and groups[0].rows.shape[0] == n_rows:   # rows already in order
+                attn = self._attend(q, index, groups[0])
+            else:
+                for group in groups:
+                    attn[group.rows] = self._attend(q[group.rows], index, group)
+            x += attn @ layer.wo                                                             # [N, H*hd] @ [H*hd, d]
+            h = dense.rms_norm(x, layer.mlp_norm, cfg.rms_norm_eps)                          # [N, d]
+            x += dense.mlp(h, layer, cfg.intermediate_size)                                  # [N, d]
+        return x
+
+    @staticmethod
+    def _logit_rows(chunks: list[Chunk]) -> np.ndarray:
+        rows, end = [], 0
+        for c in chunks:
+            end += len(c.tokens)
+            rows.extend(range(end - c.num_logits, end))
+        return np.asarray(rows, dtype=np.int64)
+
+    # ----------------------------------------------------------------- attention
+
+    def _plan_groups(self, chunks: list[Chunk]) -> list[_Group]:
+        """Group chunks by query count; cut long single prefills into score-sized pieces.
+
+        A member is (first row in x, start position, block table, sequence id).
+        """
+        by_length: dict[int, list[tuple[int, int, tuple[int, ...], int]]] = {}
+        pieces: list[_Group] = []
+        first_row = 0
+        for c in chunks:
+            n = len(c.tokens)
+            max_queries = max(1, MAX_SCORE_ELEMENTS // (self.config.num_heads * (c.start_pos + n)))
+            if n <= max_queries:
+                by_length.setdefault(n, []).append((first_row, c.start_pos, c.block_table, c.seq_id))
+            else:
+                for off in range(0, n, max_queries):
+                    member = (first_row + off, c.start_pos + off, c.block_table, c.seq_id)
+                    pieces.append(self._make_group(min(max_queries, n - off), [member]))
+            first_row += n
+        decode = by_length.pop(1, None)
+        groups = [self._make_group(n, members) for n, members in by_length.items()] + pieces
+        if decode is not None:
+            groups.append(self._decode_group(decode))
+        return groups
+
+    def _decode_group(self, members: list) -> _Group:
+        """The one-token rows: through the decode mirror when it can hold them, else gathered."""
+        if self.mirror is None or min(m[3] for m in members) < 0:
+            return self._make_group(1, members)
+        rows = self.mirror.prepare([(seq_id, start, table) for _, start, table, seq_id in members], 1)
+        if rows is None:
+            return self._make_group(1, members)
+        span = self.mirror.num_rows
+        ends = np.zeros(span, dtype=np.int64)                                               # [R]
+        ends[rows] = [start + 1 for _, start, _, _ in members]
+        length = int(ends.max())
+        ends[ends == 0] = length                                                            # idle rows: finite garbage
+        hidden = np.arange(length)[None, :] >= ends[:, None]                                # [R, L]
+        bias = np.where(hidden, F32(-np.inf), F32(0.0)).astype(F32)[:, None, None, :]       # [R, 1, 1, L]
+        x_rows = np.asarray([m[0] for m in members], dtype=np.int64)                        # [B]
+        return _Group(x_rows, np.zeros((0, 0), np.int64), bias if hidden.any() else None,
+                      len(members), 1, mirror_rows=rows, mirror_span=span, mirror_tokens=length)
+
+    def _make_group(self, n: int, members: list[tuple[int, int, tuple[int, ...], int]]) -> _Group:
+        """A gathered group: members' blocks are copied out of the pools each layer."""
+        bs, groups = self.block_size, self.group_size
+        batch = len(members)
+        ends = np.asarray([start + n for _, start, _, _ in members])                         # [B]
+        num_blocks = int(-(-ends.max() // bs))
+        block_index = np.zeros((batch, num_blocks), dtype=np.int64)                         # [B, nb]
+        for b, (_, start, table, _) in enumerate(members):
+            used = -(-(start + n) // bs)
+            block_index[b, :used] = table[:used]
+        rows = np.concatenate([np.arange(m[0], m[0] + n) for m in members])                 # [B*n]
+        q_pos = np.asarray([m[1] for m in members])[:, None] + np.arange(n)                 # [B, n]
+        k_pos = np.arange(num_blocks * bs)                                                  # [L]
+        hidden = k_pos[None, None, :] > q_pos[:, :, None]                                   # [B, n, L]
+        bias = np.where(hidden, F32(-np.inf), F32(0.0)).astype(F32)                         # [B, n, L]
+        if n == 1:
+            bias = bias[:, None]                                                            # [B, 1, 1, L]
+        else:
+            bias = np.broadcast_to(bias[:, None], (batch, groups, n, bias.shape[-1]))
+            bias = bias.reshape(batch, 1, groups * n, -1)                                   # [B, 1, G*n, L]
+        return _Group(rows, block_index, np.ascontiguousarray(bias), batch, n)
+
+    def _attend(self, q: np.ndarray, layer: int, g: _Group) -> np.ndarray:
+        """Paged causal attention for one group: q [B*n, H, hd] (pre-scaled) -> [B*n, H*hd]."""
+        cfg = self.config
+        kvh, hd, grp, b, n = cfg.num_kv_heads, cfg.head_dim, self.group_size, g.batch, g.num_queries
+        qg = q.reshape(b, n, kvh, grp, hd).transpose(0, 2, 3, 1, 4).reshape(b, kvh, grp * n, hd)
+        if g.mirror_rows is not None:
+            return self._attend_mirror(qg, layer, g)
+        keys, values = self.kv.gather(layer, g.block_index)                                  # [B, L, KV, hd]
+        scores = qg @ keys.transpose(0, 2, 3, 1)                                            # [B, KV, G*n, L]
+        scores += g.bias
+        scores -= scores.max(axis=-1, keepdims=True)
+        np.exp(scores, out=scores)
+        scores /= scores.sum(axis=-1, keepdims=True)                                        # softmax over keys
+        ctx = scores @ values.transpose(0, 2, 1, 3)                                         # [B, KV, G*n, hd]
+        ctx = ctx.reshape(b, kvh, grp, n, hd).transpose(0, 3, 1, 2, 4)                      # [B, n, KV, G, hd]
+        return ctx.reshape(b * n, cfg.q_size)                                               # [B*n, H*hd]
+
+    def _attend_mirror(self, qg: np.ndarray, layer: int, g: _Group) -> np.ndarray:
+        """Decode rows over the mirror's dense rows (views, no gather): qg [B, KV, G, hd]."""
+        cfg = self.config
+        span, length = g.mirror_span, g.mirror_tokens
+        q_all = np.zeros((span,) + qg.shape[1:], dtype=F32)                                 # [R, KV, G, hd]
+        q_all[g.mirror_rows] = qg
+        keys_t, values = self.mirror.views(layer, span, length)                             # [R, KV, hd|L, L|hd]
+        scores = q_all @ keys_t                                                             # [R, KV, G, L]
+        if g.bias is not None:                                                              # rows of unequal length
+            scores += g.bias
+        scores -= scores.max(axis=-1, keepdims=True)
+        np.exp(scores, out=scores)
+        ctx = (scores @ values)[g.mirror_rows]                                              # [B, KV, G, hd]
+        ctx /= scores.sum(axis=-1, keepdims=True)[g.mirror_rows]                            # softmax, normalised late
+        return ctx.reshape(g.batch, cfg.q_size)                                             # [B, H*hd]

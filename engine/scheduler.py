@@ -1,0 +1,174 @@
+"""The scheduler: who runs in this step, with how many tokens, and who must make room.
+
+What it is: continuous batching. Every step the scheduler builds one batch under two
+limits, `max_batched_tokens` (rows of the forward) and `max_num_seqs` (sequences):
+
+1. running sequences, highest priority then earliest arrival first: a decoding one gets
+   its one token (plus speculative drafts when there is budget), a prefilling one its next
+   piece of at most `prefill_chunk` tokens -- so long prompts never stall the decodes;
+2. if a running sequence needs a block and none is left (after evicting cached blocks),
+   the lowest-priority, latest-arrived running sequence is *preempted by recompute*: its
+   blocks are released (its full blocks stay in the prefix cache) and it goes back to
+   the waiting queue with its output so far, to be prefilled again later;
+3. if nobody was preempted, waiting sequences are admitted in the same order while there
+   is budget, room in the batch and blocks: each first takes the longest cached prefix of
+   its tokens from the radix tree, then allocates blocks for its first piece.
+
+Waiting is bounded (`max_waiting`: `AdmitError` past it) and a request still waiting
+past its deadline is expired (`expire`). Order is strict: a waiting request that cannot
+get blocks blocks the ones behind it, so a big high-priority prompt is not starved.
+
+What it is not: the forward pass or sampling. The plan it returns says, per sequence,
+how many tokens to compute and which drafts to verify.
+"""
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from typing import Callable
+
+from engine.api import AdmitError, EngineConfig
+from engine.block_manager import BlockManager
+from engine.sequence import RUNNING, WAITING, Sequence
+
+
+@dataclass(frozen=True, slots=True)
+class Scheduled:
+    seq: Sequence
+    num_tokens: int                     # tokens computed this step, from seq.num_computed on
+    samples: bool                       # the chunk reaches the last known token: its last rows sample
+    drafts: tuple[int, ...] = ()        # speculative tokens appended after the last token
+
+
+@dataclass(slots=True)
+class StepPlan:
+    scheduled: list[Scheduled] = field(default_factory=list)
+    preempted: list[Sequence] = field(default_factory=list)
+    cannot_fit: list[Sequence] = field(default_factory=list)    # alone and still out of blocks
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(s.num_tokens + len(s.drafts) for s in self.scheduled)
+
+
+class Scheduler:
+    """Waiting queue + running set + the per-step batching decision."""
+
+    def __init__(self, config: EngineConfig, blocks: BlockManager,
+                 drafter: Callable[[Sequence, int], list[int]] | None = None):
+        self.config = config
+        self.blocks = blocks
+        self.drafter = drafter
+        self.waiting: list[Sequence] = []          # sorted by sort_key
+        self.running: list[Sequence] = []
+        self.preemptions_total = 0
+        self.prefix_hit_tokens = 0
+        self.prompt_tokens = 0
+
+    # ----------------------------------------------------------------- queue
+
+    def add(self, seq: Sequence) -> None:
+        if len(self.waiting) >= self.config.max_waiting:
+            raise AdmitError(f"waiting queue full ({self.config.max_waiting} requests)")
+        self._enqueue(seq)
+
+    def _enqueue(self, seq: Sequence) -> None:
+        seq.status = WAITING
+        keys = [s.sort_key for s in self.waiting]
+        self.waiting.insert(bisect.bisect_right(keys, seq.sort_key), seq)
+
+    def remove(self, seq: Sequence) -> None:
+        """Take a sequence out (finished or aborted) and release its blocks."""
+        if seq in self.running:
+            self.running.remove(seq)
+        elif seq in self.waiting:
+            self.waiting.remove(seq)
+        self.blocks.release(seq.blocks)
+        seq.blocks = []
+
+    def expire(self, now: float) -> list[Sequence]:
+        """Remove and return never-scheduled waiting requests whose deadline has passed."""
+        expired = [s for s in self.waiting if not s.was_scheduled
+                   and s.req.deadline_s is not None and now > s.req.deadline_s]
+        for seq in expired:
+            self.waiting.remove(seq)
+        return expired
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    # ----------------------------------------------------------------- the step
+
+    def schedule(self) -> StepPlan:
+        plan = StepPlan()
+        budget = self.config.max_batched_tokens
+        self.running.sort(key=lambda s: s.sort_key)
+        index = 0
+        while index < len(self.running) and budget > 0:
+            seq = self.running[index]
+            item = self._schedule_running(seq, budget, plan)
+            if item is None:               # seq itself was preempted or cannot fit
+                continue
+            plan.scheduled.append(item)
+            budget -= item.num_tokens + len(item.drafts)
+            index += 1
+        if not plan.preempted:
+            self._admit(plan, budget)
+        return plan
+
+    def _schedule_running(self, seq: Sequence, budget: int, plan: StepPlan) -> Scheduled | None:
+        remaining = seq.num_uncomputed
+        drafts: tuple[int, ...] = ()
+        if remaining == 1 and self.drafter is not None and budget > 1:
+            drafts = tuple(self.drafter(seq, budget - 1))
+        want = min(remaining, self.config.prefill_chunk, budget)
+        while True:
+            if self.blocks.grow(seq.blocks, seq.num_computed + want + len(drafts)):
+                return Scheduled(seq, want, want == remaining, drafts)
+            if drafts:                     # try again without the speculation first
+                drafts = ()
+                continue
+            victim = self.running[-1]
+            if victim is seq and len(self.running) == 1:
+                self.running.remove(seq)
+                plan.cannot_fit.append(seq)
+                return None
+            self._preempt(victim, plan)
+            if victim is seq:
+                return None
+
+    def _preempt(self, seq: Sequence, plan: StepPlan) -> None:
+        self.running.remove(seq)
+        self.blocks.release(seq.blocks)
+        seq.reset_for_recompute()
+        self._enqueue(seq)
+        plan.preempted.append(seq)
+        self.preemptions_total += 1
+
+    def _admit(self, plan: StepPlan, budget: int) -> None:
+        while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
+            seq = self.waiting[0]
+            self._take_cached_prefix(seq)
+            want = min(seq.num_uncomputed, self.config.prefill_chunk, budget)
+            if not self.blocks.grow(seq.blocks, seq.num_computed + want):
+                self.blocks.release(seq.blocks)
+                seq.reset_for_recompute()
+                return
+            self.waiting.pop(0)
+            if not seq.was_scheduled:
+                seq.was_scheduled = True
+                self.prompt_tokens += seq.num_prompt
+                self.prefix_hit_tokens += seq.num_computed
+            seq.status = RUNNING
+            self.running.append(seq)
+            plan.scheduled.append(Scheduled(seq, want, want == seq.num_uncomputed))
+            budget -= want
+
+    def _take_cached_prefix(self, seq: Sequence) -> None:
+        """Start from the longest cached prefix; at least one token is always computed."""
+        max_blocks = (len(seq.tokens) - 1) // self.blocks.block_size
+        blocks, node = self.blocks.match_prefix(seq.tokens, max_blocks)
+        seq.blocks = blocks
+        seq.radix_node = node
+        seq.num_committed_blocks = len(blocks)
+        seq.num_computed = len(blocks) * self.blocks.block_size

@@ -1,0 +1,53 @@
+"""Prompt-lookup speculative decoding: drafts from the request's own context.
+
+What it is: when a model repeats or edits text it was given (summaries that quote, code
+edits, "repeat this passage"), the next tokens often already appear in the context right
+after the current last few tokens. `propose` finds the most recent earlier occurrence of
+the context's last n-gram (n from `prompt_lookup_max` down to `prompt_lookup_min`) and
+proposes the tokens that followed it. The engine then computes the last token plus the k
+drafts in ONE chunk of the batched forward, giving k + 1 logit rows.
+
+Verification (`engine.engine`) samples row j with the request's own stream at index
+`num_generated + j`, exactly as plain decoding would, and keeps going while the sampled
+token equals the draft. Because row j's logits only depend on accepted tokens, every
+emitted token is the token plain decoding would have produced: greedy output is
+identical, and seeded sampling is not merely distributionally exact but the very same
+draw. Drafts cost nothing when rejected except their share of the step.
+
+What it is not: a draft model, or tree speculation.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from engine.api import SpeculativeConfig
+
+SUPPORTED_METHODS = ("prompt_lookup",)
+
+
+def check_config(config: SpeculativeConfig) -> None:
+    if config.method not in SUPPORTED_METHODS:
+        raise ValueError(f"speculative method must be one of {SUPPORTED_METHODS}, got {config.method!r}")
+    if not 1 <= config.prompt_lookup_min <= config.prompt_lookup_max:
+        raise ValueError("need 1 <= prompt_lookup_min <= prompt_lookup_max")
+    if config.num_speculative_tokens < 1:
+        raise ValueError("num_speculative_tokens must be >= 1")
+
+
+def propose(tokens: list[int], config: SpeculativeConfig, max_draft: int) -> list[int]:
+    """Up to `max_draft` tokens that followed the latest earlier match of the last n-gram."""
+    max_draft = min(max_draft, config.num_speculative_tokens)
+    if max_draft <= 0:
+        return []
+    context = np.asarray(tokens, dtype=np.int64)                           # [T]
+    total = context.shape[0]
+    for n in range(config.prompt_lookup_max, config.prompt_lookup_min - 1, -1):
+        if total <= n:
+            continue
+        windows = sliding_window_view(context[:total - 1], n)                # [T-n, n]: starts 0..T-n-1
+        hits = np.flatnonzero((windows == context[total - n:]).all(axis=1))  # earlier occurrences
+        if hits.size:
+            start = int(hits[-1]) + n                                       # the token after the match
+            return context[start:start + max_draft].tolist()
+    return []
