@@ -29,7 +29,7 @@ from server.metrics import ServerMetrics, metrics_text
 from server.protocol import Request, Response
 from server.routes import API_ROUTES, HEALTH_ROUTES, resolve
 from server.streams import EmbedStream, GenerationStream, StreamContext, json_bytes
-from template import DEFAULT_TEMPLATE, Template, TemplateError
+from template import TemplateError
 
 log = logging.getLogger("tlserve.app")
 
@@ -53,7 +53,7 @@ class ServedModel:
         self.id = model_id
         self.tokenizer = model.tokenizer
         self.max_model_len = max_model_len
-        self.template = Template.parse(model.chat_template or DEFAULT_TEMPLATE)
+        self.template = model.template          # parsed when the model loaded
         self.created = int(time.time())
 
     def render(self, messages, *, add_generation_prompt: bool = True) -> str:
