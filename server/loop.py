@@ -18,9 +18,8 @@ send buffer is over `max_send_buffer_bytes`, and is dropped after `send_timeout_
 progress; pipelined input is held up to `max_pipelined_bytes`; a framing error is answered,
 then the connection half-closes and lingers briefly so the client reads the error.
 
-Timers: one heap of (when, seq, conn). Each connection keeps at most one live entry for its
-earliest deadline; a deadline that moves later (the common case: more bytes arrived) does
-not touch the heap, the entry re-arms itself when it fires.
+Timers: each connection's next deadline and the heap that fires it live in
+`server/connstate.py` (socket-free, so they read apart from the I/O).
 
 Drain (first SIGTERM or `request_drain()`): close the listeners marked `closes_on_drain`,
 call `on_drain()` once, keep serving open connections and the health listener, and return
@@ -29,20 +28,20 @@ from `run()` when no stream or unsent response of a draining listener is left, o
 """
 from __future__ import annotations
 
-import heapq
 import logging
 import selectors
-import signal
 import socket
 import threading
 import time
-from dataclasses import dataclass
 from typing import Callable
 
 from server.errors import ApiError, error_response
 from server.http11 import BODY, CLOSING, IDLE, Connection, HttpError, Interim
+from server.connstate import (ConnState, Listener, ListenerState, TimerHeap,
+                              connection_deadline, parse_address)
 from server.limits import HttpLimits
-from server.protocol import App, Request, Response
+from server.signals import install_stop_signals
+from server.protocol import Request, Response
 
 log = logging.getLogger("tlserve.http")
 
@@ -51,23 +50,6 @@ LISTEN_BACKLOG = 1024
 # accept() failing (EMFILE: out of file descriptors) leaves the listener readable: retrying
 # at once would spin. Pause accepting for this long, or until a connection closes.
 ACCEPT_RETRY_S = 0.5
-_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
-
-@dataclass(frozen=True)
-class Listener:
-    name: str                 # "api" | "health"
-    address: str              # "host:port"; ":8000" = all interfaces; port 0 = pick one
-    app: App
-    closes_on_drain: bool     # the API listener closes when draining; health stays
-
-
-def parse_address(address: str) -> tuple[str, int]:
-    """"host:port" -> (host, port); ":8000" -> ("", 8000) (all interfaces); "[::1]:80" ok."""
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ValueError(f"listen address {address!r} is not host:port")
-    return host.strip("[]"), int(port)
 
 
 def _bind(address: str) -> socket.socket:
@@ -88,35 +70,6 @@ def _bind(address: str) -> socket.socket:
     return sock
 
 
-class _ListenerState:
-    __slots__ = ("spec", "sock", "num_connections", "is_accepting", "is_closed")
-
-    def __init__(self, spec: Listener, sock: socket.socket):
-        self.spec, self.sock = spec, sock
-        self.num_connections = 0
-        self.is_accepting = True
-        self.is_closed = False
-
-
-class _Conn:
-    """One accepted socket: its HTTP state, unsent bytes, active stream and timer."""
-    __slots__ = ("sock", "fd", "http", "listener", "outbuf", "stream", "events", "deadline_s",
-                 "timer_at", "phase_started_s", "last_send_s", "is_closed", "is_lingering",
-                 "is_write_shut", "is_head_sent", "in_ready")
-
-    def __init__(self, sock, listener: _ListenerState, http: Connection, now_s: float):
-        self.sock, self.fd, self.listener, self.http = sock, sock.fileno(), listener, http
-        self.outbuf = bytearray()
-        self.stream = None
-        self.events = 0
-        self.deadline_s: float | None = None
-        self.timer_at: float | None = None
-        self.phase_started_s = now_s       # when the current wait (idle / head / body) began
-        self.last_send_s = now_s
-        self.is_closed = self.is_lingering = self.is_write_shut = False
-        self.is_head_sent = self.in_ready = False
-
-
 class EventLoop:
     """Serves `listeners` until drained or stopped. Only `wake`, `request_drain` and `stop`
     may be called from other threads (or signal handlers)."""
@@ -133,20 +86,19 @@ class EventLoop:
         for sock in (self._wake_r, self._wake_w):
             sock.setblocking(False)
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
-        self._listeners: dict[str, _ListenerState] = {}
+        self._listeners: dict[str, ListenerState] = {}
         try:
             for spec in listeners:
-                state = _ListenerState(spec, _bind(spec.address))
+                state = ListenerState(spec, _bind(spec.address))
                 self._listeners[spec.name] = state
                 self._selector.register(state.sock, selectors.EVENT_READ, state)
         except BaseException:
             self._close_all()
             raise
-        self._conns: set[_Conn] = set()
-        self._streaming: set[_Conn] = set()   # conns with an active Stream
-        self._ready: list[_Conn] = []         # conns with buffered requests left to answer
-        self._timers: list[tuple[float, int, _Conn]] = []
-        self._timer_seq = 0
+        self._conns: set[ConnState] = set()
+        self._streaming: set[ConnState] = set()   # conns with an active Stream
+        self._ready: list[ConnState] = []         # conns with buffered requests left to answer
+        self._timers = TimerHeap()
         self._wake_pending = False
         self._drain_requested = self._stop_requested = False
         self._drain_deadline_s: float | None = None
@@ -208,7 +160,7 @@ class EventLoop:
     def _dispatch(self, target, mask: int) -> None:
         if target is None:
             self._on_wake()
-        elif isinstance(target, _ListenerState):
+        elif isinstance(target, ListenerState):
             self._accept(target)
         elif not target.is_closed:
             if mask & selectors.EVENT_WRITE:
@@ -219,7 +171,7 @@ class EventLoop:
     def _select_timeout(self, now: float) -> float | None:
         if self._ready:
             return 0.0
-        candidates = [t for t in (self._timers[0][0] if self._timers else None,
+        candidates = [t for t in (self._timers.next_due_s(),
                                   self._drain_deadline_s, self._accept_retry_s) if t is not None]
         return max(0.0, min(candidates) - now) if candidates else None
 
@@ -228,20 +180,12 @@ class EventLoop:
     def _install_signals(self) -> Callable[[], None]:
         if not self._handle_signals or threading.current_thread() is not threading.main_thread():
             return lambda: None
+        return install_stop_signals(self._wake_w.fileno(), self._on_signal)
 
-        def on_signal(signum, frame):     # flags only: the loop does the work
-            if self._drain_requested:
-                self._stop_requested = True
-            self._drain_requested = True
-
-        previous = {sig: signal.signal(sig, on_signal) for sig in _SIGNALS}
-        previous_fd = signal.set_wakeup_fd(self._wake_w.fileno(), warn_on_full_buffer=False)
-
-        def restore():
-            signal.set_wakeup_fd(previous_fd)
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-        return restore
+    def _on_signal(self) -> None:         # a flag only (signal context): the loop does the work
+        if self._drain_requested:
+            self._stop_requested = True
+        self._drain_requested = True
 
     def _begin_drain(self, now: float) -> None:
         self._drain_deadline_s = now + self._drain_timeout_s
@@ -268,7 +212,7 @@ class EventLoop:
 
     # ---- accept / read / write --------------------------------------------------------
 
-    def _accept(self, state: _ListenerState) -> None:
+    def _accept(self, state: ListenerState) -> None:
         for _ in range(self.limits.max_accepts_per_wakeup):
             if state.num_connections >= self.limits.max_connections:
                 self._set_accepting(state, False)
@@ -287,14 +231,14 @@ class EventLoop:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             now = self._clock()
             peer = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else str(addr)
-            conn = _Conn(sock, state, Connection(limits=self.limits, peer=peer), now)
+            conn = ConnState(sock, state, Connection(limits=self.limits, peer=peer), now)
             state.num_connections += 1
             self._conns.add(conn)
             if self._drain_deadline_s is not None and state.spec.closes_on_drain:
                 conn.http.request_close()
             self._update(conn)
 
-    def _set_accepting(self, state: _ListenerState, is_accepting: bool) -> None:
+    def _set_accepting(self, state: ListenerState, is_accepting: bool) -> None:
         if state.is_closed or state.is_accepting == is_accepting:
             return
         state.is_accepting = is_accepting
@@ -303,7 +247,7 @@ class EventLoop:
         else:
             self._selector.unregister(state.sock)
 
-    def _on_readable(self, conn: _Conn) -> None:
+    def _on_readable(self, conn: ConnState) -> None:
         try:
             data = conn.sock.recv(RECV_BYTES)
         except (BlockingIOError, InterruptedError):
@@ -328,7 +272,7 @@ class EventLoop:
             conn.http.receive_data(data)
         self._answer(conn)
 
-    def _on_writable(self, conn: _Conn) -> None:
+    def _on_writable(self, conn: ConnState) -> None:
         self._flush(conn)
         if conn.is_closed:
             return
@@ -339,13 +283,13 @@ class EventLoop:
         else:
             self._update(conn)
 
-    def _send(self, conn: _Conn, data: bytes) -> None:
+    def _send(self, conn: ConnState, data: bytes) -> None:
         if data:
             is_fresh = not conn.outbuf
             conn.outbuf += data
             self._flush(conn, is_fresh)
 
-    def _flush(self, conn: _Conn, is_fresh: bool = False) -> None:
+    def _flush(self, conn: ConnState, is_fresh: bool = False) -> None:
         if not conn.outbuf or conn.is_closed:
             return
         try:
@@ -361,7 +305,7 @@ class EventLoop:
 
     # ---- requests and responses -------------------------------------------------------
 
-    def _answer(self, conn: _Conn) -> None:
+    def _answer(self, conn: ConnState) -> None:
         """Answer buffered requests in order until one needs more bytes or time."""
         for _ in range(self.limits.max_pipelined_requests):
             if conn.is_closed or conn.stream is not None or conn.http.state == CLOSING:
@@ -383,7 +327,7 @@ class EventLoop:
             self._answer_soon(conn)                    # more may be buffered: others first
         self._update(conn)
 
-    def _answer_soon(self, conn: _Conn) -> None:
+    def _answer_soon(self, conn: ConnState) -> None:
         """Answer `conn`'s buffered requests in the next loop iteration (select timeout 0)."""
         if not conn.in_ready and conn.http.buffered_bytes:
             conn.in_ready = True
@@ -396,7 +340,7 @@ class EventLoop:
             if not conn.is_closed:
                 self._answer(conn)
 
-    def _handle(self, conn: _Conn, request: Request) -> None:
+    def _handle(self, conn: ConnState, request: Request) -> None:
         try:
             result = conn.listener.spec.app.handle(request)
         except Exception:
@@ -410,7 +354,7 @@ class EventLoop:
         self._streaming.add(conn)
         self._poll_stream(conn, self._clock())
 
-    def _poll_stream(self, conn: _Conn, now: float) -> None:
+    def _poll_stream(self, conn: ConnState, now: float) -> None:
         stream = conn.stream
         if len(conn.outbuf) > self.limits.max_send_buffer_bytes:
             return self._update(conn)            # backpressure: resumes when writable
@@ -437,7 +381,7 @@ class EventLoop:
             self._answer_soon(conn)                    # a pipelined request may be waiting
         self._update(conn)
 
-    def _stream_failed(self, conn: _Conn, now: float) -> None:
+    def _stream_failed(self, conn: ConnState, now: float) -> None:
         stream, head_sent = conn.stream, conn.is_head_sent
         self._end_stream(conn)
         _cancel(stream)
@@ -448,17 +392,17 @@ class EventLoop:
         self._answer_soon(conn)
         self._update(conn)
 
-    def _end_stream(self, conn: _Conn) -> None:
+    def _end_stream(self, conn: ConnState) -> None:
         conn.stream = None
         self._streaming.discard(conn)
 
-    def _fail(self, conn: _Conn, err: HttpError) -> None:
+    def _fail(self, conn: ConnState, err: HttpError) -> None:
         """Answer a framing error, then stop reading requests and close (RFC 9112 9.6)."""
         log.info("%s from %s: %s", err.kind, conn.http.peer, err.message)
         self._send(conn, conn.http.send_error(err))
         self._linger(conn)
 
-    def _linger(self, conn: _Conn) -> None:
+    def _linger(self, conn: ConnState) -> None:
         if conn.is_closed:
             return
         conn.is_lingering = True
@@ -483,7 +427,7 @@ class EventLoop:
 
     # ---- timers -----------------------------------------------------------------------
 
-    def _update(self, conn: _Conn) -> None:
+    def _update(self, conn: ConnState) -> None:
         """Re-register interest and re-arm the timer after anything happened to `conn`."""
         if conn.is_closed:
             return
@@ -511,48 +455,13 @@ class EventLoop:
             else:
                 self._selector.modify(conn.sock, events, conn)
             conn.events = events
-        self._arm(conn, self._deadline(conn))
-
-    def _deadline(self, conn: _Conn) -> float | None:
-        limits, http = self.limits, conn.http
-        if conn.is_lingering:
-            deadline = conn.phase_started_s + limits.linger_s
-        elif conn.stream is not None:             # a stream over its buffer waits for writable
-            is_blocked = len(conn.outbuf) > limits.max_send_buffer_bytes
-            deadline = None if is_blocked else _stream_deadline(conn)
-        elif http.has_partial_request:
-            timeout_s = limits.body_timeout_s if http.state == BODY else limits.header_timeout_s
-            deadline = conn.phase_started_s + timeout_s
-        elif http.state == IDLE and not conn.outbuf:
-            deadline = conn.phase_started_s + limits.idle_timeout_s
-        else:
-            deadline = None
-        if conn.outbuf:
-            send_deadline = conn.last_send_s + limits.send_timeout_s
-            deadline = send_deadline if deadline is None else min(deadline, send_deadline)
-        return deadline
-
-    def _arm(self, conn: _Conn, deadline: float | None) -> None:
-        conn.deadline_s = deadline
-        if deadline is not None and (conn.timer_at is None or deadline < conn.timer_at):
-            self._timer_seq += 1
-            heapq.heappush(self._timers, (deadline, self._timer_seq, conn))
-            conn.timer_at = deadline
+        self._timers.arm(conn, connection_deadline(conn, self.limits))
 
     def _run_timers(self, now: float) -> None:
-        timers, due = self._timers, []
-        while timers and timers[0][0] <= now:         # collect first: handlers may re-arm
-            due.append(heapq.heappop(timers))
-        for when, _, conn in due:
-            if conn.is_closed or conn.timer_at != when:
-                continue                                # superseded by an earlier entry
-            conn.timer_at = None
-            if conn.deadline_s is not None and conn.deadline_s > now:
-                self._arm(conn, conn.deadline_s)       # moved later: re-arm, nothing due
-                continue
+        for conn in self._timers.due(now):
             self._on_timer(conn, now)
 
-    def _on_timer(self, conn: _Conn, now: float) -> None:
+    def _on_timer(self, conn: ConnState, now: float) -> None:
         limits, http = self.limits, conn.http
         if conn.is_lingering:
             return self._close(conn)
@@ -569,13 +478,13 @@ class EventLoop:
 
     # ---- closing ----------------------------------------------------------------------
 
-    def _shutdown_write(self, conn: _Conn) -> None:
+    def _shutdown_write(self, conn: ConnState) -> None:
         try:
             conn.sock.shutdown(socket.SHUT_WR)
         except OSError:
             pass
 
-    def _close(self, conn: _Conn) -> None:
+    def _close(self, conn: ConnState) -> None:
         if conn.is_closed:
             return
         conn.is_closed = True
@@ -597,7 +506,7 @@ class EventLoop:
             if not state.is_accepting and state.num_connections < self.limits.max_connections:
                 self._set_accepting(state, True)
 
-    def _close_listener(self, state: _ListenerState) -> None:
+    def _close_listener(self, state: ListenerState) -> None:
         if state.is_accepting:
             self._selector.unregister(state.sock)
         state.is_accepting, state.is_closed = False, True
@@ -612,14 +521,6 @@ class EventLoop:
         self._selector.close()
         self._wake_r.close()
         self._wake_w.close()
-
-
-def _stream_deadline(conn: _Conn) -> float | None:
-    try:
-        return conn.stream.next_deadline_s()
-    except Exception:
-        log.exception("stream.next_deadline_s failed")
-        return None
 
 
 def _cancel(stream) -> None:

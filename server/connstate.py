@@ -1,0 +1,130 @@
+"""Socket-free bookkeeping for the selectors loop: what a listener and a connection are,
+when each connection must next be looked at, and the timer heap that fires those moments.
+
+`server/loop.py` makes every socket call; this module only decides *when*. Each connection
+has at most one deadline at a time (`connection_deadline`): lingering after an error, a
+stream's own deadline (pings, queue timeouts), a slow header or body, keep-alive idleness,
+or a client that stopped reading. `TimerHeap` keeps one live entry per connection for its
+earliest deadline; a deadline that moves later (the common case: more bytes arrived) does not
+touch the heap, the entry re-arms itself when it fires. So thousands of idle connections cost
+one heap entry each and no CPU.
+"""
+from __future__ import annotations
+
+import heapq
+import logging
+from dataclasses import dataclass
+from typing import Iterator
+
+from server.http11 import BODY, IDLE, Connection
+from server.limits import HttpLimits
+from server.protocol import App
+
+log = logging.getLogger("tlserve.http")
+
+
+@dataclass(frozen=True)
+class Listener:
+    name: str                 # "api" | "health"
+    address: str              # "host:port"; ":8000" = all interfaces; port 0 = pick one
+    app: App
+    closes_on_drain: bool     # the API listener closes when draining; health stays
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """"host:port" -> (host, port); ":8000" -> ("", 8000) (all interfaces); "[::1]:80" ok."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"listen address {address!r} is not host:port")
+    return host.strip("[]"), int(port)
+
+
+class ListenerState:
+    __slots__ = ("spec", "sock", "num_connections", "is_accepting", "is_closed")
+
+    def __init__(self, spec: Listener, sock: socket.socket):
+        self.spec, self.sock = spec, sock
+        self.num_connections = 0
+        self.is_accepting = True
+        self.is_closed = False
+
+
+class ConnState:
+    """One accepted socket: its HTTP state, unsent bytes, active stream and timer."""
+    __slots__ = ("sock", "fd", "http", "listener", "outbuf", "stream", "events", "deadline_s",
+                 "timer_at", "phase_started_s", "last_send_s", "is_closed", "is_lingering",
+                 "is_write_shut", "is_head_sent", "in_ready")
+
+    def __init__(self, sock, listener: ListenerState, http: Connection, now_s: float):
+        self.sock, self.fd, self.listener, self.http = sock, sock.fileno(), listener, http
+        self.outbuf = bytearray()
+        self.stream = None
+        self.events = 0
+        self.deadline_s: float | None = None
+        self.timer_at: float | None = None
+        self.phase_started_s = now_s       # when the current wait (idle / head / body) began
+        self.last_send_s = now_s
+        self.is_closed = self.is_lingering = self.is_write_shut = False
+        self.is_head_sent = self.in_ready = False
+
+
+def connection_deadline(conn: "ConnState", limits: HttpLimits) -> float | None:
+    """When the loop must next look at `conn` by itself (None: only on I/O or a wake)."""
+    http = conn.http
+    if conn.is_lingering:
+        deadline = conn.phase_started_s + limits.linger_s
+    elif conn.stream is not None:             # a stream over its buffer waits for writable
+        is_blocked = len(conn.outbuf) > limits.max_send_buffer_bytes
+        deadline = None if is_blocked else stream_deadline(conn)
+    elif http.has_partial_request:
+        timeout_s = limits.body_timeout_s if http.state == BODY else limits.header_timeout_s
+        deadline = conn.phase_started_s + timeout_s
+    elif http.state == IDLE and not conn.outbuf:
+        deadline = conn.phase_started_s + limits.idle_timeout_s
+    else:
+        deadline = None
+    if conn.outbuf:
+        send_deadline = conn.last_send_s + limits.send_timeout_s
+        deadline = send_deadline if deadline is None else min(deadline, send_deadline)
+    return deadline
+
+
+class TimerHeap:
+    """(when, seq, conn) entries; a connection's `timer_at` names its one live entry."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, ConnState]] = []
+        self._seq = 0
+
+    def next_due_s(self) -> float | None:
+        return self._heap[0][0] if self._heap else None
+
+    def arm(self, conn: ConnState, deadline: float | None) -> None:
+        """Record `conn`'s deadline; push an entry only if it is earlier than the live one."""
+        conn.deadline_s = deadline
+        if deadline is not None and (conn.timer_at is None or deadline < conn.timer_at):
+            self._seq += 1
+            heapq.heappush(self._heap, (deadline, self._seq, conn))
+            conn.timer_at = deadline
+
+    def due(self, now: float) -> Iterator[ConnState]:
+        """Yield each connection whose deadline has come (lazily: a handler may close a later one)."""
+        heap, entries = self._heap, []
+        while heap and heap[0][0] <= now:              # collect first: handlers may re-arm
+            entries.append(heapq.heappop(heap))
+        for when, _, conn in entries:
+            if conn.is_closed or conn.timer_at != when:
+                continue                               # superseded by an earlier entry
+            conn.timer_at = None
+            if conn.deadline_s is not None and conn.deadline_s > now:
+                self.arm(conn, conn.deadline_s)        # moved later: re-arm, nothing due
+                continue
+            yield conn
+
+
+def stream_deadline(conn: ConnState) -> float | None:
+    try:
+        return conn.stream.next_deadline_s()
+    except Exception:
+        log.exception("stream.next_deadline_s failed")
+        return None
