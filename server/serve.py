@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, replace
 
 from engine.engine import Engine
+from engine.kv_cache import block_bytes
 from engine.loader import load_model
 from server.admission import AdmissionGate
 from server.app import ApiApp, HealthApp, ServedModel, ServerState
@@ -104,12 +105,9 @@ def build(cfg: ServeConfig) -> ServerHandle:
 
 
 def _log_kv(engine, engine_cfg) -> None:
-    kv = getattr(engine, "kv", None)
-    blocks = getattr(engine, "blocks", None)
-    num_blocks = getattr(blocks, "num_blocks", None)
-    nbytes = sum(getattr(a, "nbytes", 0) for a in vars(kv).values()) if kv is not None else 0
-    log.info("KV cache: %s blocks of %d tokens, %.1f MiB", num_blocks, engine_cfg.block_size,
-             nbytes / 2**20)
+    num_blocks = engine.blocks.num_blocks
+    mib = num_blocks * block_bytes(engine.model.config, engine_cfg.block_size) / 2**20
+    log.info("KV cache: %d blocks of %d tokens, %.1f MiB", num_blocks, engine_cfg.block_size, mib)
 
 
 def spawn(cfg: ServeConfig) -> ServerHandle:
