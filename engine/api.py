@@ -70,7 +70,7 @@ class SpeculativeConfig:
 @dataclass(frozen=True, kw_only=True)
 class EngineConfig:
     block_size: int = 16                    # tokens per KV block
-    kv_cache_mib: int = 512                 # memory budget for the K/V pools
+    kv_cache_mib: int = 1024                # memory budget for the K/V pools (smol-135m: 1456 blocks, 23k tokens)
     num_kv_blocks: int | None = None        # overrides kv_cache_mib when set (tests use tiny pools)
     max_num_seqs: int = 64                  # sequences in one step
     max_batched_tokens: int = 2048          # tokens in one step (decode rows + prefill chunks)
