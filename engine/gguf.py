@@ -23,7 +23,6 @@ raises `ModelFormatError` naming the file.
 """
 from __future__ import annotations
 
-import mmap
 import os
 import struct
 from dataclasses import dataclass
@@ -34,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from engine.errors import ModelFormatError
+from engine.filemap import map_readonly
 from engine.quants import (GGML_TYPE_BY_NAME, GGML_TYPES, QUANTIZERS, GGMLType, dequantize,
                            dequantize_input_major)
 
@@ -151,12 +151,7 @@ class GGUFFile:
 
     def __init__(self, path: str | os.PathLike):
         self.path = str(path)
-        try:
-            with open(self.path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
-        except OSError as e:
-            raise ModelFormatError(self.path, f"cannot open: {e.strerror or e}") from None
+        self._map, size = map_readonly(self.path)
         self.file_bytes = size
         self._data = np.frombuffer(self._map, np.uint8) if size else np.zeros(0, np.uint8)
         cur = _Cursor(self._map, self.path)

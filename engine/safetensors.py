@@ -16,13 +16,13 @@ naming the file.
 from __future__ import annotations
 
 import json
-import mmap
 import os
 from pathlib import Path
 
 import numpy as np
 
 from engine.errors import ModelFormatError
+from engine.filemap import map_readonly
 from engine.quants import dequant_bf16
 
 HEADER_LEN_BYTES = 8
@@ -45,12 +45,7 @@ class SafetensorsFile:
 
     def __init__(self, path: str | os.PathLike):
         self.path = str(path)
-        try:
-            with open(self.path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
-        except OSError as e:
-            raise ModelFormatError(self.path, f"cannot open: {e.strerror or e}") from None
+        self._map, size = map_readonly(self.path)
         if size < HEADER_LEN_BYTES:
             raise ModelFormatError(self.path, f"truncated file: {size} bytes, no header length")
         header_len = int.from_bytes(self._map[:HEADER_LEN_BYTES], "little")
