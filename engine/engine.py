@@ -35,6 +35,7 @@ from engine.api import (FINISH_DEADLINE, FINISH_LENGTH, FINISH_STOP, EngineConfi
                         EngineStats, GenRequest, RequestId, TokenOut)
 from engine.block_manager import BlockManager
 from engine.kv_cache import KVCache, block_bytes, num_blocks_for_budget
+from engine.memory import tune_malloc
 from engine.modelspec import Model
 from engine.runner import Chunk, ModelRunner
 from engine.scheduler import Scheduled, Scheduler
@@ -47,6 +48,7 @@ SEED_BITS = 63
 class Engine:
     def __init__(self, model: Model, config: EngineConfig = EngineConfig(), *,
                  clock: Callable[[], float] = time.monotonic, rng: random.Random | None = None):
+        tune_malloc()                        # once per process: big temporaries stay on the heap
         self.model = model
         self.config = config
         self.clock = clock
@@ -126,10 +128,12 @@ class Engine:
         self._steps_total += 1
         chunks = [self._chunk(item) for item in plan.scheduled]
         logits = self.runner.forward(chunks)                                   # [R, V]
+        argmax = sampler.greedy_tokens(logits)                                 # [R], for plain-greedy rows
         row = 0
         for item, chunk in zip(plan.scheduled, chunks):
-            outs.extend(self._postprocess(item, logits[row:row + chunk.num_logits]))
-            row += chunk.num_logits
+            end = row + chunk.num_logits
+            outs.extend(self._postprocess(item, logits[row:end], argmax[row:end]))
+            row = end
         return outs
 
     @staticmethod
@@ -140,7 +144,7 @@ class Engine:
         num_logits = (1 + len(item.drafts)) if item.samples else 0
         return Chunk(tokens, start, tuple(seq.blocks), num_logits, seq.id)
 
-    def _postprocess(self, item: Scheduled, logits: np.ndarray) -> list[TokenOut]:
+    def _postprocess(self, item: Scheduled, logits: np.ndarray, argmax: np.ndarray) -> list[TokenOut]:
         seq = item.seq
         seq.num_computed += item.num_tokens
         self._commit_full_blocks(seq)                    # before sampling may finish it
@@ -148,7 +152,7 @@ class Engine:
             return []
         outs = []
         for j in range(logits.shape[0]):
-            out = self._sample(seq, logits[j])
+            out = self._sample(seq, logits[j], int(argmax[j]))
             outs.append(out)
             if out.finish is not None:
                 break
@@ -162,12 +166,17 @@ class Engine:
             self._commit_full_blocks(seq)                # blocks filled by accepted drafts
         return outs
 
-    def _sample(self, seq: Sequence, logits_row: np.ndarray) -> TokenOut:
+    def _sample(self, seq: Sequence, logits_row: np.ndarray, argmax: int) -> TokenOut:
+        """Sample one token; `argmax` is the row's raw argmax, the answer for plain greedy."""
         params = seq.req.params
-        prompt_set = seq.prompt_set if params.repetition_penalty != 1.0 else frozenset()
-        result = sampler.sample(logits_row, params, seed=seq.seed, sample_index=seq.num_generated,
-                                output_counts=seq.output_counts, prompt_tokens=prompt_set,
-                                suppress_ids=seq.suppress_ids())
+        suppress = seq.suppress_ids()
+        if sampler.is_plain_greedy(params, suppress):
+            result = sampler.greedy_result(argmax)
+        else:
+            prompt_set = seq.prompt_set if params.repetition_penalty != 1.0 else frozenset()
+            result = sampler.sample(logits_row, params, seed=seq.seed, sample_index=seq.num_generated,
+                                    output_counts=seq.output_counts, prompt_tokens=prompt_set,
+                                    suppress_ids=suppress)
         token = result.token
         seq.append(token)
         finish = None

@@ -69,6 +69,13 @@ class KVCache:
         tail = k.shape[3:]
         return k.reshape(b, nb * self.block_size, *tail), v.reshape(b, nb * self.block_size, *tail)
 
+    def gather_blocks(self, layer: int, blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """blocks [S_b] -> (K, V) each [S_b*bs, KV, hd]: one run of positions (copies)."""
+        k = self.k[layer][blocks]                          # [S_b, bs, KV, hd]
+        v = self.v[layer][blocks]
+        tail = k.shape[2:]
+        return k.reshape(-1, *tail), v.reshape(-1, *tail)
+
 
 def slots_for(table, start: int, num_tokens: int, block_size: int) -> np.ndarray:
     """Slot numbers of positions start .. start+num_tokens-1 of a sequence. -> [num_tokens]."""

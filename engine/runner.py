@@ -15,11 +15,14 @@ matmul per layer per step (that is what turns a memory-bound batch-1 decode into
 
 Attention groups chunks of equal length, gathers their blocks as `[B, L, KV, hd]` and
 runs batched matmuls over `[B, KV, G*n, ...]`; a key is visible to a query iff its
-position is <= the query's. The one-token (decode) rows instead read the decode mirror
-(`engine/decode_mirror.py`), dense per-sequence copies kept up to date row by row, so a
-decode step gathers nothing. The dense maths (norms, RoPE, the projections, the MLP, the
-LM head) is `engine/model.py`'s, reused as is, so the runner differs from the dense
-reference only in where K/V live.
+position is <= the query's. Leading blocks that all of a group's members share (a
+system prompt from the prefix cache) are gathered once and met by one gemm per KV head
+over all members' queries, instead of B copies and B small gemms. The one-token
+(decode) rows instead read the decode mirror (`engine/decode_mirror.py`), dense
+per-sequence copies kept up to date row by row, so a decode step gathers nothing.
+The dense maths (norms, RoPE, the projections, the MLP, the LM head) is
+`engine/model.py`'s, reused as is, so the runner differs from the dense reference only
+in where K/V live.
 
 What it is not: scheduling or sampling. Chunks in, logits out.
 """
@@ -54,13 +57,15 @@ class Chunk:
 class _Group:
     """Chunks with the same query count n, attended together."""
     rows: np.ndarray                 # [B*n] row indices into x, ordered (b, i)
-    block_index: np.ndarray          # [B, nb] block ids (padded with block 0)
+    block_index: np.ndarray          # [B, nb] block ids after the shared ones (padded with block 0)
     bias: np.ndarray | None          # [B, 1, G*n or 1, L]: 0 visible, -inf hidden (None: all visible)
     batch: int                       # B
     num_queries: int                 # n
     mirror_rows: np.ndarray | None = None   # [B] decode-mirror rows (None: gather the blocks)
     mirror_span: int = 0             # attention runs over mirror rows 0..mirror_span-1
     mirror_tokens: int = 0           # ... and their positions 0..mirror_tokens-1
+    mirror_in_order: bool = False    # mirror_rows == 0..B-1: attend without scatter or gathers
+    shared_blocks: np.ndarray | None = None  # [S] leading blocks every member has (None: none)
 
 
 class ModelRunner:
@@ -169,22 +174,30 @@ class ModelRunner:
         hidden = np.arange(length)[None, :] >= ends[:, None]                                # [R, L]
         bias = np.where(hidden, F32(-np.inf), F32(0.0)).astype(F32)[:, None, None, :]       # [R, 1, 1, L]
         x_rows = np.asarray([m[0] for m in members], dtype=np.int64)                        # [B]
+        in_order = span == len(members) and bool(np.all(rows == np.arange(span)))
         return _Group(x_rows, np.zeros((0, 0), np.int64), bias if hidden.any() else None,
-                      len(members), 1, mirror_rows=rows, mirror_span=span, mirror_tokens=length)
+                      len(members), 1, mirror_rows=rows, mirror_span=span, mirror_tokens=length,
+                      mirror_in_order=in_order)
 
     def _make_group(self, n: int, members: list[tuple[int, int, tuple[int, ...], int]]) -> _Group:
-        """A gathered group: members' blocks are copied out of the pools each layer."""
+        """A gathered group: members' blocks are copied out of the pools each layer.
+
+        Leading blocks that every member's table holds (a shared system prompt from the
+        prefix cache) and that every query sees are split off as `shared_blocks`: they
+        are gathered once, not once per member. `block_index` and `bias` cover the rest.
+        """
         bs, groups = self.block_size, self.group_size
         batch = len(members)
+        shared = self._num_shared_blocks(members)                                           # S_b
         ends = np.asarray([start + n for _, start, _, _ in members])                         # [B]
-        num_blocks = int(-(-ends.max() // bs))
+        num_blocks = int(-(-ends.max() // bs)) - shared
         block_index = np.zeros((batch, num_blocks), dtype=np.int64)                         # [B, nb]
         for b, (_, start, table, _) in enumerate(members):
             used = -(-(start + n) // bs)
-            block_index[b, :used] = table[:used]
+            block_index[b, :used - shared] = table[shared:used]
         rows = np.concatenate([np.arange(m[0], m[0] + n) for m in members])                 # [B*n]
         q_pos = np.asarray([m[1] for m in members])[:, None] + np.arange(n)                 # [B, n]
-        k_pos = np.arange(num_blocks * bs)                                                  # [L]
+        k_pos = np.arange(shared * bs, (shared + num_blocks) * bs)                          # [L]
         hidden = k_pos[None, None, :] > q_pos[:, :, None]                                   # [B, n, L]
         bias = np.where(hidden, F32(-np.inf), F32(0.0)).astype(F32)                         # [B, n, L]
         if n == 1:
@@ -192,7 +205,20 @@ class ModelRunner:
         else:
             bias = np.broadcast_to(bias[:, None], (batch, groups, n, bias.shape[-1]))
             bias = bias.reshape(batch, 1, groups * n, -1)                                   # [B, 1, G*n, L]
-        return _Group(rows, block_index, np.ascontiguousarray(bias), batch, n)
+        shared_blocks = np.asarray(members[0][2][:shared], dtype=np.int64) if shared else None
+        return _Group(rows, block_index, np.ascontiguousarray(bias), batch, n,
+                      shared_blocks=shared_blocks)
+
+    def _num_shared_blocks(self, members: list[tuple[int, int, tuple[int, ...], int]]) -> int:
+        """Leading blocks identical in every member's table and wholly before every query."""
+        if len(members) < 2:
+            return 0
+        limit = min(start for _, start, _, _ in members) // self.block_size
+        first = members[0][2]
+        count = 0
+        while count < limit and all(m[2][count] == first[count] for m in members):
+            count += 1
+        return count
 
     def _attend(self, q: np.ndarray, layer: int, g: _Group) -> np.ndarray:
         """Paged causal attention for one group: q [B*n, H, hd] (pre-scaled) -> [B*n, H*hd]."""
@@ -204,25 +230,67 @@ class ModelRunner:
         keys, values = self.kv.gather(layer, g.block_index)                                  # [B, L, KV, hd]
         scores = qg @ keys.transpose(0, 2, 3, 1)                                            # [B, KV, G*n, L]
         scores += g.bias
+        num_shared = 0
+        if g.shared_blocks is not None:
+            shared_keys, shared_values = self.kv.gather_blocks(layer, g.shared_blocks)       # [S, KV, hd]
+            num_shared = shared_keys.shape[0]
+            scores = np.concatenate([_shared_scores(qg, shared_keys), scores], axis=-1)     # [B, KV, G*n, S+L]
         scores -= scores.max(axis=-1, keepdims=True)
         np.exp(scores, out=scores)
         scores /= scores.sum(axis=-1, keepdims=True)                                        # softmax over keys
-        ctx = scores @ values.transpose(0, 2, 1, 3)                                         # [B, KV, G*n, hd]
+        ctx = scores[..., num_shared:] @ values.transpose(0, 2, 1, 3)                       # [B, KV, G*n, hd]
+        if num_shared:
+            ctx += _shared_context(scores[..., :num_shared], shared_values)                 # [B, KV, G*n, hd]
         ctx = ctx.reshape(b, kvh, grp, n, hd).transpose(0, 3, 1, 2, 4)                      # [B, n, KV, G, hd]
         return ctx.reshape(b * n, cfg.q_size)                                               # [B*n, H*hd]
 
     def _attend_mirror(self, qg: np.ndarray, layer: int, g: _Group) -> np.ndarray:
-        """Decode rows over the mirror's dense rows (views, no gather): qg [B, KV, G, hd]."""
+        """Decode rows over the mirror's dense rows (views, no gather): qg [B, KV, G, hd].
+
+        In the usual case the members own mirror rows 0..B-1 in order and qg is used as
+        is; otherwise it is scattered into the rows (idle rows attend with zeros and are
+        dropped). Either way each row's numbers are the same: a batched matmul treats
+        every [G, hd] @ [hd, L] product on its own.
+        """
         cfg = self.config
         span, length = g.mirror_span, g.mirror_tokens
-        q_all = np.zeros((span,) + qg.shape[1:], dtype=F32)                                 # [R, KV, G, hd]
-        q_all[g.mirror_rows] = qg
-        keys_t, values = self.mirror.views(layer, span, length)                             # [R, KV, hd|L, L|hd]
-        scores = q_all @ keys_t                                                             # [R, KV, G, L]
+        if g.mirror_in_order:
+            q_all = qg                                                                      # [R=B, KV, G, hd]
+        else:
+            q_all = np.zeros((span,) + qg.shape[1:], dtype=F32)                             # [R, KV, G, hd]
+            q_all[g.mirror_rows] = qg
+        keys, values = self.mirror.views(layer, span, length)                               # [R, KV, L, hd] each
+        scores = q_all @ keys.transpose(0, 1, 3, 2)                                         # [R, KV, G, L]
         if g.bias is not None:                                                              # rows of unequal length
             scores += g.bias
         scores -= scores.max(axis=-1, keepdims=True)
         np.exp(scores, out=scores)
-        ctx = (scores @ values)[g.mirror_rows]                                              # [B, KV, G, hd]
-        ctx /= scores.sum(axis=-1, keepdims=True)[g.mirror_rows]                            # softmax, normalised late
+        ctx = scores @ values                                                               # [R, KV, G, hd]
+        norm = scores.sum(axis=-1, keepdims=True)                                           # [R, KV, G, 1]
+        if not g.mirror_in_order:
+            ctx, norm = ctx[g.mirror_rows], norm[g.mirror_rows]                             # [B, KV, G, hd|1]
+        ctx /= norm                                                                         # softmax, normalised late
         return ctx.reshape(g.batch, cfg.q_size)                                             # [B, H*hd]
+
+
+# --------------------------------------------------------------------------- shared prefix
+
+def _shared_scores(qg: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """Every member's queries against the keys they all share, one gemm per KV head.
+
+    qg [B, KV, Gn, hd], keys [S, KV, hd] -> scores [B, KV, Gn, S]. Stacking the members'
+    queries turns B small [Gn, hd] @ [hd, S] products into one [B*Gn, hd] @ [hd, S].
+    """
+    b, kvh, gn, hd = qg.shape
+    rows = qg.transpose(1, 0, 2, 3).reshape(kvh, b * gn, hd)                           # [KV, B*Gn, hd]
+    keys_hm = np.ascontiguousarray(keys.transpose(1, 0, 2))                            # [KV, S, hd]
+    scores = rows @ keys_hm.transpose(0, 2, 1)                                         # [KV, B*Gn, S]
+    return scores.reshape(kvh, b, gn, -1).transpose(1, 0, 2, 3)                        # [B, KV, Gn, S]
+
+
+def _shared_context(probs: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """probs [B, KV, Gn, S] @ the shared values [S, KV, hd] -> [B, KV, Gn, hd], one gemm per head."""
+    b, kvh, gn, s = probs.shape
+    rows = probs.transpose(1, 0, 2, 3).reshape(kvh, b * gn, s)                         # [KV, B*Gn, S]
+    ctx = rows @ values.transpose(1, 0, 2)                                             # [KV, B*Gn, hd]
+    return ctx.reshape(kvh, b, gn, -1).transpose(1, 0, 2, 3)                           # [B, KV, Gn, hd]

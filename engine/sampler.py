@@ -20,6 +20,12 @@ The pipeline, in order (each stage is a no-op when its parameter is at its defau
    replaying a request replays its tokens, whatever else shared its batch. Filters that
    rank (top_k, top_p) break ties by the lower id.
 
+Batched greedy: most rows of a busy step are plain greedy (temperature 0, no processor
+active, no log-probabilities wanted), and for them the whole pipeline reduces to the
+argmax of the raw logits. `is_plain_greedy` recognises such a row, and the engine takes
+the argmax of all of a step's logit rows at once (`greedy_tokens`) instead of copying and
+one-hot-encoding each 49k-wide row; the token is the same by construction.
+
 Reported numbers follow vLLM's default: `logprob` and `top_logprobs` come from
 log_softmax of the RAW logits (before any processing), and are computed only when the
 request asked for them (`logprob` is 0.0 otherwise).
@@ -189,6 +195,26 @@ def draw(probs: np.ndarray, *, seed: int, sample_index: int) -> int:
     if pos >= probs.shape[0] or probs[pos] == 0.0:                      # rounding at the very top
         pos = int(np.flatnonzero(probs)[-1])
     return pos
+
+
+# --------------------------------------------------------------------------- batched greedy
+
+def is_plain_greedy(params: SamplingParams, suppress_ids: tuple[int, ...] = ()) -> bool:
+    """True when `sample` is exactly argmax(raw logits) with logprob 0.0 and no top list."""
+    return (params.temperature == 0.0 and not params.logit_bias and not suppress_ids
+            and params.repetition_penalty == 1.0 and params.presence_penalty == 0.0
+            and params.frequency_penalty == 0.0 and not params.logprobs
+            and params.top_logprobs <= 0)
+
+
+def greedy_tokens(logits: np.ndarray) -> np.ndarray:
+    """Argmax of each row at once: logits [R, V] -> token ids [R] (ties: lowest id)."""
+    return np.argmax(logits, axis=-1)                                   # [R]
+
+
+def greedy_result(token: int) -> SampleResult:
+    """What `sample` returns for a plain-greedy row whose argmax is `token`."""
+    return SampleResult(int(token), 0.0, ())
 
 
 # --------------------------------------------------------------------------- reporting

@@ -1,0 +1,128 @@
+"""The throughput fast paths: allocator tuning, batched greedy, shared-prefix attention,
+in-order decode-mirror rows. Each must give exactly what the general path gives."""
+import sys
+
+import numpy as np
+import pytest
+
+from engine import memory, sampler
+from engine import engine as engine_mod
+from engine.api import EngineConfig, GenRequest, SamplingParams
+from engine.kv_cache import KVCache
+from engine.runner import Chunk, ModelRunner
+from tests.engine.engine_models import dense_greedy, random_model, run_to_completion, tokens_of
+
+BS = 4
+GREEDY = SamplingParams(temperature=0.0)
+
+
+# --------------------------------------------------------------------------- memory.tune_malloc
+
+def test_tune_malloc_succeeds_exactly_on_glibc(monkeypatch):
+    monkeypatch.setattr(memory, "_result", None)
+    assert memory.tune_malloc() is memory.is_glibc()
+
+
+def test_tune_malloc_applies_once_per_process(monkeypatch):
+    calls = []
+    monkeypatch.setattr(memory, "_result", None)
+    monkeypatch.setattr(memory, "_apply", lambda: calls.append(1) or True)
+    assert memory.tune_malloc() and memory.tune_malloc()
+    assert calls == [1]
+
+
+def test_tune_malloc_leaves_other_platforms_alone(monkeypatch):
+    def refuse(*args):
+        raise AssertionError("libc must not be loaded off glibc")
+    monkeypatch.setattr(memory, "_result", None)
+    monkeypatch.setattr(sys, "platform", "darwin")
+    monkeypatch.setattr(memory.ctypes, "CDLL", refuse)
+    assert memory.tune_malloc() is False
+
+
+def test_engine_construction_tunes_malloc(monkeypatch):
+    calls = []
+    monkeypatch.setattr(engine_mod, "tune_malloc", lambda: calls.append(1))
+    engine_mod.Engine(random_model(), EngineConfig(num_kv_blocks=8, block_size=BS))
+    assert calls == [1]
+
+
+# --------------------------------------------------------------------------- batched greedy
+
+@pytest.mark.parametrize("params,suppress", [
+    (SamplingParams(temperature=0.5), ()),
+    (SamplingParams(temperature=0.0, logit_bias=((3, 1.0),)), ()),
+    (SamplingParams(temperature=0.0, repetition_penalty=1.2), ()),
+    (SamplingParams(temperature=0.0, presence_penalty=0.5), ()),
+    (SamplingParams(temperature=0.0, frequency_penalty=0.5), ()),
+    (SamplingParams(temperature=0.0, logprobs=True), ()),
+    (SamplingParams(temperature=0.0, top_logprobs=2), ()),
+    (SamplingParams(temperature=0.0), (7,)),
+])
+def test_any_processor_or_report_leaves_the_greedy_fast_path(params, suppress):
+    assert not sampler.is_plain_greedy(params, suppress)
+
+
+def test_batched_argmax_equals_the_full_sampler_including_ties():
+    rng = np.random.default_rng(1)
+    logits = rng.standard_normal((6, 50)).astype(np.float32)              # [R, V]
+    logits[2, [4, 9, 30]] = logits[2].max() + 1.0                         # a three-way tie
+    logits[5, :] = 0.0                                                    # all equal
+    assert sampler.is_plain_greedy(GREEDY)
+    fast = sampler.greedy_tokens(logits)
+    for row, token in zip(logits, fast):
+        full = sampler.sample(row, GREEDY, seed=0, sample_index=0, output_counts={})
+        assert sampler.greedy_result(token) == full
+
+
+def test_engine_mixes_greedy_rows_with_processed_ones():
+    model = random_model(seed=8)
+    prompt = (5, 9, 11, 2)
+    engine = engine_mod.Engine(model, EngineConfig(num_kv_blocks=32, block_size=BS))
+    plain = engine.add_request(GenRequest(prompt=prompt, params=GREEDY, max_tokens=6))
+    banned = dense_greedy(model, prompt, 1)[0]
+    biased = engine.add_request(GenRequest(prompt=prompt, max_tokens=6, params=SamplingParams(
+        temperature=0.0, logit_bias=((banned, -100.0),), logprobs=True)))
+    outs = run_to_completion(engine)
+    assert tokens_of(outs[plain]) == dense_greedy(model, prompt, 6)
+    assert tokens_of(outs[biased])[0] != banned and outs[biased][0].logprob < 0.0
+
+
+# --------------------------------------------------------------------------- runner fast paths
+
+def test_shared_prefix_blocks_are_attended_once_and_match_dense():
+    model = random_model(seed=11)
+    rng = np.random.default_rng(5)
+    prefix = list(map(int, rng.integers(0, 64, 2 * BS)))                  # two full blocks
+    seqs = [prefix + list(map(int, rng.integers(0, 64, 3))) for _ in range(3)]
+    tables = [(0, 1, 2), (0, 1, 3), (0, 1, 4)]                            # blocks 0, 1 shared
+    run = ModelRunner(model.config, model.weights, KVCache(model.config, 8, BS), 64)
+    run.forward([Chunk(tuple(prefix), 0, (0, 1), 0)])
+    chunks = [Chunk(tuple(s[2 * BS:]), 2 * BS, t, 3) for s, t in zip(seqs, tables)]
+    (group,) = run._plan_groups(chunks)
+    assert list(group.shared_blocks) == [0, 1] and group.block_index.tolist() == [[2], [3], [4]]
+    got = run.forward(chunks)                                             # [9, V]
+    want = np.concatenate([model.forward(s)[2 * BS:] for s in seqs])
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_blocks_a_query_cannot_wholly_see_are_not_shared():
+    model = random_model(seed=12)
+    run = ModelRunner(model.config, model.weights, KVCache(model.config, 8, BS), 64)
+    members = [(0, 2 * BS, (0, 1, 2), 0), (3, BS + 1, (0, 1, 3), 1)]      # second starts inside block 1
+    assert run._num_shared_blocks(members) == 1
+    assert run._num_shared_blocks(members[:1]) == 0                      # alone: nothing to share
+
+
+def test_decode_rows_in_mirror_order_skip_the_scatter_and_match_dense():
+    model = random_model(seed=13)
+    rng = np.random.default_rng(6)
+    toks = [list(map(int, rng.integers(0, 64, 9))) for _ in range(2)]
+    tables = [(0, 1, 2), (3, 4, 5)]
+    run = ModelRunner(model.config, model.weights, KVCache(model.config, 8, BS), 64, mirror_bytes=1 << 22)
+    run.forward([Chunk(tuple(t[:7]), 0, tb, 0, i) for i, (t, tb) in enumerate(zip(toks, tables))])
+    chunks = [Chunk((t[7],), 7, tb, 1, i) for i, (t, tb) in enumerate(zip(toks, tables))]
+    (group,) = run._plan_groups(chunks)
+    assert group.mirror_in_order
+    got = run.forward(chunks)
+    np.testing.assert_allclose(got, np.stack([model.forward(t)[7] for t in toks]), rtol=1e-4, atol=1e-4)
