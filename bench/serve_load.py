@@ -148,7 +148,7 @@ def main(argv=None) -> int:
     if args.quick:
         args.max_tokens, args.concurrency, args.models_seconds = 32, "1,16", 1.5
     levels = [int(x) for x in args.concurrency.split(",")]
-    engine_cfg = EngineConfig(kv_cache_mib=256)
+    engine_cfg = EngineConfig()          # the served default: 64 streams fit without preemption
     rows = []
     handle = spawn(ServeConfig.for_model(args.model_dir, engine=engine_cfg))
     try:
