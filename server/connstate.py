@@ -14,11 +14,14 @@ from __future__ import annotations
 import heapq
 import logging
 from dataclasses import dataclass
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from server.http11 import BODY, IDLE, Connection
 from server.limits import HttpLimits
 from server.protocol import App
+
+if TYPE_CHECKING:                       # for annotations only: the loop owns every socket call
+    import socket
 
 log = logging.getLogger("tlserve.http")
 

@@ -1,17 +1,17 @@
 """Smoke test: serve the real smol-135m and check one greedy answer against Hugging Face."""
 from __future__ import annotations
 
-import json
 
 import pytest
 
 from engine.api import EngineConfig
-from tests.e2e.helpers import SHARED, post, running_server
+from tests.e2e.helpers import post, running_server
+from tests.oracle import read_jsonl
 
 
 @pytest.mark.real_model
 def test_real_model_greedy_answer_matches_hf(real_model_dir):
-    case = json.loads((SHARED / "oracle" / "hf_greedy.jsonl").read_text().splitlines()[0])
+    case = read_jsonl("hf_greedy.jsonl")[0]
     with running_server(real_model_dir, engine=EngineConfig(kv_cache_mib=32)) as server:
         r = post(server, "/v1/chat/completions",
                  {"model": "smol-135m", "messages": case["messages"], "temperature": 0,

@@ -64,6 +64,7 @@ def test_accepted_drafts_give_several_tokens_per_step_and_stop_in_the_middle():
     second = engine.step()                                        # drafts e f g h: e f g accepted
     assert tokens_of(first) == [100]
     assert tokens_of(second) == [101, 102, 103, 104] and second[-1].finish == "stop"
+    assert {o.id for o in first + second} == {rid}
     stats = engine.stats()
     assert stats.spec_draft_tokens == 4 and stats.spec_accepted_tokens == 3
     assert stats.kv_blocks_used == 0 and not engine.has_work()

@@ -7,26 +7,19 @@ L2-normalised final hidden states.
 """
 from __future__ import annotations
 
-import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from engine import model as dense
+from tests.oracle import ORACLE_DIR, read_jsonl
 
-ORACLE_DIR = Path(__file__).resolve().parents[2] / ".." / "shared" / "oracle"
 LOGITS_TOLERANCE = 1e-3
 EMBEDDING_MIN_COSINE = 0.9999
 GREEDY_MAX_NEW_TOKENS = 48
 HF_EOS_ID = 2
 
 pytestmark = pytest.mark.real_model
-
-
-def read_jsonl(name: str) -> list[dict]:
-    with open(ORACLE_DIR / name, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
 
 
 GREEDY_CASES = read_jsonl("hf_greedy.jsonl")

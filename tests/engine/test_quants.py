@@ -2,16 +2,15 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from engine.quants import (GGML_TYPE_BY_NAME, GGML_TYPES, dequantize, dequantize_input_major,
                            quantize_q4_1, quantize_q8_0)
+from tests.oracle import ORACLE_DIR
 
-ORACLE = Path(__file__).resolve().parents[2] / ".." / "shared" / "oracle" / "dequant_cases.json"
-CASES = json.loads(ORACLE.read_text())["cases"]
+CASES = json.loads((ORACLE_DIR / "dequant_cases.json").read_text())["cases"]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["type"] for c in CASES])

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import random
-from pathlib import Path
 
 import pytest
 
@@ -11,9 +10,9 @@ from engine.tokenizer import BPETokenizer, TokenizerLoadError, UnknownTokenIdErr
 from engine.tokenizer import merges as merges_module
 from engine.tokenizer.bytes_unicode import BYTE_TO_CHAR
 from engine.tokenizer.merges import merge_heap, merge_rescan
+from tests.oracle import HF_DIR
 
-HF_TOKENIZER_JSON = (Path(__file__).resolve().parents[2] / ".." / "shared" / "oracle"
-                     / "smol-135m-hf" / "tokenizer.json")
+HF_TOKENIZER_JSON = HF_DIR / "tokenizer.json"
 
 
 def _tiny_json(*, merges, extra_vocab=(), added=(), ignore_merges=False, pre=None) -> dict:

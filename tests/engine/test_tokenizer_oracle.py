@@ -4,34 +4,26 @@ from __future__ import annotations
 
 import codecs
 import json
-from pathlib import Path
 
 import pytest
 
 from engine.tokenizer import BPETokenizer, UnknownTokenIdError
+from tests.oracle import HF_DIR, read_jsonl
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-ORACLE_DIR = REPO_ROOT / ".." / "shared" / "oracle"
-HF_DIR = ORACLE_DIR / "smol-135m-hf"
-GGUF_PATH = REPO_ROOT / "artifacts" / "models" / "smol-135m" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SOURCES = ("tokenizer_json", pytest.param("gguf", marks=pytest.mark.real_model))
 # Characters a byte-level token boundary may split (the decode cases flagged splits_utf8_char).
 REPLACEMENT_CHAR = "\ufffd"
 
 
-def _jsonl(name: str) -> list[dict]:
-    with open(ORACLE_DIR / name, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-TOKENIZE_CASES = _jsonl("tokenize_cases.jsonl")
-DECODE_CASES = _jsonl("decode_cases.jsonl")
+TOKENIZE_CASES = read_jsonl("tokenize_cases.jsonl")
+DECODE_CASES = read_jsonl("decode_cases.jsonl")
 
 
 @pytest.fixture(scope="module")
 def gguf_metadata(real_model_dir) -> dict:
     from engine.gguf import GGUFFile
-    return GGUFFile(real_model_dir / GGUF_PATH.name).metadata
+    return GGUFFile(real_model_dir / GGUF_NAME).metadata
 
 
 @pytest.fixture(scope="module", params=SOURCES)

@@ -1,9 +1,7 @@
 """Pre-tokenizers: the pieces each GGUF `pre` type and tokenizer.json pipeline cut text into."""
 from __future__ import annotations
 
-import json
 import random
-from pathlib import Path
 
 import pytest
 
@@ -11,6 +9,7 @@ from engine.tokenizer import TokenizerLoadError
 from engine.tokenizer.pretokenize import (
     LLAMA3_PATTERN, PRE_TYPE_STAGES, PreTokenizer, pre_tokenizer_for_gguf,
     pre_tokenizer_from_json)
+from tests.oracle import read_jsonl
 
 # Expected pieces worked out by hand from each regex (see pretokenize.py's comments).
 HAND_CASES = {
@@ -115,6 +114,4 @@ def test_fused_smollm_regex_cuts_exactly_like_the_two_stages():
 
 
 def _oracle_cases() -> list[dict]:
-    path = Path(__file__).resolve().parents[2] / ".." / "shared" / "oracle" / "tokenize_cases.jsonl"
-    lines = path.read_text(encoding="utf-8").split("\n")  # not splitlines: texts hold U+2028
-    return [json.loads(line) for line in lines if line.strip()]
+    return read_jsonl("tokenize_cases.jsonl")

@@ -6,6 +6,7 @@ import itertools
 import pytest
 
 from sse import TextStream
+from tests.oracle import read_jsonl
 
 
 def feed(stream: TextStream, pieces) -> list[str]:
@@ -102,18 +103,11 @@ def test_invalid_bytes_become_replacement_characters():
     assert "".join(out) == data.decode("utf-8", errors="replace")
 
 
-def test_decode_oracle_cases_byte_by_byte(shared_dir_path):
-    import json
-    path = shared_dir_path / "oracle" / "decode_cases.jsonl"
-    cases = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+def test_decode_oracle_cases_byte_by_byte():
+    cases = read_jsonl("decode_cases.jsonl")
     assert cases
     for case in cases:
         token_bytes = [bytes.fromhex(h) for h in case["token_bytes_hex"]]
         out = feed(TextStream(), token_bytes)
         assert "".join(out) == case["text"]
 
-
-@pytest.fixture
-def shared_dir_path():
-    from pathlib import Path
-    return Path(__file__).resolve().parents[2] / ".." / "shared"

@@ -5,6 +5,7 @@ from datetime import datetime
 import pytest
 
 from template import DEFAULT_TEMPLATE, Template, TemplateRaised
+from tests.oracle import HF_DIR
 
 SMOLLM2 = (
     "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
@@ -113,8 +114,6 @@ def test_chat_template_for_falls_back_to_default():
 
 def test_served_model_template_renders_hand_example():
     """The served model's template (from the oracle's HF export) parses and renders the hand example."""
-    from pathlib import Path
-    path = Path(__file__).resolve().parents[2] / ".." / "shared" / "oracle" / "smol-135m-hf" / "chat_template.jinja"
-    source = path.read_text(encoding="utf-8")
+    source = (HF_DIR / "chat_template.jinja").read_text(encoding="utf-8")
     prompt = Template.parse(source).render_chat([{"role": "user", "content": "Hi"}])
     assert prompt == SMOL_SYSTEM + "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"

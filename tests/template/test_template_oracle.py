@@ -1,16 +1,14 @@
 """Every case of the Hugging Face oracle renders byte for byte (or raises its message)."""
 
-import json
 from datetime import datetime
 from functools import lru_cache
-from pathlib import Path
 
 import pytest
 
 from template import Template, TemplateRaised, TemplateRuntimeError
+from tests.oracle import read_jsonl
 
-ORACLE = Path(__file__).resolve().parents[2] / ".." / "shared" / "oracle" / "template_cases.jsonl"
-CASES = [json.loads(line) for line in ORACLE.read_text(encoding="utf-8").splitlines() if line.strip()]
+CASES = read_jsonl("template_cases.jsonl")
 # The oracle's error types: the template's own raise_exception, or a Python error in rendering.
 ERROR_CLASSES = {"jinja2.exceptions.TemplateError": TemplateRaised, "builtins.TypeError": TemplateRuntimeError}
 
