@@ -1,6 +1,7 @@
 """GGUF reader and writer: metadata of every type, tensor layout, and broken files."""
 from __future__ import annotations
 
+from functools import partial
 import struct
 
 import numpy as np
@@ -9,6 +10,7 @@ import pytest
 from engine.errors import ModelFormatError
 from engine.gguf import GGUFFile, Typed, ValueType, write_gguf
 from engine.quants import GGML_TYPE_BY_NAME, dequantize, quantize_q4_1, quantize_q8_0
+from tests.engine.format_errors import expect_format_error
 
 EVERY_TYPE = {
     "u8": Typed(ValueType.UINT8, 200), "i8": Typed(ValueType.INT8, -100),
@@ -104,14 +106,7 @@ def _corrupt(tmp_path, data: bytes):
     return bad
 
 
-def _expect_error(path, *fragments):
-    with pytest.raises(ModelFormatError) as info:
-        GGUFFile(path)
-    message = str(info.value)
-    assert str(path) in message
-    for fragment in fragments:
-        assert fragment in message, message
-    return message
+_expect_error = partial(expect_format_error, GGUFFile)
 
 
 def test_bad_magic(tmp_path):

@@ -1,6 +1,7 @@
 """safetensors reader and writer: dtypes, shards, and broken files."""
 from __future__ import annotations
 
+from functools import partial
 import json
 import struct
 
@@ -9,6 +10,7 @@ import pytest
 
 from engine.errors import ModelFormatError
 from engine.safetensors import SafetensorsFile, read_safetensors_dir, write_safetensors
+from tests.engine.format_errors import expect_format_error
 
 
 def _raw_file(path, header: dict, data: bytes) -> str:
@@ -67,13 +69,7 @@ def test_directory_without_safetensors(tmp_path):
         read_safetensors_dir(tmp_path)
 
 
-def _expect_error(path, *fragments):
-    with pytest.raises(ModelFormatError) as info:
-        SafetensorsFile(path)
-    message = str(info.value)
-    assert str(path) in message
-    for fragment in fragments:
-        assert fragment in message, message
+_expect_error = partial(expect_format_error, SafetensorsFile)
 
 
 def test_short_and_empty_files(tmp_path):
