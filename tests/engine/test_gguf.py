@@ -1,8 +1,8 @@
 """GGUF reader and writer: metadata of every type, tensor layout, and broken files."""
 from __future__ import annotations
 
-from functools import partial
 import struct
+from functools import partial
 
 import numpy as np
 import pytest

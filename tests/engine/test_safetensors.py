@@ -1,9 +1,9 @@
 """safetensors reader and writer: dtypes, shards, and broken files."""
 from __future__ import annotations
 
-from functools import partial
 import json
 import struct
+from functools import partial
 
 import numpy as np
 import pytest
