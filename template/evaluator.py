@@ -206,13 +206,10 @@ def _for(node: n.For):
         scopes.append({})
         try:
             if condition is not None:
-                items = _filter_items(state, items, assign, condition)
+                items = _filter_items(state, items, assign, condition, node.lineno)
             loop = LoopContext(items, 0)
-            limit = state.limits.max_loop_iterations
             for index0, item in enumerate(items):
-                state.num_iterations += 1
-                if state.num_iterations > limit:
-                    raise TemplateLimitError(f"loop iterations exceed max_loop_iterations ({limit})", node.lineno)
+                _count_iteration(state, node.lineno)
                 loop.index0 = index0
                 scopes[-1] = {"loop": loop}
                 assign(state, item)
@@ -229,9 +226,18 @@ def _for(node: n.For):
     return run
 
 
-def _filter_items(state, items: list, assign, condition) -> list:
+def _count_iteration(state, lineno: int) -> None:
+    """Every loop step of one render counts, filtered-out ones too (`for x in xs if c`)."""
+    state.num_iterations += 1
+    limit = state.limits.max_loop_iterations
+    if state.num_iterations > limit:
+        raise TemplateLimitError(f"loop iterations exceed max_loop_iterations ({limit})", lineno)
+
+
+def _filter_items(state, items: list, assign, condition, lineno: int) -> list:
     kept = []
     for item in items:
+        _count_iteration(state, lineno)
         state.scopes[-1] = {}
         assign(state, item)
         if condition(state):

@@ -66,6 +66,14 @@ def test_loop_iteration_limit():
     assert "max_loop_iterations" in info.value.message
 
 
+def test_loop_iteration_limit_counts_items_a_loop_filter_drops():
+    template = Template.parse("{% for i in range(50) %}{% for j in range(50) if false %}{% endfor %}"
+                              "{% endfor %}ok", limits=Limits(max_loop_iterations=1000))
+    with pytest.raises(TemplateLimitError) as info:
+        template.render({})
+    assert "max_loop_iterations" in info.value.message
+
+
 def test_macro_recursion_limit():
     template = Template.parse("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}")
     with pytest.raises(TemplateLimitError) as info:
