@@ -37,7 +37,7 @@ from engine.modelspec import Model, ModelConfig
 from engine.safetensors import read_safetensors_dir
 from engine.weights import (GGUF_NAMES, HF_NAMES, TensorSource, as_ids, build_weights,
                             config_from_gguf, config_from_hf)
-from template import DEFAULT_TEMPLATE, Template, TemplateSyntaxError
+from template import Template, TemplateSyntaxError, chat_template_for
 
 VERSION_DIR = re.compile(r"v\d+(\.\d+)*")
 TEMPLATE_FILE = "chat_template.jinja"
@@ -128,7 +128,7 @@ def _finish(directory: Path, config: ModelConfig, weights, tokenizer, template: 
 def _parse_template(source: Path, text: str | None) -> Template:
     """Parse the chat template now, so a syntax error surfaces when the model loads."""
     try:
-        return Template.parse(DEFAULT_TEMPLATE if text is None else text)
+        return chat_template_for(text)          # none, or an empty one: the plain default
     except TemplateSyntaxError as err:
         raise ModelFormatError(source, f"chat template does not parse: {err}") from None
 

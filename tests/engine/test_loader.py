@@ -212,6 +212,12 @@ def test_template_is_parsed_at_load_and_defaults_when_absent(tiny_copy):
     assert load_model(tiny_copy).template.render_chat([{"role": "user", "content": "hi"}]) == "HI"
 
 
+def test_empty_template_file_means_the_plain_default(tiny_copy):
+    (tiny_copy / "chat_template.jinja").write_text("  \n")
+    prompt = load_model(tiny_copy).template.render_chat([{"role": "user", "content": "Hi"}])
+    assert prompt == "<|user|>\nHi\n<|assistant|>\n"
+
+
 def test_broken_template_fails_at_load_naming_the_file(tiny_copy):
     (tiny_copy / "chat_template.jinja").write_text("{% for m in messages %}{{ m.content }}")
     with pytest.raises(ModelFormatError, match="chat template does not parse.*for"):
