@@ -1,8 +1,9 @@
 """Shared fixtures: the test models (written once per session) and the paths they live at.
 
-* `shared_dir`: ../shared (the oracle, the spec), found from this file, not hard-coded.
 * `real_model_dir`: artifacts/models/smol-135m after `engine.fetch.ensure_model()` (instant
   when the model is already there; a download otherwise, as `fetch-model` would do).
+* `real_model`: that model loaded once per session (float32 weights: ~0.6 s and 540 MB).
+* The oracle's paths and reader live in tests/oracle.py.
 * `succ_model_dir`, `tiny_llama_dir` (HF safetensors layout), `tiny_llama_gguf` (a .gguf
   path): written by tests/models.py under a session temporary directory.
 """
@@ -14,18 +15,17 @@ import pytest
 
 from tests import models
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="session")
-def shared_dir() -> Path:
-    return (REPO_ROOT / ".." / "shared").resolve()
-
 
 @pytest.fixture(scope="session")
 def real_model_dir() -> Path:
     from engine.fetch import ensure_model
     return ensure_model()
+
+
+@pytest.fixture(scope="session")
+def real_model(real_model_dir):
+    from engine.loader import load_model
+    return load_model(real_model_dir)
 
 
 @pytest.fixture(scope="session")

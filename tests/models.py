@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.gguf import Typed, ValueType, write_gguf
+from engine.tokenizer.bytes_unicode import BYTE_TO_CHAR
 from engine.safetensors import write_safetensors
 from engine.weights import permute_rows
 
@@ -97,9 +98,7 @@ def write_succ_model(directory: Path) -> Path:
 
 def byte_chars() -> list[str]:
     """GPT-2's printable stand-in character for each byte 0..255."""
-    keep = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
-    extra = iter(range(0x100, 0x200))
-    return [chr(b) if b in keep else chr(next(extra)) for b in range(256)]
+    return list(BYTE_TO_CHAR)
 
 
 def tiny_vocab() -> list[str]:

@@ -5,14 +5,12 @@ import json
 import socket
 import time
 from contextlib import contextmanager
-from pathlib import Path
 
 import requests
 
 from server.config import ServeConfig
 from server.serve import spawn
 
-SHARED = Path(__file__).resolve().parents[2] / ".." / "shared"
 TIMEOUT_S = 30
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from functools import partial
 
 import numpy as np
 import pytest
@@ -14,6 +15,8 @@ from engine.quants import GGML_TYPE_BY_NAME, QUANTIZERS, dequantize
 from engine.safetensors import SafetensorsFile, write_safetensors
 from engine.weights import permute_rows, unpermute_rows
 from tests import models
+from tests.engine.format_errors import expect_format_error
+from tests.oracle import HF_DIR, ORACLE_DIR, read_jsonl
 
 
 # --- succ ------------------------------------------------------------------------------
@@ -261,11 +264,7 @@ def test_version_folder_is_skipped_in_the_name(tiny_llama_dir, tmp_path):
 
 # --- broken inputs ---------------------------------------------------------------------
 
-def _expect(path, *fragments):
-    with pytest.raises(ModelFormatError) as info:
-        load_model(path)
-    for fragment in fragments:
-        assert fragment in str(info.value), str(info.value)
+_expect = partial(expect_format_error, load_model)
 
 
 def test_not_a_model(tmp_path):
@@ -324,10 +323,9 @@ def test_bad_tokenizer_json(tiny_copy):
 # --- the real model --------------------------------------------------------------------
 
 @pytest.mark.real_model
-def test_real_model_loads_and_matches_reference_logits(real_model_dir, shared_dir):
-    m = load_model(real_model_dir)
-    oracle = shared_dir / "oracle"
-    hf = json.loads((oracle / "smol-135m-hf" / "config.json").read_text())
+def test_real_model_loads_and_matches_reference_logits(real_model):
+    m = real_model
+    hf = json.loads((HF_DIR / "config.json").read_text())
     c = m.config
     assert m.name == "smol-135m"
     assert (c.num_layers, c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim,
@@ -336,7 +334,7 @@ def test_real_model_loads_and_matches_reference_logits(real_model_dir, shared_di
             hf["num_key_value_heads"], hf["head_dim"], hf["intermediate_size"],
             hf["vocab_size"], hf["rope_theta"], hf["bos_token_id"])
     assert c.eos_token_ids == (2,) and c.tie_word_embeddings
-    assert m.chat_template == (oracle / "smol-135m-hf" / "chat_template.jinja").read_text()
-    case = json.loads((oracle / "hf_greedy.jsonl").read_text().splitlines()[0])
+    assert m.chat_template == (HF_DIR / "chat_template.jinja").read_text()
+    case = read_jsonl("hf_greedy.jsonl")[0]
     logits = m.forward(case["prompt_ids"])[-1]
-    assert np.abs(logits - np.load(oracle / "logits_0.npy")).max() < 1e-3
+    assert np.abs(logits - np.load(ORACLE_DIR / "logits_0.npy")).max() < 1e-3

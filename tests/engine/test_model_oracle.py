@@ -27,9 +27,8 @@ EMBEDDING_CASES = read_jsonl("embeddings.jsonl")
 
 
 @pytest.fixture(scope="module")
-def smol(real_model_dir):
-    from engine.loader import load_model
-    return load_model(real_model_dir)
+def smol(real_model):
+    return real_model
 
 
 @pytest.mark.parametrize("index", [0, 1])
