@@ -134,13 +134,19 @@ def compile_stmt(node: n.Node):
     def run(state, out):
         try:
             fn(state, out)
-        except _PYTHON_ERRORS as exc:
-            raise TemplateRuntimeError(str(exc), lineno) from None
-        except TemplateRuntimeError as exc:
-            if exc.lineno is None:
-                exc.lineno = lineno
-            raise
+        except _PYTHON_ERRORS + (TemplateRuntimeError,) as exc:
+            raise _at_line(exc, lineno) from None
     return run
+
+
+def _at_line(exc: Exception, lineno: int) -> TemplateRuntimeError:
+    """A render failure as a TemplateRuntimeError that names the line it happened on
+    (the innermost line wins: an error that already has one keeps it)."""
+    if isinstance(exc, TemplateRuntimeError):
+        if exc.lineno is None:
+            exc.lineno = lineno
+        return exc
+    return TemplateRuntimeError(str(exc), lineno)
 
 
 def _output(node: n.Output):
@@ -155,12 +161,8 @@ def _output(node: n.Output):
                 text = part if type(part) is str else to_str(part(state))
                 out.append(text)
                 num_chars += len(text)
-        except _PYTHON_ERRORS as exc:
-            raise TemplateRuntimeError(str(exc), linenos[index]) from None
-        except TemplateRuntimeError as exc:
-            if exc.lineno is None:
-                exc.lineno = linenos[index]
-            raise
+        except _PYTHON_ERRORS + (TemplateRuntimeError,) as exc:
+            raise _at_line(exc, linenos[index]) from None
         state.count_output(num_chars)
     return run
 
