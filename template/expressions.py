@@ -127,10 +127,20 @@ def _slice(node: n.Slice):
     return lambda state: slice(*(None if p is None else p(state) for p in parts))
 
 
+def _compile_args(node) -> tuple[tuple, tuple]:
+    """A call's, filter's or test's arguments -> (positional fns, (name, fn) pairs)."""
+    return (tuple(compile_expr(a) for a in node.args),
+            tuple((k, compile_expr(v)) for k, v in node.kwargs))
+
+
+def _apply(func, value, args: tuple, kwargs: tuple, state):
+    """func(value, *args, **kwargs) with the argument expressions evaluated now."""
+    return func(value, *[a(state) for a in args], **{k: v(state) for k, v in kwargs})
+
+
 def _call(node: n.Call):
     func_fn = compile_expr(node.func)
-    args = tuple(compile_expr(a) for a in node.args)
-    kwargs = tuple((k, compile_expr(v)) for k, v in node.kwargs)
+    args, kwargs = _compile_args(node)
     star_args = compile_expr(node.star_args) if node.star_args else None
     star_kwargs = compile_expr(node.star_kwargs) if node.star_kwargs else None
 
@@ -149,21 +159,19 @@ def _call(node: n.Call):
 def _filter(node: n.Filter):
     func = FILTERS[node.name]
     value_fn = compile_expr(node.value)
-    args = tuple(compile_expr(a) for a in node.args)
-    kwargs = tuple((k, compile_expr(v)) for k, v in node.kwargs)
+    args, kwargs = _compile_args(node)
     if not args and not kwargs:
-        return lambda state: func(value_fn(state))
-    return lambda state: func(value_fn(state), *[a(state) for a in args], **{k: v(state) for k, v in kwargs})
+        return lambda state: func(value_fn(state))                 # the common case, no lists
+    return lambda state: _apply(func, value_fn(state), args, kwargs, state)
 
 
 def compile_filter_chain(filters: tuple):
     """`{% filter f1 | f2 %}` / `{% set x | f %}`: filters (value=None) -> fn(state, value)."""
-    steps = tuple((FILTERS[node.name], tuple(compile_expr(a) for a in node.args),
-                   tuple((k, compile_expr(v)) for k, v in node.kwargs)) for node in filters)
+    steps = tuple((FILTERS[node.name], *_compile_args(node)) for node in filters)
 
     def apply(state, value):
         for func, args, kwargs in steps:
-            value = func(value, *[a(state) for a in args], **{k: v(state) for k, v in kwargs})
+            value = _apply(func, value, args, kwargs, state)
         return value
     return apply
 
@@ -171,11 +179,10 @@ def compile_filter_chain(filters: tuple):
 def _test(node: n.Test):
     func, negated = TESTS[node.name], node.negated
     value_fn = compile_expr(node.value)
-    args = tuple(compile_expr(a) for a in node.args)
-    kwargs = tuple((k, compile_expr(v)) for k, v in node.kwargs)
+    args, kwargs = _compile_args(node)
 
     def test(state):
-        result = bool(func(value_fn(state), *[a(state) for a in args], **{k: v(state) for k, v in kwargs}))
+        result = bool(_apply(func, value_fn(state), args, kwargs, state))
         return not result if negated else result
     return test
 
