@@ -108,6 +108,13 @@ class Parser(ExpressionParser):
     def end_block(self) -> None:
         self.expect(BLOCK_END)
 
+    def body_until(self, end_tag: str) -> tuple:
+        """The statements of a block up to `{% end_tag %}`, which is consumed."""
+        body = self.subparse((end_tag,))
+        self.next()
+        self.end_block()
+        return body
+
     # ---- tags ----
     def parse_for(self) -> n.Node:
         lineno = self.expect(NAME, "for").lineno
@@ -183,9 +190,7 @@ class Parser(ExpressionParser):
             return n.Assign(lineno, target, value)
         filters = self._block_filters()
         self.end_block()
-        body = self.subparse(("endset",))
-        self.next()
-        self.end_block()
+        body = self.body_until("endset")
         return n.AssignBlock(lineno, target, body, filters)
 
     def _block_filters(self, start_inline: bool = False) -> tuple:
@@ -212,18 +217,14 @@ class Parser(ExpressionParser):
                 raise self.fail("non-default argument follows default argument")
         self.expect(OP, ")")
         self.end_block()
-        body = self.subparse(("endmacro",))
-        self.next()
-        self.end_block()
+        body = self.body_until("endmacro")
         return n.Macro(lineno, name, tuple(params), tuple(defaults), body)
 
     def parse_filter_block(self) -> n.Node:
         lineno = self.expect(NAME, "filter").lineno
         filters = self._block_filters(start_inline=True)
         self.end_block()
-        body = self.subparse(("endfilter",))
-        self.next()
-        self.end_block()
+        body = self.body_until("endfilter")
         return n.FilterBlock(lineno, body, filters)
 
     def parse_with(self) -> n.Node:
@@ -236,9 +237,7 @@ class Parser(ExpressionParser):
             self.expect(OP, "=")
             assigns.append(n.Assign(target.lineno, target, self.parse_expression()))
         self.end_block()
-        body = self.subparse(("endwith",))
-        self.next()
-        self.end_block()
+        body = self.body_until("endwith")
         return n.Scope(lineno, tuple(assigns), body)
 
     def parse_loop_control(self) -> n.Node:
@@ -251,9 +250,7 @@ class Parser(ExpressionParser):
     def parse_generation(self) -> n.Node:
         lineno = self.expect(NAME, "generation").lineno
         self.end_block()
-        body = self.subparse(("endgeneration",))
-        self.next()
-        self.end_block()
+        body = self.body_until("endgeneration")
         return n.Scope(lineno, (), body)
 
 
