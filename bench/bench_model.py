@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -28,22 +26,14 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from engine import model as dense            # noqa: E402
+from engine.fetch import DEFAULT_DEST         # noqa: E402
 from engine.loader import load_model         # noqa: E402
+from roofline import run_roofline            # noqa: E402
 
-ROOFLINE = REPO / ".." / "shared" / "tools" / "roofline.py"
 PREFILL_TOKENS = 512
 DECODE_CONTEXT_TOKENS = 128                   # cache length when the timed decode steps run
 PREFILL_TARGET_TOK_S = 250.0
 DECODE_TARGET_RATIO = 1.25
-ROOFLINE_STEP = re.compile(r"batch\s+(\d+): step\s+([\d.]+) ms")
-
-
-def run_roofline() -> dict[int, float]:
-    """batch size -> roofline step ms, from the shared script's output."""
-    proc = subprocess.run([sys.executable, str(ROOFLINE)], capture_output=True, text=True,
-                          check=True)
-    print(proc.stdout.rstrip())
-    return {int(b): float(ms) for b, ms in ROOFLINE_STEP.findall(proc.stdout)}
 
 
 def time_prefill(loaded, ids: np.ndarray, repeats: int) -> float:
@@ -72,7 +62,7 @@ def time_decode(loaded, ids: np.ndarray, steps: int) -> float:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model-dir", default=str(REPO / "artifacts" / "models" / "smol-135m"))
+    parser.add_argument("--model-dir", default=str(DEFAULT_DEST))
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--skip-roofline", action="store_true")
     args = parser.parse_args(argv)
@@ -85,8 +75,8 @@ def main(argv: list[str]) -> int:
     prefill_s = time_prefill(loaded, prompt, args.repeats)
     decode_s = time_decode(loaded, prompt[:DECODE_CONTEXT_TOKENS], 5 * args.repeats)
 
-    roof_ms = roofline.get(1)
-    roof_best_tok_s = max((b * 1e3 / ms for b, ms in roofline.items()), default=None)
+    roof_ms = roofline[1].step_ms if 1 in roofline else None
+    roof_best_tok_s = max((step.tok_s for step in roofline.values()), default=None)
     cases = [
         {"case": "prefill_512", "tokens": PREFILL_TOKENS, "ms": prefill_s * 1e3,
          "tok_per_s": PREFILL_TOKENS / prefill_s, "target_tok_per_s": PREFILL_TARGET_TOK_S,

@@ -21,11 +21,12 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
+from engine.fetch import DEFAULT_DEST, GGUF_NAME  # noqa: E402
 from engine.tokenizer import BPETokenizer  # noqa: E402
 
 SHARED_DIR = REPO_ROOT / ".." / "shared"
 HF_DIR = SHARED_DIR / "oracle" / "smol-135m-hf"
-GGUF_PATH = REPO_ROOT / "artifacts" / "models" / "smol-135m" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+GGUF_PATH = DEFAULT_DEST / GGUF_NAME
 BYTES_PER_MB = 1_000_000
 TARGET_ENCODE_MB_PER_S = 1.0
 # Files skipped when gathering code: virtual environments and downloaded artifacts.
@@ -71,8 +72,7 @@ def build_text(target_bytes: int) -> str:
 def load_tokenizer(source: str) -> BPETokenizer:
     if source == "gguf":
         from engine.gguf import GGUFFile
-        open_gguf = getattr(GGUFFile, "open", GGUFFile)  # GGUFFile(path) or GGUFFile.open(path)
-        return BPETokenizer.from_gguf_metadata(open_gguf(GGUF_PATH).metadata)
+        return BPETokenizer.from_gguf_metadata(GGUFFile(GGUF_PATH).metadata)
     config = json.loads((HF_DIR / "tokenizer_config.json").read_text(encoding="utf-8"))
     return BPETokenizer.from_tokenizer_json(HF_DIR / "tokenizer.json", tokenizer_config=config)
 

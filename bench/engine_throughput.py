@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -31,10 +29,10 @@ sys.path.insert(0, str(ROOT))
 
 from engine.api import EngineConfig, GenRequest, SamplingParams, SpeculativeConfig  # noqa: E402
 from engine.engine import Engine  # noqa: E402
+from engine.fetch import DEFAULT_DEST  # noqa: E402
 from engine.loader import load_model  # noqa: E402
+from roofline import run_roofline  # noqa: E402
 
-ROOFLINE = ROOT / ".." / "shared" / "tools" / "roofline.py"
-MODEL_DIR = ROOT / "artifacts" / "models" / "smol-135m"
 GREEDY = SamplingParams(temperature=0.0, ignore_eos=True)
 PASSAGE = (
     "The lighthouse keeper climbed the narrow stairs every evening at dusk. He wound the "
@@ -42,14 +40,6 @@ PASSAGE = (
     "the rocky point at night trusted that light, and for forty years it never failed them. "
     "When the keeper finally retired, the village gathered on the cliff to thank him, and "
     "the children painted a picture of the tower with its beam sweeping across the sea.")
-
-
-def run_roofline() -> dict[int, float]:
-    """Batch size -> bare-step tok/s, from the roofline script's output."""
-    text = subprocess.run([sys.executable, str(ROOFLINE)], capture_output=True, text=True,
-                          check=True).stdout
-    print(text.rstrip())
-    return {int(b): float(r) for b, r in re.findall(r"batch\s+(\d+):.*?->\s+([\d.]+) tok/s", text)}
 
 
 def prompt_ids(i: int, n: int, vocab: int = 49152) -> tuple[int, ...]:
@@ -82,7 +72,7 @@ def case_batch(model, n: int, out_tokens: int, roof: dict) -> dict:
     decode_s = r["wall_s"] - max(r["ttft_s"])
     decode_rate = (r["tokens"] - n) / decode_s if decode_s > 0 else 0.0
     rate = r["tokens"] / r["wall_s"]
-    ref = roof.get(n, 0.0)
+    ref = roof[n].tok_s if n in roof else 0.0
     return {"case": f"batch_{n}" if n > 1 else "decode_1", "streams": n, "tok_s": round(rate, 1),
             "decode_tok_s": round(decode_rate, 1), "roofline_tok_s": ref,
             "ratio_decode_to_roofline": round(decode_rate / ref, 3) if ref else None,
@@ -144,7 +134,7 @@ def main() -> None:
                     help="user-turn lengths after the shared 400-token system prompt")
     args = ap.parse_args()
     roof = {} if args.no_roofline else run_roofline()
-    model = load_model(MODEL_DIR)
+    model = load_model(DEFAULT_DEST)
     out_tokens = 32 if args.quick else 128
     batches = (1, 16) if args.quick else (1, 16, 64)
     rows = [case_batch(model, n, out_tokens, roof) for n in batches]

@@ -30,11 +30,12 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from engine.api import EngineConfig, GenRequest, SamplingParams   # noqa: E402
 from engine.engine import Engine                                   # noqa: E402
+from engine.fetch import DEFAULT_DEST                              # noqa: E402
 from engine.loader import load_model                               # noqa: E402
 from server.config import ServeConfig                              # noqa: E402
 from server.serve import spawn                                     # noqa: E402
 
-MODEL_DIR = ROOT / "artifacts" / "models" / "smol-135m"
+MODEL_DIR = DEFAULT_DEST
 BASE_PROMPT = ("You are reviewing a short story about a lighthouse keeper who finds a message "
                "in a bottle. Summarise the plot, name the main character, and suggest a title")
 
