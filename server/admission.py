@@ -8,7 +8,7 @@ the request leave the queue (usually the engine thread). The engine's own waitin
 has the same capacity (`max_waiting`) and backs this up.
 
 A request still unscheduled `queue_deadline_ms` after admission fails with 503
-`no_capacity` (the bridge and the engine enforce that; see `GenRequest.deadline_s`).
+`no_capacity` (the engine enforces that in `Engine.step()`; see `GenRequest.deadline_s`).
 """
 from __future__ import annotations
 

@@ -26,23 +26,22 @@ from server.admission import AdmissionGate
 from server.errors import ApiError, error_response
 from server.metrics import CONTENT_TYPE as METRICS_TYPE
 from server.metrics import ServerMetrics, metrics_text
-from server.protocol import Request, Response
+from server.protocol import JSON_CONTENT_TYPE, Request, Response
 from server.routes import API_ROUTES, HEALTH_ROUTES, resolve
-from server.streams import EmbedStream, GenerationStream, StreamContext, json_bytes
+from server.streams import EmbedStream, GenerationStream, StreamContext
+from sse import json_bytes
 from template import TemplateError
 
 log = logging.getLogger("tlserve.app")
 
 MAX_REQUEST_ID_CHARS = 128                      # longer client ids are replaced, not echoed
 REQUEST_ID_OK = re.compile(r"[\x21-\x7e]{1,%d}" % MAX_REQUEST_ID_CHARS)
-JSON_HEADERS = (("Content-Type", "application/json"),)
 
 
 @dataclass
 class ServerState:
     """Shared, loop-thread-owned flags and counters."""
     is_draining: bool = False
-    started_s: float = field(default_factory=time.time)
     metrics: ServerMetrics = field(default_factory=ServerMetrics)
 
 
@@ -61,14 +60,21 @@ class ServedModel:
         try:
             return self.template.render_chat(
                 [dict(m) for m in messages], add_generation_prompt=add_generation_prompt,
-                bos_token=getattr(tok, "bos_token", "") or "",
-                eos_token=getattr(tok, "eos_token", "") or "")
+                bos_token=tok.bos_token, eos_token=tok.eos_token)
         except TemplateError as exc:
-            message = getattr(exc, "message", None) or str(exc)
-            raise ApiError("template_error", message, param="messages") from None
+            raise ApiError("template_error", exc.message, param="messages") from None
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text))
+
+    def check_token_ids(self, ids, param: str) -> None:
+        """Refuse client-sent token ids past the vocabulary (400 naming `param`).
+
+        Only ids the client typed need this: ids our own tokenizer produced are in range.
+        Unchecked, a bad id would fail later on the engine thread as a 500."""
+        vocab = self.tokenizer.vocab_size
+        if any(t >= vocab for t in ids):
+            raise api.bad(param, f"Token ids must be below the vocabulary size {vocab}.")
 
 
 def request_id(request: Request) -> str:
@@ -79,7 +85,7 @@ def request_id(request: Request) -> str:
 
 
 def json_response(status: int, document, headers=()) -> Response:
-    return Response(status=status, headers=JSON_HEADERS + tuple(headers),
+    return Response(status=status, headers=(JSON_CONTENT_TYPE,) + tuple(headers),
                     body=json_bytes(document))
 
 
@@ -94,7 +100,8 @@ class ApiApp:
         metrics = state.metrics
         self.stream_ctx = StreamContext(
             bridge=bridge, tokenizer=served.tokenizer, ping_interval_s=ping_interval_s,
-            queue_deadline_ms=queue_deadline_ms, on_status=metrics.count_request,
+            queue_deadline_ms=queue_deadline_ms, queue_capacity=gate.capacity,
+            on_status=metrics.count_request,
             on_finish=metrics.observe_generation)
         self.handlers = {"chat": self.chat, "completions": self.completions,
                          "embeddings": self.embeddings, "tokenize": self.tokenize,
@@ -135,8 +142,11 @@ class ApiApp:
     def completions(self, request: Request, params, extra):
         spec = api.parse_completion(request.body)
         self._check_model(spec.model)
-        prompt = (list(spec.prompt) if isinstance(spec.prompt, tuple)
-                  else self.served.encode(spec.prompt))
+        if isinstance(spec.prompt, tuple):
+            self.served.check_token_ids(spec.prompt, "prompt")
+            prompt = list(spec.prompt)
+        else:
+            prompt = self.served.encode(spec.prompt)
         if not prompt:
             raise api.bad("prompt", "The prompt must contain at least one token.")
         return self._generate(request, spec, prompt, "completions", "cmpl", "prompt", extra)
@@ -152,9 +162,6 @@ class ApiApp:
                            f"({len(prompt)} in the {prompt_param}, {max(max_tokens, 1)} for "
                            "the completion). Please reduce the length of the "
                            f"{prompt_param} or max_tokens.", param=prompt_param)
-        vocab = getattr(self.served.tokenizer, "vocab_size", None)
-        if vocab is not None and any(t >= vocab for t in prompt):
-            raise api.bad(prompt_param, f"Token ids must be below the vocabulary size {vocab}.")
         self.gate.reserve_or_raise()
         now = self.clock()
         gen = GenRequest(prompt=tuple(prompt), params=spec.params, seed=spec.seed,
@@ -182,6 +189,9 @@ class ApiApp:
     def embeddings(self, request: Request, params, extra):
         spec = api.parse_embeddings(request.body)
         self._check_model(spec.model)
+        for x in spec.inputs:
+            if isinstance(x, tuple):
+                self.served.check_token_ids(x, "input")
         inputs = [list(x) if isinstance(x, tuple) else self.served.encode(x)
                   for x in spec.inputs]
         for ids in inputs:
@@ -205,9 +215,7 @@ class ApiApp:
     def detokenize(self, request: Request, params, extra):
         spec = api.parse_detokenize(request.body)
         self._check_model(spec.model)
-        vocab = getattr(self.served.tokenizer, "vocab_size", None)
-        if vocab is not None and any(t >= vocab for t in spec.tokens):
-            raise api.bad("tokens", f"Token ids must be below the vocabulary size {vocab}.")
+        self.served.check_token_ids(spec.tokens, "tokens")
         return json_response(200, docs.detokenized(self.served.tokenizer.decode(
             list(spec.tokens))))
 

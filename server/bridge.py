@@ -11,9 +11,12 @@ The loop thread and the engine thread share exactly three things:
 
     loop thread                                   engine thread
     submit(GenRequest) -> inbox.append(add)  -->  loop: take commands (add/abort/embed)
-                                                        expire unscheduled past deadline
                                                         step() -> ticket.events.append
     stream.poll() <- ticket.events  <-- wake() --       publish stats, wake()
+
+The queue deadline is the engine's job: `Engine.step()` ends a request that waited past
+its `deadline_s` without being scheduled with a `FINISH_DEADLINE` TokenOut, which reaches
+the ticket like any other event (the stream turns it into 503 no_capacity).
 
 The engine thread never formats text; the loop thread never touches numpy (embeddings
 come back as Python floats or base64 bytes prepared here, which is cheap).
@@ -29,7 +32,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable
 
-from engine.api import FINISH_DEADLINE, AdmitError, EngineStats, GenRequest, TokenOut
+from engine.api import AdmitError, EngineStats, GenRequest, TokenOut
 
 log = logging.getLogger("tlserve.bridge")
 
@@ -56,8 +59,7 @@ class Ticket:
     """One generation request as both threads see it."""
 
     __slots__ = ("request", "events", "engine_id", "is_aborted", "is_scheduled",
-                 "is_finished", "holds_slot", "on_leave_queue", "submitted_s",
-                 "scheduled_s", "first_token_s", "last_token_s")
+                 "is_finished", "holds_slot", "on_leave_queue", "scheduled_s", "first_token_s", "last_token_s")
 
     def __init__(self, request: GenRequest, on_leave_queue: Callable[[], None] | None):
         self.request = request
@@ -68,7 +70,6 @@ class Ticket:
         self.is_finished = False
         self.holds_slot = on_leave_queue is not None
         self.on_leave_queue = on_leave_queue    # releases the admission slot, once
-        self.submitted_s = 0.0
         self.scheduled_s: float | None = None
         self.first_token_s: float | None = None
         self.last_token_s: float | None = None
@@ -99,7 +100,6 @@ class EngineBridge:
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._live: dict[int, Ticket] = {}      # engine id -> ticket (engine thread only)
-        self._unscheduled: list[Ticket] = []     # engine thread only
         self.wake: Callable[[], None] = lambda: None
         self.stats: EngineStats = engine.stats()  # latest snapshot, replaced atomically
 
@@ -112,12 +112,13 @@ class EngineBridge:
     def submit(self, request: GenRequest, *, on_leave_queue: Callable[[], None] | None = None
                ) -> Ticket:
         ticket = Ticket(request, on_leave_queue)
-        ticket.submitted_s = self._clock()
         self._post(("add", ticket))
         return ticket
 
     def abort(self, ticket: Ticket) -> None:
-        if ticket.is_aborted:
+        """End the request in the engine; a no-op for one already aborted or finished, so
+        callers (a cancelled stream, a stop string, an error) just call it."""
+        if ticket.is_aborted or ticket.is_finished:
             return
         ticket.is_aborted = True
         self._post(("abort", ticket))
@@ -151,7 +152,6 @@ class EngineBridge:
                 commands, self._inbox = self._inbox, []
             for command in commands:
                 self._apply(command)
-            self._expire_unscheduled()
             stepped = self._engine.has_work()
             if stepped:
                 self._step()
@@ -190,7 +190,6 @@ class EngineBridge:
             ticket.events.append(Refused(str(exc)))
             return
         self._live[ticket.engine_id] = ticket
-        self._unscheduled.append(ticket)
 
     def _abort(self, ticket: Ticket) -> None:
         if ticket.engine_id is not None and ticket.engine_id in self._live:
@@ -212,25 +211,6 @@ class EngineBridge:
             log.error("embed failed: %s", traceback.format_exc())
             ticket.error = f"embedding failed: {exc}"
         ticket.done = True
-
-    def _expire_unscheduled(self) -> None:
-        """Backstop for the engine's own deadline: unscheduled past deadline -> 503."""
-        if not self._unscheduled:
-            return
-        now = self._clock()
-        keep = []
-        for ticket in self._unscheduled:
-            deadline = ticket.request.deadline_s
-            if ticket.is_scheduled or ticket.is_finished:
-                continue
-            if deadline is not None and now > deadline and ticket.engine_id in self._live:
-                self._engine.abort(ticket.engine_id)
-                del self._live[ticket.engine_id]
-                self._deliver(ticket, TokenOut(id=ticket.engine_id, token=None,
-                                               finish=FINISH_DEADLINE), now)
-                continue
-            keep.append(ticket)
-        self._unscheduled = keep
 
     def _step(self) -> None:
         started_s = self._clock()
@@ -271,7 +251,6 @@ class EngineBridge:
             ticket.is_finished = True
             ticket.events.append(Failed(message))
         self._live.clear()
-        self._unscheduled.clear()
         try:
             self._engine.abort_all()
         except Exception:                                          # noqa: BLE001

@@ -16,18 +16,17 @@ port (the tests do that).
 from __future__ import annotations
 
 import os
-import re
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from engine.api import EngineConfig, SpeculativeConfig
+from engine.loader import model_name
+from server.connstate import parse_address
 
 ENV_PREFIX = "TL_ENGINE__"
 DEFAULT_MODEL_DIR = "artifacts/models/smol-135m"
-VERSION_DIR = re.compile(r"v\d+")              # "smol-135m/v3": the id is "smol-135m"
-LISTEN = re.compile(r"(?P<host>[^:\s]*|\[[0-9a-fA-F:]+\]):(?P<port>\d{1,5})")
 
 
 class ConfigError(ValueError):
@@ -37,7 +36,7 @@ class ConfigError(ValueError):
 @dataclass(frozen=True, kw_only=True)
 class ServeConfig:
     model_dir: str = DEFAULT_MODEL_DIR
-    model_id: str = ""                         # "" in the table: derived from model_dir
+    model_id: str = ""                         # "" in the table: engine.loader.model_name
     http_listen: str = ":8000"
     health_listen: str = ":9464"
     engine: EngineConfig = field(default_factory=EngineConfig)
@@ -50,7 +49,7 @@ class ServeConfig:
 
     def __post_init__(self):
         if not self.model_id:
-            object.__setattr__(self, "model_id", model_id_from_dir(self.model_dir))
+            object.__setattr__(self, "model_id", model_name(self.model_dir))
 
     @staticmethod
     def for_model(model_dir: str | os.PathLike, **overrides: Any) -> "ServeConfig":
@@ -84,22 +83,6 @@ class ServeConfig:
         return ServeConfig.from_toml(text, os.environ if env is None else env)
 
 
-def model_id_from_dir(model_dir: str | os.PathLike) -> str:
-    """The served model id: the directory name, skipping a trailing version folder (`v3`)."""
-    parts = [p for p in Path(model_dir).parts if p not in ("", "/", ".")]
-    while len(parts) > 1 and VERSION_DIR.fullmatch(parts[-1]):
-        parts.pop()
-    return parts[-1] if parts else "model"
-
-
-def parse_listen(address: str) -> tuple[str, int]:
-    """`"host:port"` -> (host, port); `":8000"` -> ("", 8000), all interfaces."""
-    match = LISTEN.fullmatch(address)
-    if not match or int(match["port"]) > 65535:
-        raise ValueError(f"expected host:port or :port, got {address!r}")
-    return match["host"].strip("[]"), int(match["port"])
-
-
 # --- the key table -----------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -119,7 +102,7 @@ def _non_negative(v) -> bool:
 
 def _listen_ok(v: str) -> bool:
     try:
-        parse_listen(v)
+        parse_address(v)
         return True
     except ValueError:
         return False
@@ -236,7 +219,7 @@ def _speculative(value: Any) -> SpeculativeConfig | None:
 def _build(values: dict[str, Any]) -> ServeConfig:
     engine = {k: values[k] for k in ENGINE_FIELDS if k in values}
     serve = {k: values[k] for k in SERVE_FIELDS if k in values}
-    capacity = serve.get("queue_capacity", ServeConfig.queue_capacity)
-    engine_cfg = EngineConfig(**engine, max_waiting=capacity,
-                              speculative=_speculative(values.get("speculative")))
+    # The engine's max_waiting follows queue_capacity: server/serve.py build() sets it, for
+    # every ServeConfig (also those made in code, never read from a table).
+    engine_cfg = EngineConfig(**engine, speculative=_speculative(values.get("speculative")))
     return ServeConfig(**serve, engine=engine_cfg)

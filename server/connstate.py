@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import heapq
 import logging
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator
 
@@ -25,6 +26,10 @@ if TYPE_CHECKING:                       # for annotations only: the loop owns ev
 
 log = logging.getLogger("tlserve.http")
 
+# "host:port": host may be empty (all interfaces), a name, IPv4, or a bracketed IPv6 address.
+LISTEN_ADDRESS = re.compile(r"(?P<host>[^:\s]*|\[[0-9a-fA-F:]+\]):(?P<port>\d{1,5})")
+MAX_PORT = 65535
+
 
 @dataclass(frozen=True)
 class Listener:
@@ -35,11 +40,14 @@ class Listener:
 
 
 def parse_address(address: str) -> tuple[str, int]:
-    """"host:port" -> (host, port); ":8000" -> ("", 8000) (all interfaces); "[::1]:80" ok."""
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ValueError(f"listen address {address!r} is not host:port")
-    return host.strip("[]"), int(port)
+    """"host:port" -> (host, port); ":8000" -> ("", 8000) (all interfaces); "[::1]:80" ok.
+
+    The one parser of listen addresses: the config check (server/config.py) and the bind
+    (server/loop.py) both use it, so an address the config accepts is one the loop binds."""
+    match = LISTEN_ADDRESS.fullmatch(address)
+    if not match or int(match["port"]) > MAX_PORT:
+        raise ValueError(f"listen address {address!r} is not host:port or :port")
+    return match["host"].strip("[]"), int(match["port"])
 
 
 class ListenerState:
@@ -54,12 +62,12 @@ class ListenerState:
 
 class ConnState:
     """One accepted socket: its HTTP state, unsent bytes, active stream and timer."""
-    __slots__ = ("sock", "fd", "http", "listener", "outbuf", "stream", "events", "deadline_s",
+    __slots__ = ("sock", "http", "listener", "outbuf", "stream", "events", "deadline_s",
                  "timer_at", "phase_started_s", "last_send_s", "is_closed", "is_lingering",
                  "is_write_shut", "is_head_sent", "in_ready")
 
     def __init__(self, sock, listener: ListenerState, http: Connection, now_s: float):
-        self.sock, self.fd, self.listener, self.http = sock, sock.fileno(), listener, http
+        self.sock, self.listener, self.http = sock, listener, http
         self.outbuf = bytearray()
         self.stream = None
         self.events = 0

@@ -9,9 +9,7 @@ order of the streamed chunks follow the OpenAI API reference (chapter 2.4):
 """
 from __future__ import annotations
 
-import base64
 import os
-import struct
 import time
 from dataclasses import dataclass
 
@@ -114,16 +112,12 @@ def model_list(cards: list[dict]) -> dict:
     return {"object": "list", "data": cards}
 
 
-def embedding_base64(vector: list[float]) -> str:
-    """Little-endian float32 bytes, base64 (what the official client decodes by default)."""
-    return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")
-
-
-def embeddings(model: str, vectors: list[list[float]], encoding_format: str,
-               prompt_tokens: int) -> dict:
-    encode = embedding_base64 if encoding_format == "base64" else (lambda v: v)
+def embeddings(model: str, vectors: list, prompt_tokens: int) -> dict:
+    """The embeddings list; `vectors` are already in the asked encoding_format, one per input:
+    a list of floats, or a base64 string of little-endian float32 bytes (the engine thread
+    encodes them, server/bridge.py), placed here as they are."""
     return {"object": "list", "model": model,
-            "data": [{"object": "embedding", "index": i, "embedding": encode(v)}
+            "data": [{"object": "embedding", "index": i, "embedding": v}
                      for i, v in enumerate(vectors)],
             "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens}}
 

@@ -4,14 +4,14 @@ Whatever goes wrong — a bad field, an unknown model, a full queue, an oversize
 is raised as `ApiError(kind, message, param=...)`. `ERROR_KINDS` alone decides the status,
 the OpenAI `type` and the `code`; `error_response` renders the OpenAI error document:
 
-    {"error": {"message": "...", "type": "invalid_request_error", "param": "temperature", "code": null}}
+    {"error":{"message":"...","type":"invalid_request_error","param":"temperature","code":null}}
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
-from server.protocol import Response
+from server.protocol import JSON_CONTENT_TYPE, Response
+from sse import json_bytes
 
 
 @dataclass(frozen=True)
@@ -78,6 +78,5 @@ class ApiError(Exception):
 
 def error_response(err: ApiError, headers: tuple[tuple[str, str], ...] = ()) -> Response:
     """Render an ApiError as a complete JSON response."""
-    body = json.dumps(err.document(), ensure_ascii=False).encode("utf-8")
-    all_headers = (("Content-Type", "application/json"),) + err.headers + tuple(headers)
-    return Response(status=err.status, headers=all_headers, body=body)
+    all_headers = (JSON_CONTENT_TYPE,) + err.headers + tuple(headers)
+    return Response(status=err.status, headers=all_headers, body=json_bytes(err.document()))

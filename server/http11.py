@@ -285,10 +285,6 @@ class Connection:
         if self.state in (IDLE, BODY, HANDLING):
             self._keep_alive = False
 
-    @property
-    def keep_alive(self) -> bool:
-        return self._keep_alive
-
     def send_response(self, response: Response) -> bytes:
         """A whole response to the request just returned by next_event (Content-Length framed)."""
         self._expect_state(HANDLING, "send_response")

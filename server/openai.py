@@ -21,8 +21,8 @@ from typing import Any
 
 from engine.api import MAX_TOP_LOGPROBS, SamplingParams
 from server.errors import ApiError
+from sse import MAX_STOP_STRINGS                # OpenAI's limit on `stop` (4)
 
-MAX_STOP_STRINGS = 4            # OpenAI's limit on `stop`
 MAX_MESSAGES = 4096             # a conversation longer than this is abuse, not chat
 MAX_EMBEDDING_INPUTS = 256      # inputs in one /v1/embeddings call
 MAX_STOP_TOKEN_IDS = 64
@@ -65,6 +65,8 @@ class TokenizeSpec:
     model: str
     prompt: str = ""
     messages: tuple[dict, ...] = ()             # when given, the chat template renders them
+    # Accepted (validated as a boolean) and ignored: the prompt is always tokenized without
+    # added special tokens (no BOS/EOS), which is what generation sees too.
     add_special_tokens: bool = True
     add_generation_prompt: bool = True
 
@@ -265,14 +267,19 @@ def _message(i: int, m: Any) -> dict:
     return out
 
 
-def parse_chat(body: bytes) -> GenSpec:
-    doc = load_json_object(body)
+def _messages(doc: dict) -> tuple[dict, ...]:
+    """`messages` for the chat template: 1..MAX_MESSAGES checked messages (chat, tokenize)."""
     messages = doc.get("messages")
     if not isinstance(messages, list) or not messages:
         raise bad("messages", "'messages' must be a non-empty list of messages.")
     if len(messages) > MAX_MESSAGES:
         raise bad("messages", f"'messages' allows at most {MAX_MESSAGES} entries.")
-    checked = tuple(_message(i, m) for i, m in enumerate(messages))
+    return tuple(_message(i, m) for i, m in enumerate(messages))
+
+
+def parse_chat(body: bytes) -> GenSpec:
+    doc = load_json_object(body)
+    checked = _messages(doc)
     logprobs = boolean(doc, "logprobs")
     top = integer(doc, "top_logprobs", 0, 0, MAX_TOP_LOGPROBS)
     if top and not logprobs:
@@ -341,11 +348,7 @@ def parse_tokenize(body: bytes) -> TokenizeSpec:
     model = model_name(doc)
     add_special = boolean(doc, "add_special_tokens", True)
     if doc.get("messages") is not None:
-        messages = doc["messages"]
-        if not isinstance(messages, list) or not messages:
-            raise bad("messages", "'messages' must be a non-empty list of messages.")
-        return TokenizeSpec(model=model, messages=tuple(_message(i, m) for i, m in
-                                                        enumerate(messages)),
+        return TokenizeSpec(model=model, messages=_messages(doc),
                             add_special_tokens=add_special,
                             add_generation_prompt=boolean(doc, "add_generation_prompt", True))
     prompt = doc.get("prompt")

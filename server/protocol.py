@@ -17,6 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
+# The header of every JSON body (documents and errors); bodies come from sse.json_bytes.
+JSON_CONTENT_TYPE = ("Content-Type", "application/json")
+
 
 @dataclass(frozen=True, kw_only=True)
 class Request:

@@ -19,11 +19,11 @@ from dataclasses import dataclass, replace
 
 from engine.engine import Engine
 from engine.kv_cache import block_bytes
-from engine.loader import load_model
+from engine.loader import load_model, model_name
 from server.admission import AdmissionGate
 from server.app import ApiApp, HealthApp, ServedModel, ServerState
 from server.bridge import EngineBridge
-from server.config import ConfigError, ServeConfig, model_id_from_dir
+from server.config import ConfigError, ServeConfig
 from server.loop import EventLoop, Listener
 
 log = logging.getLogger("tlserve")
@@ -89,9 +89,8 @@ def build(cfg: ServeConfig) -> ServerHandle:
                  ping_interval_s=cfg.ping_interval_s)
     health = HealthApp(bridge=bridge, state=state)
 
-    def on_drain() -> None:
+    def on_drain() -> None:              # the loop logs the drain itself
         state.is_draining = True
-        log.info("draining: API listener closed, finishing in-flight requests")
 
     loop = EventLoop([Listener("api", cfg.http_listen, api, True),
                       Listener("health", cfg.health_listen, health, False)],
@@ -158,8 +157,8 @@ def config_from_args(args: argparse.Namespace, env=None) -> ServeConfig:
     overrides = {}
     if args.model_dir:
         overrides["model_dir"] = args.model_dir
-        if cfg.model_id == model_id_from_dir(cfg.model_dir):     # derived, not chosen
-            overrides["model_id"] = model_id_from_dir(args.model_dir)
+        if cfg.model_id == model_name(cfg.model_dir):            # derived, not chosen
+            overrides["model_id"] = model_name(args.model_dir)
     if args.port is not None:
         overrides["http_listen"] = f":{args.port}"
     if args.health_port is not None:

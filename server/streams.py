@@ -11,7 +11,6 @@ ping), so a request that never got scheduled can still be answered with a proper
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -21,16 +20,11 @@ from server.admission import no_capacity_error, queue_full_error
 from server.bridge import EmbedTicket, Failed, Refused, Rejected, Ticket
 from server.errors import ApiError
 from server.openai import GenSpec
-from server.protocol import ResponseHead, StreamPoll
-from sse import DONE, PING, TextStream, event
+from server.protocol import JSON_CONTENT_TYPE, ResponseHead, StreamPoll
+from sse import DONE, PING, TextStream, event, json_bytes
 
 SSE_HEADERS = (("Content-Type", "text/event-stream; charset=utf-8"),
                ("Cache-Control", "no-cache"), ("X-Accel-Buffering", "no"))
-JSON_TYPE = ("Content-Type", "application/json")
-
-
-def json_bytes(document: Any) -> bytes:
-    return json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,6 +34,7 @@ class StreamContext:
     tokenizer: Any
     ping_interval_s: float
     queue_deadline_ms: int
+    queue_capacity: int                       # the admission queue's size, for the 429 text
     on_status: Callable[[str, int], None]     # (route, status) -> request counter
     on_finish: Callable[..., None]            # ServerMetrics.observe_generation
 
@@ -57,6 +52,7 @@ class GenerationStream:
         self.completion_tokens = 0
         self.parts: list[str] = []            # non-streamed text pieces
         self.logprobs: list = []              # non-streamed logprob entries
+        self.text_offset = 0                  # streamed completions: chars of tokens so far
         self.pending: list[bytes] = []        # streamed bytes not yet handed to the loop
         self.finish: str | None = None
         self.error: ApiError | None = None
@@ -93,15 +89,14 @@ class GenerationStream:
         return self.last_send_s + self.ctx.ping_interval_s
 
     def cancel(self) -> None:
-        if not self.ticket.is_finished:
-            self.ctx.bridge.abort(self.ticket)
+        self.ctx.bridge.abort(self.ticket)
         self.done = True
 
     # -- events -> text ----------------------------------------------------------------
 
     def _on_event(self, ev) -> None:
         if isinstance(ev, Rejected):
-            self.error = queue_full_error(0)
+            self.error = queue_full_error(self.ctx.queue_capacity)
             return
         if isinstance(ev, Refused):
             self.error = ApiError("context_length_exceeded", ev.message)
@@ -123,8 +118,7 @@ class GenerationStream:
         finish = None
         if self.text.stopped():
             finish = FINISH_STOP
-            if not self.ticket.is_finished:
-                self.ctx.bridge.abort(self.ticket)      # the stop string ends it in the engine
+            self.ctx.bridge.abort(self.ticket)          # the stop string ends it in the engine
         elif ev.finish is not None:
             piece += self.text.finish()
             finish = FINISH_LENGTH if ev.finish == FINISH_LENGTH else FINISH_STOP
@@ -151,7 +145,10 @@ class GenerationStream:
             chunk = docs.chat_chunk(self.header, {"content": piece}, self.finish,
                                     None if entry is None else [entry])
         else:
-            lp = None if entry is None else docs.completion_logprobs([entry])
+            lp = None
+            if entry is not None:      # text_offset runs on across chunks, as in one answer
+                lp = docs.completion_logprobs([entry], start_offset=self.text_offset)
+                self.text_offset += len(entry[0])
             chunk = docs.completion(self.header, piece, self.finish, None, lp)
         self._queue_chunk(chunk)
 
@@ -193,13 +190,12 @@ class GenerationStream:
         else:
             self._whole(out, self.error.status, json_bytes(self.error.document()),
                         self.error.headers)
-        if not self.ticket.is_finished:
-            self.ctx.bridge.abort(self.ticket)
+        self.ctx.bridge.abort(self.ticket)
         out.done = self.done = True
 
     def _whole(self, out: StreamPoll, status: int, body: bytes,
                extra: tuple[tuple[str, str], ...] = ()) -> None:
-        out.head = ResponseHead(status=status, headers=(JSON_TYPE,) + extra + self.headers,
+        out.head = ResponseHead(status=status, headers=(JSON_CONTENT_TYPE,) + extra + self.headers,
                                 content_length=len(body))
         out.chunks = [body]
         self.head_sent = True
@@ -240,12 +236,9 @@ class EmbedStream:
             err = ApiError("internal_error", self.ticket.error)
             status, body = err.status, json_bytes(err.document())
         else:
-            doc = docs.embeddings(self.model_id, [], self.ticket.encoding_format,
-                                  self.prompt_tokens)
-            doc["data"] = [{"object": "embedding", "index": i, "embedding": v}
-                           for i, v in enumerate(self.ticket.result)]
+            doc = docs.embeddings(self.model_id, self.ticket.result, self.prompt_tokens)
             status, body = 200, json_bytes(doc)
-        out.head = ResponseHead(status=status, headers=(JSON_TYPE,) + self.headers,
+        out.head = ResponseHead(status=status, headers=(JSON_CONTENT_TYPE,) + self.headers,
                                 content_length=len(body))
         out.chunks = [body]
         out.done = self.done = True

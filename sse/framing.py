@@ -22,13 +22,16 @@ PING: bytes = b": ping\n\n"
 def event(payload: str | bytes | dict | list) -> bytes:
     """Frame one SSE event. A dict/list is JSON-encoded compactly (UTF-8, not ASCII-escaped)."""
     if isinstance(payload, (dict, list)):
-        payload = json_text(payload)
+        payload = json_bytes(payload)
     if isinstance(payload, str):
         payload = payload.encode("utf-8")
     lines = payload.split(b"\n")
     return b"".join(b"data: " + line + b"\n" for line in lines) + b"\n"
 
 
-def json_text(document: Any) -> str:
-    """The compact JSON text used for every event payload."""
-    return json.dumps(document, ensure_ascii=False, separators=(",", ":"))
+def json_bytes(document: Any) -> bytes:
+    """The one JSON encoding of the project: compact, UTF-8, not ASCII-escaped.
+
+    Every JSON body the server sends (documents, errors, SSE event payloads) goes through
+    here, so they all look alike: `{"a":1,"b":"é"}`."""
+    return json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode("utf-8")

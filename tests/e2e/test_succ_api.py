@@ -212,3 +212,30 @@ def test_special_token_text_in_a_message_becomes_the_special_token(server):
         {"role": "user", "content": "a<|endoftext|>b"}]})
     assert r.status_code == 200
     assert r.json()["tokens"] == [97, 256, 98]
+
+
+def test_token_ids_past_the_vocabulary_are_400_on_every_route(server):
+    """A token id the tokenizer does not have is the client's mistake on every route that
+    takes ids (completions, embeddings, detokenize): 400 naming the field, never a 500."""
+    past = 10_000                                        # the succ vocabulary has 257 ids
+    cases = [("/v1/completions", {"model": "succ", "prompt": [97, past], "max_tokens": 1},
+              "prompt"),
+             ("/v1/embeddings", {"model": "succ", "input": [97, past]}, "input"),
+             ("/v1/embeddings", {"model": "succ", "input": ["a", [past]]}, "input"),
+             ("/v1/detokenize", {"model": "succ", "tokens": [past]}, "tokens")]
+    for path, body, param in cases:
+        r = post(server, path, body)
+        assert r.status_code == 400, (path, body, r.text)
+        err = r.json()["error"]
+        assert err["param"] == param and "vocabulary" in err["message"], err
+
+
+def test_streamed_completion_text_offsets_run_on_like_the_plain_answer(server):
+    body = {"model": "succ", "prompt": "a", "max_tokens": 4, "temperature": 0, "logprobs": 1}
+    plain = post(server, "/v1/completions", body).json()["choices"][0]["logprobs"]
+    assert plain["tokens"] == ["b", "c", "d", "e"] and plain["text_offset"] == [0, 1, 2, 3]
+    chunks, done = stream_chunks(post(server, "/v1/completions", dict(body, stream=True)))
+    assert done
+    logprobs = [c["choices"][0]["logprobs"] for c in chunks if c["choices"]]
+    assert [t for lp in logprobs for t in lp["tokens"]] == plain["tokens"]
+    assert [o for lp in logprobs for o in lp["text_offset"]] == plain["text_offset"]

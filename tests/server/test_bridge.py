@@ -109,30 +109,61 @@ def test_engine_admit_error_becomes_rejected_and_frees_the_slot():
         bridge.stop()
 
 
-def test_unscheduled_past_deadline_fails_with_deadline():
+def test_engine_deadline_event_reaches_the_ticket_and_frees_the_slot():
+    """The engine expires unscheduled requests itself (Engine.step -> FINISH_DEADLINE); the
+    bridge only delivers that event. The real engine path: tests/e2e/test_faults.py."""
     class NeverSchedules(FakeEngine):
-        def step(self):
-            return []
-    engine = NeverSchedules()
+        def step(self):                  # like Engine.step: expire past-deadline waiters
+            now, outs = time.monotonic(), []
+            for rid, (req, _) in list(self.seqs.items()):
+                if now > req.deadline_s:
+                    del self.seqs[rid]
+                    outs.append(TokenOut(id=rid, token=None, finish=FINISH_DEADLINE))
+            return outs
+    engine, gate = NeverSchedules(), AdmissionGate(1)
     bridge = EngineBridge(engine)
     bridge.start()
     try:
-        ticket = bridge.submit(GenRequest(prompt=(1,), deadline_s=time.monotonic() + 0.05))
-        assert wait(lambda: len(ticket.events) == 1)
+        assert gate.try_reserve()
+        ticket = bridge.submit(GenRequest(prompt=(1,), deadline_s=time.monotonic() + 0.05),
+                               on_leave_queue=gate.release)
+        assert wait(lambda: ticket.is_finished and len(ticket.events) == 1)
         assert ticket.events[0].token is None and ticket.events[0].finish == FINISH_DEADLINE
-        assert engine.aborted == [0]
+        assert gate.waiting == 0 and not engine.seqs
+        assert engine.aborted == []                     # the bridge did not abort it again
     finally:
         bridge.stop()
 
 
 def test_embeddings_run_on_the_engine_thread_in_both_formats():
+    class SignedEmbeddings(FakeEngine):
+        def embed(self, inputs):
+            return np.array([[1.0, -2.5]] * len(inputs), dtype=np.float32)
     bridge = EngineBridge(FakeEngine())
+    signed = EngineBridge(SignedEmbeddings())
     bridge.start()
+    signed.start()
     try:
         floats = bridge.embed([[1, 2, 3], [4]], "float")
         b64 = bridge.embed([[1, 2, 3]], "base64")
-        assert wait(lambda: floats.done and b64.done)
+        negative = signed.embed([[1]], "base64")
+        assert wait(lambda: floats.done and b64.done and negative.done)
         assert floats.result == [[3.0, 0.5], [1.0, 0.5]]
         assert struct.unpack("<2f", base64.b64decode(b64.result[0])) == (3.0, 0.5)
+        # little-endian float32, the format the official client decodes by default
+        assert struct.unpack("<2f", base64.b64decode(negative.result[0])) == (1.0, -2.5)
     finally:
         bridge.stop()
+        signed.stop()
+
+
+def test_abort_of_a_finished_ticket_posts_nothing():
+    bridge = EngineBridge(FakeEngine())             # not started: commands stay in the inbox
+    ticket = bridge.submit(GenRequest(prompt=(1,), max_tokens=1))
+    ticket.is_finished = True
+    bridge.abort(ticket)
+    assert [verb for verb, _ in bridge._inbox] == ["add"] and not ticket.is_aborted
+    ticket.is_finished = False
+    bridge.abort(ticket)
+    bridge.abort(ticket)                            # once only
+    assert [verb for verb, _ in bridge._inbox] == ["add", "abort"] and ticket.is_aborted

@@ -1,12 +1,15 @@
 """ServeConfig: runtime.toml [engine] keys, defaults, TL_ENGINE__ overrides, refusals."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
 from engine.api import SpeculativeConfig
-from server.config import ConfigError, ServeConfig, model_id_from_dir, parse_listen
+from engine.loader import model_name
+from server.config import KEYS, ConfigError, ServeConfig
+from server.connstate import parse_address
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -28,7 +31,6 @@ def test_runtime_toml_and_env_overrides():
     assert cfg.engine.prefix_cache == "radix" and cfg.engine.prefill_chunk == 512
     # defaults
     assert cfg.engine.block_size == 16 and cfg.queue_capacity == 256
-    assert cfg.engine.max_waiting == cfg.queue_capacity
     assert cfg.engine.speculative is None
     # environment overrides win over the file, converted with the key's type
     env = {"TL_ENGINE__PREFILL_CHUNK": "64", "TL_ENGINE__PREFIX_CACHE": "none",
@@ -37,7 +39,7 @@ def test_runtime_toml_and_env_overrides():
     cfg = ServeConfig.from_toml(CHAPTER_TOML, env)
     assert cfg.engine.prefill_chunk == 64
     assert cfg.engine.prefix_cache == "none"
-    assert cfg.queue_capacity == 3 and cfg.engine.max_waiting == 3
+    assert cfg.queue_capacity == 3    # engine max_waiting follows it: test_faults.py
     assert cfg.model_id == "mine" and cfg.step_delay_s == 0.5
     # refused keys and values name the key
     refusals = [
@@ -82,14 +84,27 @@ def test_repo_runtime_toml_loads_with_defaults():
     assert cfg.engine == defaults.engine and cfg.queue_capacity == defaults.queue_capacity
     with pytest.raises(ConfigError, match="cannot read"):
         ServeConfig.load(REPO / "no-such.toml", env={})
+    # it documents every key with its default (commented out where the default is derived)
+    text = (REPO / "runtime.toml").read_text(encoding="utf-8")
+    for key in KEYS:
+        assert re.search(rf"^#? ?{key} = ", text, re.MULTILINE), key
+    assert cfg.ping_interval_s == defaults.ping_interval_s
+    assert cfg.step_delay_s == defaults.step_delay_s == 0.0
 
 
 def test_for_model_and_names():
     cfg = ServeConfig.for_model("/x/models/succ")
     assert cfg.model_id == "succ" and cfg.http_listen.endswith(":0")
-    assert model_id_from_dir("a/smol-135m/v3") == "smol-135m"
-    assert model_id_from_dir("a/smol-135m/v3/") == "smol-135m"
-    assert parse_listen(":8000") == ("", 8000)
-    assert parse_listen("127.0.0.1:0") == ("127.0.0.1", 0)
+    # the served id is the loader's model name (one "version folder" rule)
+    assert model_name("a/smol-135m/v3") == "smol-135m"
+    assert model_name("a/smol-135m/v3/") == "smol-135m"
+    assert ServeConfig.for_model("a/smol-135m/v1.2").model_id == "smol-135m"
+    # listen addresses: the loop's parser checks them (one parser for config and bind)
+    assert parse_address(":8000") == ("", 8000)
+    assert parse_address("127.0.0.1:0") == ("127.0.0.1", 0)
     with pytest.raises(ValueError):
-        parse_listen("host:99999")
+        parse_address("host:99999")
+    for address in ("host:99999", "a b:80", "::1:80"):
+        with pytest.raises(ConfigError, match="http_listen"):
+            ServeConfig.from_toml(f'[engine]\nhttp_listen = "{address}"\n', {})
+    assert ServeConfig.from_toml('[engine]\nhttp_listen = "[::1]:80"\n', {}).http_listen

@@ -1,9 +1,7 @@
 """Validation (chapter 2.5) and the response documents, without sockets or an engine."""
 from __future__ import annotations
 
-import base64
 import json
-import struct
 
 import pytest
 
@@ -133,7 +131,37 @@ def test_documents_have_the_openai_fields():
     assert chunk["choices"][0]["finish_reason"] == "length"
     assert docs.chat_usage_chunk(h, docs.usage(1, 1))["choices"] == []
     assert docs.new_id("chatcmpl").startswith("chatcmpl-") and docs.new_id("x") != docs.new_id("x")
-    encoded = docs.embedding_base64([1.0, -2.5])
-    assert struct.unpack("<2f", base64.b64decode(encoded)) == (1.0, -2.5)
+    doc = docs.embeddings("m", [[1.0, -2.5], "AACAPw=="], 3)   # placed as encoded
+    assert [d["embedding"] for d in doc["data"]] == [[1.0, -2.5], "AACAPw=="]
+    assert [d["index"] for d in doc["data"]] == [0, 1] and doc["data"][0]["object"] == "embedding"
+    assert doc["object"] == "list" and doc["usage"] == {"prompt_tokens": 3, "total_tokens": 3}
     lp = docs.completion_logprobs([("a", -0.1, [("a", b"a", -0.1)]), ("bc", -0.2, [])])
     assert lp["text_offset"] == [0, 1] and lp["top_logprobs"][0] == {"a": -0.1}
+
+
+def test_error_bodies_use_the_one_compact_json_encoding():
+    from server.errors import error_response
+    from server.protocol import JSON_CONTENT_TYPE
+    from sse import json_bytes
+    err = ApiError("invalid_request", "bad 'é'", param="temperature")
+    response = error_response(err, (("X-Request-Id", "r1"),))
+    assert response.body == (b'{"error":{"message":"bad \'\xc3\xa9\'","type":'
+                             b'"invalid_request_error","param":"temperature","code":null}}')
+    assert response.body == json_bytes(err.document())
+    assert response.headers[0] == JSON_CONTENT_TYPE == ("Content-Type", "application/json")
+    assert ("X-Request-Id", "r1") in response.headers
+
+
+def test_tokenize_messages_have_the_chat_bounds():
+    """/v1/tokenize renders messages like chat does, so it takes the same messages."""
+    from server.openai import MAX_MESSAGES
+    too_many = [{"role": "user", "content": "x"}] * (MAX_MESSAGES + 1)
+    for parse in (parse_chat, parse_tokenize):
+        err = refused(parse, json.dumps({"model": "m", "messages": too_many}).encode())
+        assert err.param == "messages" and str(MAX_MESSAGES) in err.message
+        assert refused(parse, b'{"model": "m", "messages": []}').param == "messages"
+        assert refused(parse, b'{"model": "m", "messages": [{"role": "x", "content": ""}]}'
+                       ).param == "messages[0].role"
+    ok = [{"role": "user", "content": "x"}] * MAX_MESSAGES
+    assert len(parse_tokenize(json.dumps({"model": "m", "messages": ok}).encode()).messages) \
+        == MAX_MESSAGES
