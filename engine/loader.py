@@ -64,8 +64,10 @@ def load_model(path: str | os.PathLike) -> Model:
     raise ModelFormatError(path, "no config.json and no .gguf file: not a model directory")
 
 
-def model_name(directory: Path) -> str:
-    directory = directory.resolve()
+def model_name(directory: str | os.PathLike) -> str:
+    """The model's name: its directory's name, a trailing version folder (`v3`, `v1.2`)
+    skipped. The server's default model id (server/config.py) is this name too."""
+    directory = Path(directory).resolve()
     if VERSION_DIR.fullmatch(directory.name) and directory.parent.name:
         return directory.parent.name
     return directory.name
