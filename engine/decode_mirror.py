@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.kv_cache import KVCache
+from engine.kv_cache import KVCache, block_bytes
 
 # Token capacity grows in steps of this many positions (a reallocation copies the rows).
 CAPACITY_STEP_TOKENS = 128
@@ -102,7 +102,7 @@ class DecodeMirror:
         if not self.kv.k:
             return False
         kv_heads, hd = self.kv.k[0].shape[2:]
-        row_bytes = 2 * self.num_layers * kv_heads * hd * 4                 # per row and position
+        row_bytes = block_bytes(self.kv.config, 1)                          # per row and position
         step = CAPACITY_STEP_TOKENS
         doubled = (_grow(rows, self.rows_cap), _round_up(_grow(tokens, self.cap_tokens), step))
         tight = (max(rows, self.rows_cap), _round_up(max(tokens, self.cap_tokens), step))
@@ -125,12 +125,11 @@ class DecodeMirror:
 
     def _refill(self, row: int, num_tokens: int, table: tuple[int, ...]) -> None:
         """Copy positions 0..num_tokens-1 of a sequence from the paged pools into its row."""
-        bs = self.kv.block_size
-        used = -(-num_tokens // bs)
-        blocks = list(table[:used])
+        used = -(-num_tokens // self.kv.block_size)
+        blocks = np.asarray(table[:used], dtype=np.int64)                   # [used]
         for i in range(self.num_layers):
-            k = self.kv.k[i][blocks].reshape(used * bs, *self.kv.k[i].shape[2:])[:num_tokens]  # [T, KV, hd]
-            v = self.kv.v[i][blocks].reshape(used * bs, *self.kv.v[i].shape[2:])[:num_tokens]
+            k, v = self.kv.gather_blocks(i, blocks)                         # [used*bs, KV, hd] each
+            k, v = k[:num_tokens], v[:num_tokens]                           # [T, KV, hd]
             self.k[i][row, :, :num_tokens] = k.transpose(1, 0, 2)           # [KV, T, hd]
             self.v[i][row, :, :num_tokens] = v.transpose(1, 0, 2)           # [KV, T, hd]
 

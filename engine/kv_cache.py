@@ -47,6 +47,7 @@ class KVCache:
     """
 
     def __init__(self, config: ModelConfig, num_blocks: int, block_size: int):
+        self.config = config
         self.num_blocks = num_blocks
         self.block_size = block_size
         shape = (num_blocks, block_size, config.num_kv_heads, config.head_dim)
@@ -55,6 +56,11 @@ class KVCache:
         self.v = [np.full(shape, 0.0, dtype=np.float32) for _ in range(config.num_layers)]
         self.k_slots = [k.reshape(flat) for k in self.k]   # views: [num_blocks*bs, KV, hd]
         self.v_slots = [v.reshape(flat) for v in self.v]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the pools hold: every block, every layer, K and V."""
+        return self.num_blocks * block_bytes(self.config, self.block_size)
 
     def write(self, layer: int, slots: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
         """Store new rows: slots [n], k/v [n, KV, hd]."""

@@ -38,9 +38,9 @@ from engine.kv_cache import KVCache, slots_for
 from engine.modelspec import LlamaWeights, ModelConfig
 
 F32 = np.float32
-# A group's score array [B, KV, G*n, L] stays below this many float32 elements (64 MiB):
-# a long single-sequence prefill is cut into query pieces that each fit.
-MAX_SCORE_ELEMENTS = 16 * 1024 * 1024
+# A group's score array [B, KV, G*n, L] stays below engine/model.py's MAX_SCORE_ELEMENTS
+# (read as dense.MAX_SCORE_ELEMENTS, one source): a long single-sequence prefill is cut into
+# query pieces that each fit, and equal-length chunks share a group only while it fits.
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,15 +105,15 @@ class ModelRunner:
         slots = np.concatenate([slots_for(c.block_table, c.start_pos, len(c.tokens), self.block_size)
                                 for c in chunks])                                           # [N]
         groups = self._plan_groups(chunks)
+        mirrored = [(g, positions[g.rows]) for g in groups if g.mirror_rows is not None]   # [B] each
         attn = np.empty((n_rows, cfg.q_size), dtype=F32)                                     # [N, H*hd]
         for index, layer in enumerate(self.weights.layers):
             h = dense.rms_norm(x, layer.attn_norm, cfg.rms_norm_eps)                         # [N, d]
             q, k, v = dense.qkv_project(h, layer, cfg, cos, sin)                             # [N, H|KV, hd]
             self.kv.write(index, slots, k, v)
-            for group in groups:
-                if group.mirror_rows is not None:
-                    self.mirror.write(index, group.mirror_rows, positions[group.rows],
-                                      k[group.rows], v[group.rows])
+            for group, group_positions in mirrored:
+                self.mirror.write(index, group.mirror_rows, group_positions,
+                                  k[group.rows], v[group.rows])
             q *= self.scale
             if len(groups) == 1 and groups[0].rows.shape[0] == n_rows:   # rows already in order
                 attn = self._attend(q, index, groups[0])
@@ -138,25 +138,33 @@ class ModelRunner:
     def _plan_groups(self, chunks: list[Chunk]) -> list[_Group]:
         """Group chunks by query count; cut long single prefills into score-sized pieces.
 
-        A member is (first row in x, start position, block table, sequence id).
+        A member is (first row in x, start position, block table, sequence id). Multi-row
+        chunks of one length share a group while its scores [B, KV, G*n, max end] fit
+        MAX_SCORE_ELEMENTS; the next one that would not fit starts a new group.
         """
-        by_length: dict[int, list[tuple[int, int, tuple[int, ...], int]]] = {}
+        limit, heads = dense.MAX_SCORE_ELEMENTS, self.config.num_heads
+        by_length: dict[int, list[list[tuple[int, int, tuple[int, ...], int]]]] = {}
         pieces: list[_Group] = []
         first_row = 0
         for c in chunks:
             n = len(c.tokens)
-            max_queries = max(1, MAX_SCORE_ELEMENTS // (self.config.num_heads * (c.start_pos + n)))
+            max_queries = max(1, limit // (heads * (c.start_pos + n)))
+            member = (first_row, c.start_pos, c.block_table, c.seq_id)
             if n <= max_queries:
-                by_length.setdefault(n, []).append((first_row, c.start_pos, c.block_table, c.seq_id))
+                batches = by_length.setdefault(n, [[]])
+                if n > 1 and not _fits(batches[-1] + [member], n, heads, limit):
+                    batches.append([])
+                batches[-1].append(member)
             else:
                 for off in range(0, n, max_queries):
-                    member = (first_row + off, c.start_pos + off, c.block_table, c.seq_id)
-                    pieces.append(self._make_group(min(max_queries, n - off), [member]))
+                    piece = (first_row + off, c.start_pos + off, c.block_table, c.seq_id)
+                    pieces.append(self._make_group(min(max_queries, n - off), [piece]))
             first_row += n
         decode = by_length.pop(1, None)
-        groups = [self._make_group(n, members) for n, members in by_length.items()] + pieces
+        groups = [self._make_group(n, members) for n, batches in by_length.items()
+                  for members in batches] + pieces
         if decode is not None:
-            groups.append(self._decode_group(decode))
+            groups.append(self._decode_group(decode[0]))
         return groups
 
     def _decode_group(self, members: list) -> _Group:
@@ -271,6 +279,15 @@ class ModelRunner:
             ctx, norm = ctx[g.mirror_rows], norm[g.mirror_rows]                             # [B, KV, G, hd|1]
         ctx /= norm                                                                         # softmax, normalised late
         return ctx.reshape(g.batch, cfg.q_size)                                             # [B, H*hd]
+
+
+def _fits(members: list[tuple[int, int, tuple[int, ...], int]], n: int, heads: int, limit: int) -> bool:
+    """Whether members' n-query group keeps its scores [B, H*n, max end] within limit elements.
+
+    A lone member always fits (it passed the per-chunk cut already).
+    """
+    longest = max(start + n for _, start, _, _ in members)
+    return len(members) == 1 or len(members) * heads * n * longest <= limit
 
 
 # --------------------------------------------------------------------------- shared prefix

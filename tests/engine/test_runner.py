@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from engine import runner as runner_mod
+from engine import model as model_mod
 from engine.kv_cache import KVCache
 from engine.runner import Chunk, ModelRunner
 from tests.engine.engine_models import random_model
@@ -45,11 +45,30 @@ def test_only_requested_rows_get_logits():
 
 
 def test_long_prefill_cut_into_score_sized_pieces_matches_dense(monkeypatch):
-    monkeypatch.setattr(runner_mod, "MAX_SCORE_ELEMENTS", 4 * 40)     # forces ~1-row pieces
+    monkeypatch.setattr(model_mod, "MAX_SCORE_ELEMENTS", 4 * 40)      # forces ~1-row pieces
     model = random_model()
     ids = list(range(3, 40))
     got = make_runner(model).forward([Chunk(tuple(ids), 0, tuple(range(10)), len(ids))])
     np.testing.assert_allclose(got, model.forward(ids), rtol=1e-4, atol=1e-4)
+
+
+def test_equal_length_pieces_split_into_groups_whose_scores_fit(monkeypatch):
+    limit = 2 * 4 * 3 * 8                       # two members of 3 queries, 4 heads, keys up to 8
+    monkeypatch.setattr(model_mod, "MAX_SCORE_ELEMENTS", limit)
+    model = random_model()
+    rng = np.random.default_rng(5)
+    seqs = [list(map(int, rng.integers(0, 64, 8))) for _ in range(4)]
+    tables = [tuple(range(i * 2, i * 2 + 2)) for i in range(4)]
+    run = make_runner(model)
+    run.forward([Chunk(tuple(s[:5]), 0, t, 0) for s, t in zip(seqs, tables)])
+    chunks = [Chunk(tuple(s[5:]), 5, t, 3) for s, t in zip(seqs, tables)]
+    groups = run._plan_groups(chunks)
+    assert sorted(g.batch for g in groups) == [2, 2]
+    for g in groups:
+        assert g.batch * model.config.num_heads * g.num_queries * 8 <= limit
+    got = run.forward(chunks)
+    want = np.concatenate([model.forward(s)[5:] for s in seqs])
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("heads,kv_heads", [(4, 4), (4, 1), (6, 2)])
@@ -138,3 +157,9 @@ def test_decode_mirror_keeps_its_rows_when_it_grows_past_its_capacity():
         np.testing.assert_allclose(got, np.stack([dense[s][a] for s, a in items]), rtol=1e-4, atol=1e-4)
         starts = {s: a + 1 for s, a in items}
     assert run.mirror.cap_tokens >= 256 and run.mirror.rows_cap >= 3
+
+
+def test_kv_cache_nbytes_counts_every_pool_array():
+    model = random_model(layers=3, kv_heads=2, head_dim=8)
+    kv = KVCache(model.config, 5, BS)
+    assert kv.nbytes == sum(a.nbytes for a in kv.k + kv.v) == 3 * 2 * 5 * BS * 2 * 8 * 4
