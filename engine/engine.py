@@ -34,12 +34,12 @@ from engine import sampler
 from engine.api import (FINISH_DEADLINE, FINISH_LENGTH, FINISH_STOP, EngineConfig,
                         EngineStats, GenRequest, RequestId, TokenOut)
 from engine.block_manager import BlockManager
-from engine.kv_cache import KVCache, block_bytes, num_blocks_for_budget
+from engine.kv_cache import KVCache, num_blocks_for_budget
 from engine.memory import tune_malloc
 from engine.modelspec import Model
 from engine.runner import Chunk, ModelRunner
 from engine.scheduler import Scheduled, Scheduler
-from engine.sequence import FINISHED, Sequence
+from engine.sequence import Sequence
 from engine import speculative
 
 SEED_BITS = 63
@@ -61,7 +61,7 @@ class Engine:
         self.blocks = BlockManager(num_blocks, config.block_size, config.prefix_cache)
         # The decode mirror may hold at most as many bytes as the pools (see decode_mirror.py).
         self.runner = ModelRunner(mc, model.weights, self.kv, self._max_model_len,
-                                  mirror_bytes=num_blocks * block_bytes(mc, config.block_size))
+                                  mirror_bytes=self.kv.nbytes)
         drafter = None
         if config.speculative is not None:
             speculative.check_config(config.speculative)
@@ -116,7 +116,7 @@ class Engine:
         outs = [TokenOut(id=s.id, token=None, finish=FINISH_DEADLINE)
                 for s in self.scheduler.expire(self.clock())]
         for out in outs:
-            self._seqs.pop(out.id).status = FINISHED
+            self._seqs.pop(out.id)
         plan = self.scheduler.schedule()
         for seq in plan.cannot_fit:
             outs.append(TokenOut(id=seq.id, token=None, finish=FINISH_LENGTH))
@@ -162,7 +162,7 @@ class Engine:
                 seq.num_computed += 1                    # the draft's K/V is now valid
                 self._spec_accepted_tokens += 1
         self._spec_draft_tokens += len(item.drafts)
-        if item.drafts and seq.status != FINISHED:
+        if item.drafts and outs[-1].finish is None:
             self._commit_full_blocks(seq)                # blocks filled by accepted drafts
         return outs
 
@@ -192,7 +192,6 @@ class Engine:
 
     def _finish(self, seq: Sequence) -> None:
         self.scheduler.remove(seq)
-        seq.status = FINISHED
 
     def _commit_full_blocks(self, seq: Sequence) -> None:
         """Offer newly filled blocks of computed tokens to the prefix cache."""

@@ -29,7 +29,7 @@ from typing import Callable
 
 from engine.api import AdmitError, EngineConfig
 from engine.block_manager import BlockManager
-from engine.sequence import RUNNING, WAITING, Sequence
+from engine.sequence import Sequence
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +73,6 @@ class Scheduler:
         self._enqueue(seq)
 
     def _enqueue(self, seq: Sequence) -> None:
-        seq.status = WAITING
         keys = [s.sort_key for s in self.waiting]
         self.waiting.insert(bisect.bisect_right(keys, seq.sort_key), seq)
 
@@ -159,7 +158,6 @@ class Scheduler:
                 seq.was_scheduled = True
                 self.prompt_tokens += seq.num_prompt
                 self.prefix_hit_tokens += seq.num_computed
-            seq.status = RUNNING
             self.running.append(seq)
             plan.scheduled.append(Scheduled(seq, want, want == seq.num_uncomputed))
             budget -= want

@@ -16,13 +16,11 @@ from __future__ import annotations
 
 from engine.api import GenRequest
 
-WAITING, RUNNING, FINISHED = "waiting", "running", "finished"
-
 
 class Sequence:
     __slots__ = ("id", "req", "tokens", "num_prompt", "num_computed", "blocks", "seed",
                  "arrival", "num_generated", "output_counts", "radix_node",
-                 "num_committed_blocks", "was_scheduled", "status", "stop_ids", "eos_ids",
+                 "num_committed_blocks", "was_scheduled", "stop_ids", "eos_ids",
                  "_prompt_set")
 
     def __init__(self, seq_id: int, req: GenRequest, *, seed: int, arrival: int,
@@ -40,7 +38,6 @@ class Sequence:
         self.radix_node = None
         self.num_committed_blocks = 0
         self.was_scheduled = False                   # deadlines only apply before the first step
-        self.status = WAITING
         self.stop_ids = frozenset(int(t) for t in req.stop_ids)
         self.eos_ids = frozenset() if req.params.ignore_eos else eos_ids
         self._prompt_set = None
@@ -77,4 +74,3 @@ class Sequence:
         self.blocks = []
         self.radix_node = None
         self.num_committed_blocks = 0
-        self.status = WAITING
