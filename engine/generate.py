@@ -9,20 +9,20 @@ as it is produced.
 What it is not: the serving path. No batching, no paged cache, no HTTP.
 
 Text streams at token granularity, but a token may end in the middle of a UTF-8
-character (an emoji is often three tokens), so bytes go through an incremental UTF-8
-decoder that holds an incomplete tail back until the next token completes it; invalid
-bytes become U+FFFD.
+character (an emoji is often three tokens), so bytes go through the server's
+`sse.TextStream` (no stop strings), which holds an incomplete tail back until the next
+token completes it; invalid bytes become U+FFFD.
 """
 from __future__ import annotations
 
 import argparse
-import codecs
 import sys
 from typing import Iterable, Iterator, TextIO
 
 from engine import model as dense
 from engine import sampler
 from engine.api import SamplingParams
+from sse import TextStream
 
 DEFAULT_MAX_TOKENS = 256
 DEFAULT_TEMPERATURE = 0.7
@@ -55,10 +55,7 @@ def render_prompt(loaded, prompt: str, *, raw: bool) -> str:
     """The text the model reads: the prompt itself (raw) or one chat-templated user turn."""
     if raw:
         return prompt
-    tok = loaded.tokenizer
-    return loaded.template.render_chat(      # parsed at load: the model's own, else the default
-        [{"role": "user", "content": prompt}], add_generation_prompt=True,
-        bos_token=getattr(tok, "bos_token", "") or "", eos_token=getattr(tok, "eos_token", "") or "")
+    return loaded.render_chat([{"role": "user", "content": prompt}], add_generation_prompt=True)
 
 
 def make_sample_fn(params: SamplingParams, *, seed: int, prompt_ids: Iterable[int]):
@@ -83,12 +80,12 @@ def make_sample_fn(params: SamplingParams, *, seed: int, prompt_ids: Iterable[in
 
 def stream_text(pieces: Iterable[bytes]) -> Iterator[str]:
     """Token bytes in -> text pieces out, holding back incomplete UTF-8 sequences."""
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    stream = TextStream()
     for chunk in pieces:
-        text = decoder.decode(chunk)
+        text = stream.push(chunk)
         if text:
             yield text
-    tail = decoder.decode(b"", final=True)
+    tail = stream.finish()
     if tail:
         yield tail
 
@@ -97,11 +94,12 @@ def generate_text(loaded, prompt_text: str, *, max_tokens: int, params: Sampling
                   seed: int) -> Iterator[str]:
     """Encode, generate with the dense model and yield the answer's text as it grows.
 
-    End-of-sequence tokens stop the generation and are not printed.
+    End-of-sequence tokens (the config's, which the loader merged with the tokenizer's)
+    stop the generation and are not printed.
     """
     tok = loaded.tokenizer
     ids = tok.encode(prompt_text)
-    stops = frozenset(loaded.config.eos_token_ids) | frozenset(getattr(tok, "eos_token_ids", ()))
+    stops = frozenset(loaded.config.eos_token_ids)
     sample_fn = make_sample_fn(params, seed=seed, prompt_ids=ids)
     tokens = dense.generate(loaded.config, loaded.weights, ids, max_new_tokens=max_tokens,
                             stop_ids=stops, sample_fn=sample_fn)

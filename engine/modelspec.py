@@ -85,6 +85,16 @@ class Model:
     source_path: str = ""
     extra: dict = field(default_factory=dict)
 
+    def render_chat(self, messages, *, add_generation_prompt: bool = True) -> str:
+        """Messages -> prompt text through `template`, with the tokenizer's BOS/EOS strings.
+
+        A tokenizer without a BOS or EOS string gives "" for it. Template errors propagate.
+        """
+        tok = self.tokenizer
+        return self.template.render_chat(
+            [dict(m) for m in messages], add_generation_prompt=add_generation_prompt,
+            bos_token=getattr(tok, "bos_token", "") or "", eos_token=getattr(tok, "eos_token", "") or "")
+
     def forward(self, ids) -> np.ndarray:
         """Dense reference forward: token ids [n] -> logits [n, V] (float32)."""
         from engine import model as dense
