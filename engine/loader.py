@@ -85,9 +85,9 @@ def _load_gguf(file: Path, directory: Path) -> Model:
                           role_names=GGUF_NAMES, is_gguf_permuted=True)
     config, weights = build_weights(source, config)
     tokenizer = _guarded(gguf.path, _bpe_from_gguf, gguf.metadata)
-    template = _side_template(directory) or gguf.metadata.get("tokenizer.chat_template")
-    return _finish(directory, config, weights, tokenizer, template, file, "gguf",
-                   _read_json(directory / "generation_config.json"))
+    generation = _read_json(directory / "generation_config.json")
+    template = _side_template(directory, generation) or gguf.metadata.get("tokenizer.chat_template")
+    return _finish(directory, config, weights, tokenizer, template, file, "gguf", generation)
 
 
 def _load_hf(directory: Path) -> Model:
@@ -99,9 +99,12 @@ def _load_hf(directory: Path) -> Model:
                           get_input_major=lambda parts: _fused_t(files, parts),
                           role_names=HF_NAMES, is_gguf_permuted=False)
     config, weights = build_weights(source, config)
-    tokenizer = _hf_tokenizer(directory)
-    return _finish(directory, config, weights, tokenizer, _side_template(directory),
-                   directory, "safetensors", _read_json(directory / "generation_config.json"))
+    tokenizer_config = _read_json(directory / "tokenizer_config.json")
+    tokenizer = _hf_tokenizer(directory, tokenizer_config)
+    generation = _read_json(directory / "generation_config.json")
+    template = _side_template(directory, generation, tokenizer_config)
+    return _finish(directory, config, weights, tokenizer, template, directory, "safetensors",
+                   generation)
 
 
 def _fused_t(files: dict, parts: list[tuple[str, np.ndarray | None]]) -> np.ndarray:
@@ -165,8 +168,7 @@ def _bpe_from_json(path: Path, tc: dict):
     return BPETokenizer.from_tokenizer_json(path, tokenizer_config=tc or None)
 
 
-def _hf_tokenizer(directory: Path):
-    tc = _read_json(directory / "tokenizer_config.json")
+def _hf_tokenizer(directory: Path, tc: dict):
     if tc.get("tokenizer_class") == "ByteTokenizer":
         return _guarded(str(directory / "tokenizer_config.json"), _byte_tokenizer, tc)
     tj = directory / "tokenizer.json"
@@ -199,10 +201,16 @@ def _template_value(value) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def _side_template(directory: Path) -> str | None:
-    for name in ("generation_config.json", "tokenizer_config.json"):
-        found = _template_value(_read_json(directory / name).get("chat_template"))
-        if found:
-            return found
+def _side_template(directory: Path, generation: dict,
+                   tokenizer_config: dict | None = None) -> str | None:
+    """The template beside the weights; tokenizer_config None: read it only if needed."""
+    found = _template_value(generation.get("chat_template"))
+    if found:
+        return found
+    if tokenizer_config is None:
+        tokenizer_config = _read_json(directory / "tokenizer_config.json")
+    found = _template_value(tokenizer_config.get("chat_template"))
+    if found:
+        return found
     jinja = directory / TEMPLATE_FILE
     return jinja.read_text(encoding="utf-8") if jinja.is_file() else None
