@@ -14,7 +14,6 @@ RequestId = int
 FINISH_STOP = "stop"          # EOS / a stop id / (server side) a stop string
 FINISH_LENGTH = "length"      # max_tokens or the model's context limit
 FINISH_DEADLINE = "deadline"  # waited in the queue past its deadline (server: 503 no_capacity)
-FINISH_ABORT = "abort"        # aborted by the caller (never reported for abort(); reserved)
 
 MAX_TOP_LOGPROBS = 20
 

@@ -268,10 +268,6 @@ class GGUFFile:
             raise ModelFormatError(self.path, f"tensor {infos[0].name}: {e}") from None
 
 
-def read_gguf(path: str | os.PathLike) -> GGUFFile:
-    return GGUFFile(path)
-
-
 # --- writer ---------------------------------------------------------------------------
 
 @dataclass(frozen=True)

@@ -265,20 +265,13 @@ def dequant_t_q4_0(raw3: np.ndarray) -> np.ndarray:
 TRANSPOSED_DEQUANTIZERS = {"Q8_0": dequant_t_q8_0, "Q4_1": dequant_t_q4_1, "Q4_0": dequant_t_q4_0}
 
 
-def dequantize_input_major(raw: np.ndarray, ggml_type: GGMLType, out_dim: int, in_dim: int,
-                           row_order: np.ndarray | None = None) -> np.ndarray:
-    """Raw bytes of an output-major [out, in] matrix -> float32 [in, out], C-contiguous.
-
-    `row_order` (int [out]) picks the output rows first (column j of the result is stored
-    row `row_order[j]`), which is how the loader undoes GGUF's Q/K permutation for free.
-    """
+def dequantize_input_major(raw: np.ndarray, ggml_type: GGMLType, out_dim: int, in_dim: int) -> np.ndarray:
+    """Raw bytes of an output-major [out, in] matrix -> float32 [in, out], C-contiguous."""
     if ggml_type.dequantize is None:
         raise ValueError(f"tensor type {ggml_type.name} (id {ggml_type.type_id}) is not supported")
     if in_dim % ggml_type.block_size or raw.size != ggml_type.nbytes(out_dim * in_dim):
         raise ValueError(f"{raw.size} bytes do not hold a {out_dim}x{in_dim} {ggml_type.name} matrix")
     rows = raw.reshape(out_dim, -1)                             # [out, row_bytes]
-    if row_order is not None:
-        rows = rows[row_order]                                  # [out, row_bytes], reordered
     fast = TRANSPOSED_DEQUANTIZERS.get(ggml_type.name)
     if fast is None:
         values = dequantize(np.ascontiguousarray(rows).reshape(-1), ggml_type, out_dim * in_dim)

@@ -23,21 +23,15 @@ import numpy as np
 
 from engine.errors import ModelFormatError
 from engine.filemap import map_readonly
-from engine.quants import dequant_bf16
+from engine.quants import GGML_TYPE_BY_NAME, QUANTIZERS, GGMLType
 
 HEADER_LEN_BYTES = 8
 MAX_HEADER_BYTES = 100 * 1024 * 1024     # the format's own cap on the JSON header
 HEADER_ALIGN = 8                          # writers pad the header so data starts aligned
 
-# dtype name -> (numpy dtype of the stored values, bytes per value)
-DTYPES: dict[str, tuple[str, int]] = {"F32": ("<f4", 4), "F16": ("<f2", 2), "BF16": ("<u2", 2)}
-
-
-def _to_float32(raw: np.ndarray, dtype: str) -> np.ndarray:
-    """Stored little-endian values (uint8 bytes) -> float32 (F32: a zero-copy view)."""
-    if dtype == "BF16":
-        return dequant_bf16(raw)
-    return raw.view(DTYPES[dtype][0]).astype(np.float32, copy=False)
+# dtype name -> its GGML twin: bytes per value (`type_size`, one value per block) and the
+# dequantizer from stored little-endian bytes to float32 (F32: a zero-copy view).
+DTYPES: dict[str, GGMLType] = {name: GGML_TYPE_BY_NAME[name] for name in ("F32", "F16", "BF16")}
 
 
 class SafetensorsFile:
@@ -74,7 +68,7 @@ class SafetensorsFile:
         if dtype not in DTYPES:
             raise ModelFormatError(self.path, f"tensor {name}: unsupported dtype {dtype} "
                                               f"(supported: {', '.join(DTYPES)})")
-        expected = int(np.prod(shape, dtype=np.int64)) * DTYPES[dtype][1]
+        expected = DTYPES[dtype].nbytes(int(np.prod(shape, dtype=np.int64)))
         if not 0 <= begin <= end or end - begin != expected or min(shape, default=0) < 0:
             raise ModelFormatError(self.path, f"tensor {name}: data_offsets [{begin}, {end}] "
                                               f"do not match {dtype} shape {list(shape)}")
@@ -93,7 +87,7 @@ class SafetensorsFile:
         if e is None:
             raise ModelFormatError(self.path, f"missing tensor {name}")
         raw = self._data[self.data_offset + e["begin"]:self.data_offset + e["end"]]
-        return _to_float32(raw, e["dtype"]).reshape(e["shape"])
+        return DTYPES[e["dtype"]].dequantize(raw).reshape(e["shape"])
 
 
 def read_safetensors_dir(directory: str | os.PathLike) -> dict[str, SafetensorsFile]:
@@ -118,11 +112,7 @@ def _bf16_bits(x: np.ndarray) -> np.ndarray:
     return (rounded >> 16).astype(np.uint16)
 
 
-_ENCODERS = {
-    "F32": lambda x: np.ascontiguousarray(x, "<f4"),
-    "F16": lambda x: np.ascontiguousarray(x, "<f2"),
-    "BF16": _bf16_bits,
-}
+_ENCODERS = {"F32": QUANTIZERS["F32"], "F16": QUANTIZERS["F16"], "BF16": _bf16_bits}
 
 
 def write_safetensors(path: str | os.PathLike, tensors: dict[str, np.ndarray], *,

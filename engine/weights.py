@@ -190,14 +190,18 @@ def _name(src: TensorSource, role: str, shape: tuple[int, ...], layer: int = 0) 
     return name
 
 
-def _vector(src: TensorSource, role: str, size: int, layer: int = 0) -> np.ndarray:
-    array = src.get(_name(src, role, (size,), layer))
+def _owned_f32(array: np.ndarray) -> np.ndarray:
+    """The array itself if it is a writeable C-contiguous float32 one, else such a copy."""
     if array.flags.writeable and array.flags.c_contiguous and array.dtype == np.float32:
         return array
     return np.array(array, dtype=np.float32, order="C")     # never borrow the mapped file
 
 
-def _input_major(src: TensorSource, cfg: ModelConfig, roles: list[tuple[str, tuple, int]],
+def _vector(src: TensorSource, role: str, size: int, layer: int = 0) -> np.ndarray:
+    return _owned_f32(src.get(_name(src, role, (size,), layer)))
+
+
+def _input_major(src: TensorSource, roles: list[tuple[str, tuple, int]],
                  layer: int = 0) -> np.ndarray:
     """Stored [out_i, in] matrices -> one float32 [in, sum(out_i)], fused column-wise.
 
@@ -217,11 +221,11 @@ def _layer(src: TensorSource, cfg: ModelConfig, i: int) -> LayerWeights:
     qkv = [("q", (q, d), cfg.num_heads), ("k", (kv, d), cfg.num_kv_heads), ("v", (kv, d), 0)]
     return LayerWeights(
         attn_norm=_vector(src, "attn_norm", d, i),
-        wqkv=_input_major(src, cfg, qkv, i),                                # [d, q + 2*kv]
-        wo=_input_major(src, cfg, [("o", (d, q), 0)], i),                   # [q, d]
+        wqkv=_input_major(src, qkv, i),                                     # [d, q + 2*kv]
+        wo=_input_major(src, [("o", (d, q), 0)], i),                        # [q, d]
         mlp_norm=_vector(src, "mlp_norm", d, i),
-        w_gate_up=_input_major(src, cfg, [("gate", (ff, d), 0), ("up", (ff, d), 0)], i),
-        w_down=_input_major(src, cfg, [("down", (d, ff), 0)], i),          # [ff, d]
+        w_gate_up=_input_major(src, [("gate", (ff, d), 0), ("up", (ff, d), 0)], i),
+        w_down=_input_major(src, [("down", (d, ff), 0)], i),               # [ff, d]
     )
 
 
@@ -237,15 +241,13 @@ def build_weights(src: TensorSource, cfg: ModelConfig) -> tuple[ModelConfig, Lla
     """Load, check and rearrange every tensor; returns the config with tying settled."""
     _check_heads(cfg, src.path)
     d, vocab = cfg.hidden_size, cfg.vocab_size
-    embed = src.get(_name(src, "embed", (vocab, d)))            # [V, d]
-    if not (embed.flags.writeable and embed.flags.c_contiguous):
-        embed = np.array(embed, dtype=np.float32, order="C")
+    embed = _owned_f32(src.get(_name(src, "embed", (vocab, d))))            # [V, d]
     has_head = src.role_names["lm_head"] in src.shapes
     tied = cfg.tie_word_embeddings or not has_head              # no LM head tensor: tied
     if tied:
         lm_head = embed.T                                        # [d, V], a view
     else:
-        lm_head = _input_major(src, cfg, [("lm_head", (vocab, d), 0)])     # [d, V]
+        lm_head = _input_major(src, [("lm_head", (vocab, d), 0)])          # [d, V]
     weights = LlamaWeights(
         embed=embed,
         layers=tuple(_layer(src, cfg, i) for i in range(cfg.num_layers)),
