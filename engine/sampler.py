@@ -71,8 +71,12 @@ def _apply_repetition_penalty(logits: np.ndarray, params: SamplingParams, hist: 
     penalty = params.repetition_penalty
     if penalty == 1.0:
         return
-    seen = set(hist.prompt_tokens) | {t for t, c in hist.output_counts.items() if c > 0}
-    ids = np.fromiter((t for t in seen if 0 <= t < logits.shape[0]), dtype=np.int64)
+    # The prompt set is used as is (no per-token copy); an id in both lists is harmless:
+    # every write of it stores the same value, computed from the logits before any write.
+    prompt = np.fromiter(hist.prompt_tokens, dtype=np.int64, count=len(hist.prompt_tokens))   # [P]
+    output = np.fromiter((t for t, c in hist.output_counts.items() if c > 0), dtype=np.int64)  # [O]
+    ids = np.concatenate([prompt, output])                              # [k]
+    ids = ids[(ids >= 0) & (ids < logits.shape[0])]
     if ids.size == 0:
         return
     vals = logits[ids]                                                  # [k]
@@ -244,13 +248,16 @@ def top_logprobs_of(logprobs: np.ndarray, count: int) -> tuple[tuple[int, float]
 def sample(logits_row: np.ndarray, params: SamplingParams, *, seed: int, sample_index: int,
            output_counts: Mapping[int, int], prompt_tokens=frozenset(),
            suppress_ids: tuple[int, ...] = ()) -> SampleResult:
-    """Pick one token from a row of raw logits [V] under `params`; see the module docstring."""
-    probs = processed_probs(logits_row, params, output_counts=output_counts,
-                            prompt_tokens=prompt_tokens, suppress_ids=suppress_ids)
+    """Pick one token from a row of raw logits [V] under `params`; see the module docstring.
+
+    Greedy takes the argmax of the processed logits: the same id as the argmax of
+    `processed_probs`'s one-hot, without building it.
+    """
+    history = dict(output_counts=output_counts, prompt_tokens=prompt_tokens, suppress_ids=suppress_ids)
     if params.temperature == 0.0:
-        token = int(np.argmax(probs))
+        token = int(np.argmax(processed_logits(logits_row, params, **history)))
     else:
-        token = draw(probs, seed=seed, sample_index=sample_index)
+        token = draw(processed_probs(logits_row, params, **history), seed=seed, sample_index=sample_index)
     if not (params.logprobs or params.top_logprobs > 0):
         return SampleResult(token, 0.0, ())
     logprobs = log_softmax(np.asarray(logits_row))
