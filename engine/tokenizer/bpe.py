@@ -34,22 +34,22 @@ from engine.tokenizer.pretokenize import (
 class TokenKind:
     """How a GGUF token type behaves."""
 
-    is_added: bool       # matched as a whole in the text before pre-tokenization
+    is_added: bool       # matched as a whole in the text before pre-tokenization;
+                         # its bytes are its text's UTF-8 (as for every added token)
     is_special: bool     # matched only with parse_special; dropped by skip_special_tokens
-    is_raw_text: bool    # its bytes are its UTF-8 text, not byte-level characters
 
 
 # llama.cpp's token types (llama_token_type). Control and unknown tokens are Hugging Face's
 # `special: true` added tokens; user-defined are its non-special added tokens (always
 # matched in text, kept when skipping specials).
 GGUF_TOKEN_KINDS: dict[int, TokenKind] = {
-    0: TokenKind(is_added=False, is_special=False, is_raw_text=False),  # undefined
-    1: TokenKind(is_added=False, is_special=False, is_raw_text=False),  # normal
-    2: TokenKind(is_added=True, is_special=True, is_raw_text=True),     # unknown
-    3: TokenKind(is_added=True, is_special=True, is_raw_text=True),     # control
-    4: TokenKind(is_added=True, is_special=False, is_raw_text=True),    # user-defined
-    5: TokenKind(is_added=False, is_special=False, is_raw_text=False),  # unused
-    6: TokenKind(is_added=False, is_special=False, is_raw_text=False),  # byte ("<0x41>")
+    0: TokenKind(is_added=False, is_special=False),     # undefined
+    1: TokenKind(is_added=False, is_special=False),     # normal
+    2: TokenKind(is_added=True, is_special=True),       # unknown
+    3: TokenKind(is_added=True, is_special=True),       # control
+    4: TokenKind(is_added=True, is_special=False),      # user-defined
+    5: TokenKind(is_added=False, is_special=False),     # unused
+    6: TokenKind(is_added=False, is_special=False),     # byte ("<0x41>"): raw_text_ids
 }
 GGUF_NORMAL_TOKEN_TYPE = 1
 GGUF_BYTE_TOKEN_TYPE = 6
@@ -148,8 +148,7 @@ class BPETokenizer(Tokenizer):
             bos_token_id=None if bos_id is None else int(bos_id),
             eos_token_ids=eos_ids,
             ignore_merges=pre_type in PRE_TYPES_IGNORING_MERGES,
-            raw_text_ids=frozenset(i for i, t in enumerate(types) if t == GGUF_BYTE_TOKEN_TYPE)
-            | frozenset(i for i, kind in enumerate(kinds) if kind.is_raw_text),
+            raw_text_ids=frozenset(i for i, t in enumerate(types) if t == GGUF_BYTE_TOKEN_TYPE),
         )
 
 
