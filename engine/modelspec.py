@@ -93,7 +93,7 @@ class Model:
         tok = self.tokenizer
         return self.template.render_chat(
             [dict(m) for m in messages], add_generation_prompt=add_generation_prompt,
-            bos_token=getattr(tok, "bos_token", "") or "", eos_token=getattr(tok, "eos_token", "") or "")
+            bos_token=tok.bos_token or "", eos_token=tok.eos_token or "")
 
     def forward(self, ids) -> np.ndarray:
         """Dense reference forward: token ids [n] -> logits [n, V] (float32)."""

@@ -50,17 +50,14 @@ class ServedModel:
 
     def __init__(self, model, model_id: str, max_model_len: int):
         self.id = model_id
+        self.model = model
         self.tokenizer = model.tokenizer
         self.max_model_len = max_model_len
-        self.template = model.template          # parsed when the model loaded
         self.created = int(time.time())
 
     def render(self, messages, *, add_generation_prompt: bool = True) -> str:
-        tok = self.tokenizer
-        try:
-            return self.template.render_chat(
-                [dict(m) for m in messages], add_generation_prompt=add_generation_prompt,
-                bos_token=tok.bos_token, eos_token=tok.eos_token)
+        try:                                    # the template was parsed when the model loaded
+            return self.model.render_chat(messages, add_generation_prompt=add_generation_prompt)
         except TemplateError as exc:
             raise ApiError("template_error", exc.message, param="messages") from None
 

@@ -18,7 +18,6 @@ import time
 from dataclasses import dataclass, replace
 
 from engine.engine import Engine
-from engine.kv_cache import block_bytes
 from engine.loader import load_model, model_name
 from server.admission import AdmissionGate
 from server.app import ApiApp, HealthApp, ServedModel, ServerState
@@ -104,9 +103,8 @@ def build(cfg: ServeConfig) -> ServerHandle:
 
 
 def _log_kv(engine, engine_cfg) -> None:
-    num_blocks = engine.blocks.num_blocks
-    mib = num_blocks * block_bytes(engine.model.config, engine_cfg.block_size) / 2**20
-    log.info("KV cache: %d blocks of %d tokens, %.1f MiB", num_blocks, engine_cfg.block_size, mib)
+    log.info("KV cache: %d blocks of %d tokens, %.1f MiB", engine.kv.num_blocks,
+             engine_cfg.block_size, engine.kv.nbytes / 2**20)
 
 
 def spawn(cfg: ServeConfig) -> ServerHandle:
