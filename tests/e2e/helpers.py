@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import socket
-import time
 from contextlib import contextmanager
 
 import requests
@@ -66,16 +65,6 @@ def metrics(handle) -> dict[str, float]:
             name, _, value = line.rpartition(" ")
             out[name] = float(value)
     return out
-
-
-def wait_for(predicate, timeout_s: float = 5.0, interval_s: float = 0.02):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval_s)
-    return predicate()
 
 
 def open_stream(handle, body: dict) -> tuple[socket.socket, bytes]:

@@ -10,7 +10,8 @@ import pytest
 import requests
 
 from tests.e2e.helpers import (TIMEOUT_S, chat_body, metrics, open_stream, post,
-                               read_until_closed_or, running_server, wait_for)
+                               read_until_closed_or, running_server)
+from tests.polling import wait_for
 
 STEP_DELAY_S = 0.05
 

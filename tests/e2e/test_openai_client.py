@@ -6,7 +6,8 @@ import threading
 import openai
 import pytest
 
-from tests.e2e.helpers import chat_body, metrics, open_stream, post, running_server, wait_for
+from tests.e2e.helpers import chat_body, metrics, open_stream, post, running_server
+from tests.polling import wait_for
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,11 @@ from __future__ import annotations
 import numpy as np
 
 from engine import model as dense
+from engine.api import SamplingParams
 from engine.modelspec import LayerWeights, LlamaWeights, Model, ModelConfig
 
+
+GREEDY = SamplingParams(temperature=0.0)      # argmax sampling, the differential tests' default
 
 def random_model(*, vocab: int = 64, d: int = 32, layers: int = 2, heads: int = 4, kv_heads: int = 2,
                  head_dim: int = 8, ff: int = 48, max_pos: int = 512, eos=(), seed: int = 0) -> Model:

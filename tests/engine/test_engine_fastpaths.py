@@ -10,10 +10,9 @@ from engine import engine as engine_mod
 from engine.api import EngineConfig, GenRequest, SamplingParams
 from engine.kv_cache import KVCache
 from engine.runner import Chunk, ModelRunner
-from tests.engine.engine_models import dense_greedy, random_model, run_to_completion, tokens_of
+from tests.engine.engine_models import GREEDY, dense_greedy, random_model, run_to_completion, tokens_of
 
 BS = 4
-GREEDY = SamplingParams(temperature=0.0)
 
 
 # --------------------------------------------------------------------------- memory.tune_malloc

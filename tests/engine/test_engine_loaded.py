@@ -2,9 +2,8 @@
 from engine.api import EngineConfig, GenRequest, SamplingParams
 from engine.engine import Engine
 from engine.loader import load_model
-from tests.engine.engine_models import dense_greedy, run_to_completion, tokens_of
+from tests.engine.engine_models import GREEDY, dense_greedy, run_to_completion, tokens_of
 
-GREEDY = SamplingParams(temperature=0.0)
 
 
 def test_succ_fixture_hand_example(succ_model_dir):

@@ -3,11 +3,10 @@ chunking, speculation, a pool small enough to force preemption and eviction, abo
 import numpy as np
 import pytest
 
-from engine.api import EngineConfig, GenRequest, SamplingParams, SpeculativeConfig
+from engine.api import EngineConfig, GenRequest, SpeculativeConfig
 from engine.engine import Engine
-from tests.engine.engine_models import dense_greedy, random_model
+from tests.engine.engine_models import GREEDY, dense_greedy, random_model
 
-GREEDY = SamplingParams(temperature=0.0)
 SPEC = SpeculativeConfig(num_speculative_tokens=3, prompt_lookup_min=1, prompt_lookup_max=2)
 CONFIGS = {
     "tiny-pool": EngineConfig(block_size=4, num_kv_blocks=14, max_num_seqs=4, prefill_chunk=5,

@@ -5,10 +5,9 @@ import pytest
 from engine import model as dense
 from engine.api import (FINISH_LENGTH, FINISH_STOP, EngineConfig, GenRequest, SamplingParams)
 from engine.engine import Engine
-from tests.engine.engine_models import (dense_greedy, random_model, run_to_completion,
+from tests.engine.engine_models import (GREEDY, dense_greedy, random_model, run_to_completion,
                                         succ_model, tokens_of)
 
-GREEDY = SamplingParams(temperature=0.0)
 
 
 @pytest.fixture(scope="module")

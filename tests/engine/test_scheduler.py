@@ -1,12 +1,11 @@
 """Scheduling policy: priority order, the bounded queue, deadlines, budgets, preemption."""
 import pytest
 
-from engine.api import (FINISH_DEADLINE, AdmitError, EngineConfig, GenRequest, SamplingParams)
+from engine.api import FINISH_DEADLINE, AdmitError, EngineConfig, GenRequest
 from engine.engine import Engine
-from tests.engine.engine_models import (dense_greedy, random_model, run_to_completion,
+from tests.engine.engine_models import (GREEDY, dense_greedy, random_model, run_to_completion,
                                         succ_model, tokens_of)
 
-GREEDY = SamplingParams(temperature=0.0)
 
 
 def req(prompt, max_tokens=1, **kw):

@@ -19,6 +19,7 @@ import pytest
 from server.limits import HttpLimits
 from server.loop import EventLoop, Listener, parse_address
 from server.protocol import Response, ResponseHead, StreamPoll
+from tests.polling import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 WAIT_S = 5.0                       # generous upper bound for anything that should be quick
@@ -180,15 +181,6 @@ def serving(app=None, *, limits=HttpLimits(), health_app=None, **kwargs):
         loop.stop()
         thread.join(WAIT_S)
         assert not thread.is_alive()
-
-
-def wait_for(predicate, timeout_s=WAIT_S):
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return predicate()
 
 
 # ---- addresses ----------------------------------------------------------------------------
