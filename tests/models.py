@@ -187,9 +187,13 @@ def gguf_name(hf_name: str) -> str:
     return f"blk.{layer}.{HF_TO_GGUF[rest.removesuffix('.weight')]}.weight"
 
 
+def role(hf_name: str) -> str:
+    """"model.layers.0.self_attn.q_proj.weight" -> "q_proj"."""
+    return hf_name.removesuffix(".weight").rsplit(".", 1)[-1]
+
+
 def gguf_type(hf_name: str) -> str:
-    role = hf_name.removesuffix(".weight").rsplit(".", 1)[-1]
-    return TINY_GGUF_TYPES.get(role, "F32")
+    return TINY_GGUF_TYPES.get(role(hf_name), "F32")
 
 
 def tiny_gguf_metadata() -> dict:
@@ -218,16 +222,22 @@ def tiny_gguf_metadata() -> dict:
     }
 
 
-def write_tiny_llama_gguf(path: Path) -> Path:
-    """The same weights as one GGUF file (Q/K permuted, Q8_0/Q4_1 matrices, F32 norms)."""
+def tiny_gguf_tensors(type_of=gguf_type) -> dict:
+    """The tiny Llama's tensors as llama.cpp stores them: GGUF names, Q/K rows permuted
+    for adjacent-pair RoPE, each with the ggml type `type_of(hf_name)` chooses."""
     cfg = tiny_config()
     heads = {"q_proj": cfg["num_attention_heads"], "k_proj": cfg["num_key_value_heads"]}
     tensors = {}
     for name, w in tiny_llama_tensors().items():
-        role = name.removesuffix(".weight").rsplit(".", 1)[-1]
-        if role in heads:
-            w = permute_rows(w, heads[role])
-        tensors[gguf_name(name)] = (w, gguf_type(name))
+        if role(name) in heads:
+            w = permute_rows(w, heads[role(name)])
+        tensors[gguf_name(name)] = (w, type_of(name))
+    return tensors
+
+
+def write_tiny_llama_gguf(path: Path) -> Path:
+    """The same weights as one GGUF file (Q/K permuted, Q8_0/Q4_1 matrices, F32 norms)."""
+    tensors = tiny_gguf_tensors()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     return write_gguf(path, tiny_gguf_metadata(), tensors)

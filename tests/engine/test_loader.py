@@ -154,12 +154,7 @@ def test_tiny_llama_gguf_logits_match_within_quantization_error(tiny_llama_gguf,
 @pytest.mark.parametrize("qtype", ["Q4_1", "Q8_0", "F16"])
 def test_uniformly_typed_gguf_fuses_packed_rows_exactly(tmp_path, qtype):
     t = models.tiny_llama_tensors()
-    heads = {"q_proj": 4, "k_proj": 2}
-    tensors = {}
-    for name, w in t.items():
-        role = name.removesuffix(".weight").rsplit(".", 1)[-1]
-        stored = permute_rows(w, heads[role]) if role in heads else w
-        tensors[models.gguf_name(name)] = (stored, qtype if w.ndim == 2 else "F32")
+    tensors = models.tiny_gguf_tensors(lambda name: qtype if t[name].ndim == 2 else "F32")
     (tmp_path / "u").mkdir()
     m = load_model(write_gguf(tmp_path / "u" / "u.gguf", models.tiny_gguf_metadata(), tensors))
 
