@@ -195,7 +195,8 @@ class ApiApp:
             if not ids or len(ids) > self.served.max_model_len:
                 raise ApiError("context_length_exceeded", "Each input must have 1 to "
                                f"{self.served.max_model_len} tokens.", param="input")
-        ticket = self.bridge.embed(inputs, spec.encoding_format)
+        self.gate.reserve_or_raise()            # bounded like generations: 429 when full
+        ticket = self.bridge.embed(inputs, spec.encoding_format, on_leave_queue=self.gate.release)
         return EmbedStream(ticket=ticket, model_id=self.served.id,
                            prompt_tokens=sum(map(len, inputs)), headers=extra,
                            on_status=self.state.metrics.count_request)

@@ -59,7 +59,7 @@ class Ticket:
     """One generation request as both threads see it."""
 
     __slots__ = ("request", "events", "engine_id", "is_aborted", "is_scheduled",
-                 "is_finished", "holds_slot", "on_leave_queue", "scheduled_s", "first_token_s", "last_token_s")
+                 "is_finished", "on_leave_queue", "scheduled_s", "first_token_s", "last_token_s")
 
     def __init__(self, request: GenRequest, on_leave_queue: Callable[[], None] | None):
         self.request = request
@@ -68,7 +68,6 @@ class Ticket:
         self.is_aborted = False                 # set on the loop thread
         self.is_scheduled = False
         self.is_finished = False
-        self.holds_slot = on_leave_queue is not None
         self.on_leave_queue = on_leave_queue    # releases the admission slot, once
         self.scheduled_s: float | None = None
         self.first_token_s: float | None = None
@@ -78,11 +77,13 @@ class Ticket:
 class EmbedTicket:
     """One embeddings call: token-id lists in, vectors out (engine thread fills it)."""
 
-    __slots__ = ("inputs", "encoding_format", "result", "error", "done")
+    __slots__ = ("inputs", "encoding_format", "result", "error", "done", "on_leave_queue")
 
-    def __init__(self, inputs: list[list[int]], encoding_format: str):
+    def __init__(self, inputs: list[list[int]], encoding_format: str,
+                 on_leave_queue: Callable[[], None] | None = None):
         self.inputs = inputs
         self.encoding_format = encoding_format
+        self.on_leave_queue = on_leave_queue    # releases the admission slot, once
         self.result: list | None = None         # list[float] or base64 str per input
         self.error: str | None = None
         self.done = False
@@ -123,8 +124,9 @@ class EngineBridge:
         ticket.is_aborted = True
         self._post(("abort", ticket))
 
-    def embed(self, inputs: list[list[int]], encoding_format: str) -> EmbedTicket:
-        ticket = EmbedTicket(inputs, encoding_format)
+    def embed(self, inputs: list[list[int]], encoding_format: str, *,
+              on_leave_queue: Callable[[], None] | None = None) -> EmbedTicket:
+        ticket = EmbedTicket(inputs, encoding_format, on_leave_queue)
         self._post(("embed", ticket))
         return ticket
 
@@ -199,6 +201,7 @@ class EngineBridge:
         ticket.is_finished = True
 
     def _embed(self, ticket: EmbedTicket) -> None:
+        self._leave_queue(ticket)                                  # taken off the inbox: slot free
         try:
             vectors = self._engine.embed(ticket.inputs)            # [n, d] float32
             if ticket.encoding_format == "base64":
@@ -240,10 +243,11 @@ class EngineBridge:
             self._live.pop(out.id, None)
         ticket.events.append(out)
 
-    def _leave_queue(self, ticket: Ticket) -> None:
-        if ticket.holds_slot:
-            ticket.holds_slot = False
-            ticket.on_leave_queue()
+    def _leave_queue(self, ticket: Ticket | EmbedTicket) -> None:
+        """Release the ticket's admission slot, exactly once."""
+        if ticket.on_leave_queue is not None:
+            release, ticket.on_leave_queue = ticket.on_leave_queue, None
+            release()
 
     def _fail_all(self, message: str) -> None:
         for ticket in list(self._live.values()):
@@ -260,6 +264,7 @@ class EngineBridge:
         self._fail_all("the server is stopping")
         for verb, ticket in self._inbox:
             if verb == "embed":
+                self._leave_queue(ticket)
                 ticket.error, ticket.done = "the server is stopping", True
             elif verb == "add":
                 self._leave_queue(ticket)

@@ -10,6 +10,7 @@ import numpy as np
 from engine.api import FINISH_DEADLINE, FINISH_LENGTH, AdmitError, EngineStats, GenRequest, TokenOut
 from server.admission import AdmissionGate
 from server.bridge import EngineBridge, Rejected
+from tests.polling import wait_for
 
 
 class FakeEngine:
@@ -57,13 +58,6 @@ class FakeEngine:
         return np.array([[float(len(x)), 0.5] for x in inputs], dtype=np.float32)
 
 
-def wait(predicate, timeout_s=2.0):
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end and not predicate():
-        time.sleep(0.002)
-    return predicate()
-
-
 def test_tokens_reach_the_ticket_and_release_the_slot():
     engine, gate = FakeEngine(), AdmissionGate(1)
     bridge = EngineBridge(engine)
@@ -73,7 +67,7 @@ def test_tokens_reach_the_ticket_and_release_the_slot():
     try:
         assert gate.try_reserve()
         ticket = bridge.submit(GenRequest(prompt=(10,), max_tokens=3), on_leave_queue=gate.release)
-        assert wait(lambda: ticket.is_finished and len(ticket.events) == 3)
+        assert wait_for(lambda: ticket.is_finished and len(ticket.events) == 3)
         assert [e.token for e in ticket.events] == [11, 12, 13]
         assert ticket.events[-1].finish == FINISH_LENGTH
         assert gate.waiting == 0 and wakes
@@ -88,10 +82,10 @@ def test_abort_reaches_the_engine():
     bridge.start()
     try:
         ticket = bridge.submit(GenRequest(prompt=(1,), max_tokens=10_000))
-        assert wait(lambda: len(ticket.events) > 0)
+        assert wait_for(lambda: len(ticket.events) > 0)
         bridge.abort(ticket)
-        assert wait(lambda: engine.aborted == [0])
-        assert wait(lambda: bridge.stats.active_sequences == 0)
+        assert wait_for(lambda: engine.aborted == [0])
+        assert wait_for(lambda: bridge.stats.active_sequences == 0)
     finally:
         bridge.stop()
 
@@ -103,7 +97,7 @@ def test_engine_admit_error_becomes_rejected_and_frees_the_slot():
     try:
         gate.try_reserve()
         ticket = bridge.submit(GenRequest(prompt=(1,)), on_leave_queue=gate.release)
-        assert wait(lambda: len(ticket.events) == 1)
+        assert wait_for(lambda: len(ticket.events) == 1)
         assert isinstance(ticket.events[0], Rejected) and gate.waiting == 0
     finally:
         bridge.stop()
@@ -127,7 +121,7 @@ def test_engine_deadline_event_reaches_the_ticket_and_frees_the_slot():
         assert gate.try_reserve()
         ticket = bridge.submit(GenRequest(prompt=(1,), deadline_s=time.monotonic() + 0.05),
                                on_leave_queue=gate.release)
-        assert wait(lambda: ticket.is_finished and len(ticket.events) == 1)
+        assert wait_for(lambda: ticket.is_finished and len(ticket.events) == 1)
         assert ticket.events[0].token is None and ticket.events[0].finish == FINISH_DEADLINE
         assert gate.waiting == 0 and not engine.seqs
         assert engine.aborted == []                     # the bridge did not abort it again
@@ -147,7 +141,7 @@ def test_embeddings_run_on_the_engine_thread_in_both_formats():
         floats = bridge.embed([[1, 2, 3], [4]], "float")
         b64 = bridge.embed([[1, 2, 3]], "base64")
         negative = signed.embed([[1]], "base64")
-        assert wait(lambda: floats.done and b64.done and negative.done)
+        assert wait_for(lambda: floats.done and b64.done and negative.done)
         assert floats.result == [[3.0, 0.5], [1.0, 0.5]]
         assert struct.unpack("<2f", base64.b64decode(b64.result[0])) == (3.0, 0.5)
         # little-endian float32, the format the official client decodes by default
@@ -155,6 +149,20 @@ def test_embeddings_run_on_the_engine_thread_in_both_formats():
     finally:
         bridge.stop()
         signed.stop()
+
+
+def test_an_embedding_frees_its_admission_slot_when_the_engine_takes_it():
+    gate = AdmissionGate(1)
+    bridge = EngineBridge(FakeEngine())
+    assert gate.try_reserve()
+    ticket = bridge.embed([[1, 2]], "float", on_leave_queue=gate.release)
+    assert gate.waiting == 1 and not gate.try_reserve()       # queued: the slot is held
+    bridge.start()
+    try:
+        assert wait_for(lambda: ticket.done)
+        assert ticket.result == [[2.0, 0.5]] and gate.waiting == 0
+    finally:
+        bridge.stop()
 
 
 def test_abort_of_a_finished_ticket_posts_nothing():

@@ -1,0 +1,36 @@
+"""The admission gate bounds every route that queues work for the engine thread."""
+from __future__ import annotations
+
+import json
+
+from engine.loader import load_model
+from server.admission import AdmissionGate
+from server.app import ApiApp, ServedModel, ServerState
+from server.protocol import Request, Response
+
+
+class IdleBridge:
+    """A bridge whose engine thread never runs: whatever is admitted stays queued."""
+
+    def __init__(self):
+        self.embedded = []
+
+    def embed(self, inputs, encoding_format, *, on_leave_queue=None):
+        self.embedded.append(inputs)
+        return object()
+
+
+def test_embeddings_answer_429_with_retry_after_when_the_queue_is_full(succ_model_dir):
+    model = load_model(succ_model_dir)
+    gate, bridge = AdmissionGate(1), IdleBridge()
+    app = ApiApp(served=ServedModel(model, "succ", 64), bridge=bridge, gate=gate,
+                 state=ServerState(), queue_deadline_ms=1000, ping_interval_s=15.0)
+    body = json.dumps({"model": "succ", "input": "ab"}).encode()
+    request = Request(method="POST", path="/v1/embeddings", body=body)
+    first = app.handle(request)
+    assert not isinstance(first, Response) and gate.waiting == 1     # queued, slot held
+    second = app.handle(request)
+    assert isinstance(second, Response) and second.status == 429
+    assert ("Retry-After", "1") in second.headers
+    assert json.loads(second.body)["error"]["code"] == "rate_limit_exceeded"
+    assert len(bridge.embedded) == 1                                  # the refused one never queued
