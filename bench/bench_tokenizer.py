@@ -21,7 +21,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from engine.fetch import DEFAULT_DEST, GGUF_NAME  # noqa: E402
+from cli.fetch import DEFAULT_DEST, GGUF_NAME  # noqa: E402
 from engine.tokenizer import BPETokenizer  # noqa: E402
 
 SHARED_DIR = REPO_ROOT / ".." / "shared"
@@ -71,7 +71,7 @@ def build_text(target_bytes: int) -> str:
 
 def load_tokenizer(source: str) -> BPETokenizer:
     if source == "gguf":
-        from engine.gguf import GGUFFile
+        from engine.formats.gguf import GGUFFile
         return BPETokenizer.from_gguf_metadata(GGUFFile(GGUF_PATH).metadata)
     config = json.loads((HF_DIR / "tokenizer_config.json").read_text(encoding="utf-8"))
     return BPETokenizer.from_tokenizer_json(HF_DIR / "tokenizer.json", tokenizer_config=config)

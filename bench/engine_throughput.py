@@ -28,9 +28,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from engine.api import EngineConfig, GenRequest, SamplingParams, SpeculativeConfig  # noqa: E402
-from engine.engine import Engine  # noqa: E402
-from engine.fetch import DEFAULT_DEST  # noqa: E402
-from engine.loader import load_model  # noqa: E402
+from engine.core.engine import Engine  # noqa: E402
+from cli.fetch import DEFAULT_DEST  # noqa: E402
+from engine.model.loader import load_model  # noqa: E402
 from roofline import run_roofline  # noqa: E402
 
 GREEDY = SamplingParams(temperature=0.0, ignore_eos=True)

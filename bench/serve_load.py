@@ -29,9 +29,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from engine.api import EngineConfig, GenRequest, SamplingParams   # noqa: E402
-from engine.engine import Engine                                   # noqa: E402
-from engine.fetch import DEFAULT_DEST                              # noqa: E402
-from engine.loader import load_model                               # noqa: E402
+from engine.core.engine import Engine                                   # noqa: E402
+from cli.fetch import DEFAULT_DEST                              # noqa: E402
+from engine.model.loader import load_model                               # noqa: E402
 from server.config import ServeConfig                              # noqa: E402
 from server.serve import spawn                                     # noqa: E402
 

@@ -1,9 +1,15 @@
-"""engine: token ids in, token ids out. Model files, tokenizers, the numpy Llama and the
-paged, continuously batching engine. Knows nothing about HTTP.
+"""engine: token ids in, token ids out. Knows nothing about HTTP, text templates or SSE.
 
-    model = engine.load_model("artifacts/models/smol-135m")   # GGUF or HF directory
-    logits = model.forward(model.tokenizer.encode("Hello"))   # [n, vocab] float32
+Find a part by its folder:
+
+    engine/api.py      the public surface the server uses (load_model, Engine, the values)
+    engine/types.py    the values that cross threads: requests, outputs, config, stats
+    engine/errors.py   the engine's exceptions (file problems, refused requests)
+    engine/formats/    bytes on disk -> float32 tensors (GGUF, safetensors, quantisations)
+    engine/model/      hyper-parameters and weights, the numpy Llama, the loader
+    engine/tokenizer/  byte tokenizer and byte-level BPE
+    engine/kv/         the paged KV cache: pools, decode mirror, block tables, radix tree
+    engine/core/       sequences, scheduler, batched runner, sampler, speculation, Engine
+
+This file imports nothing, so `import engine.types` stays light.
 """
-from engine.loader import load_model
-
-__all__ = ["load_model"]

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from engine.api import EngineConfig, SpeculativeConfig
-from engine.loader import model_name
+from engine.model.loader import model_name
 from server.connstate import parse_address
 
 ENV_PREFIX = "TL_ENGINE__"
@@ -36,7 +36,7 @@ class ConfigError(ValueError):
 @dataclass(frozen=True, kw_only=True)
 class ServeConfig:
     model_dir: str = DEFAULT_MODEL_DIR
-    model_id: str = ""                         # "" in the table: engine.loader.model_name
+    model_id: str = ""                         # "" in the table: engine.model.loader.model_name
     http_listen: str = ":8000"
     health_listen: str = ":9464"
     engine: EngineConfig = field(default_factory=EngineConfig)

@@ -17,8 +17,8 @@ import threading
 import time
 from dataclasses import dataclass, replace
 
-from engine.engine import Engine
-from engine.loader import load_model, model_name
+from engine.core.engine import Engine
+from engine.model.loader import load_model, model_name
 from server.admission import AdmissionGate
 from server.app import ApiApp, HealthApp, ServedModel, ServerState
 from server.bridge import EngineBridge

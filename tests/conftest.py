@@ -1,6 +1,6 @@
 """Shared fixtures: the test models (written once per session) and the paths they live at.
 
-* `real_model_dir`: artifacts/models/smol-135m after `engine.fetch.ensure_model()` (instant
+* `real_model_dir`: artifacts/models/smol-135m after `cli.fetch.ensure_model()` (instant
   when the model is already there; a download otherwise, as `fetch-model` would do).
 * `real_model`: that model loaded once per session (float32 weights: ~0.6 s and 540 MB).
 * The oracle's paths and reader live in tests/oracle.py.
@@ -18,13 +18,13 @@ from tests import models
 
 @pytest.fixture(scope="session")
 def real_model_dir() -> Path:
-    from engine.fetch import ensure_model
+    from cli.fetch import ensure_model
     return ensure_model()
 
 
 @pytest.fixture(scope="session")
 def real_model(real_model_dir):
-    from engine.loader import load_model
+    from engine.model.loader import load_model
     return load_model(real_model_dir)
 
 

@@ -23,10 +23,10 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.gguf import Typed, ValueType, write_gguf
+from engine.formats.gguf import Typed, ValueType, write_gguf
 from engine.tokenizer.bytes_unicode import BYTE_TO_CHAR
-from engine.safetensors import write_safetensors
-from engine.weights import permute_rows
+from engine.formats.safetensors import write_safetensors
+from engine.model.weights import permute_rows
 
 SUCC_VOCAB = 257
 SUCC_EOS_ID = 256

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from engine.api import SpeculativeConfig
-from engine.loader import load_model
+from engine.model.loader import load_model
 from server.config import ServeConfig
 from tests.e2e.helpers import chat_body, chat_stream_text, post, running_server, stream_chunks
 

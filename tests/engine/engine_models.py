@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine import model as dense
+from engine.model import llama
 from engine.api import SamplingParams
-from engine.modelspec import LayerWeights, LlamaWeights, Model, ModelConfig
+from engine.model.spec import LayerWeights, LlamaWeights, Model, ModelConfig
 
 
 GREEDY = SamplingParams(temperature=0.0)      # argmax sampling, the differential tests' default
@@ -47,8 +47,8 @@ def succ_model(vocab: int = 256) -> Model:
 
 
 def dense_greedy(model: Model, prompt, max_new: int, stop_ids=()) -> list[int]:
-    """The reference: the dense cached generate loop of engine/model.py, greedy."""
-    return list(dense.generate(model.config, model.weights, list(prompt), max_new_tokens=max_new,
+    """The reference: the dense cached generate loop of engine/model/llama.py, greedy."""
+    return list(llama.generate(model.config, model.weights, list(prompt), max_new_tokens=max_new,
                                stop_ids=stop_ids))
 
 

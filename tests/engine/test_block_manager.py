@@ -1,7 +1,7 @@
 """Blocks, reference counts, the three block states and prefix reuse with LRU eviction."""
 import pytest
 
-from engine.block_manager import BlockManager
+from engine.kv.blocks import BlockManager
 
 BS = 4
 

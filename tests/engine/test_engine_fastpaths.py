@@ -5,11 +5,12 @@ import sys
 import numpy as np
 import pytest
 
-from engine import memory, sampler
-from engine import engine as engine_mod
+from engine import memory
+from engine.core import sampler
+from engine.core import engine as engine_mod
 from engine.api import EngineConfig, GenRequest, SamplingParams
-from engine.kv_cache import KVCache
-from engine.runner import Chunk, ModelRunner
+from engine.kv.pools import KVCache
+from engine.core.runner import Chunk, ModelRunner
 from tests.engine.engine_models import GREEDY, dense_greedy, random_model, run_to_completion, tokens_of
 
 BS = 4

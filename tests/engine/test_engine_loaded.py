@@ -1,7 +1,7 @@
 """The engine on the project's loaded test models (tests/models.py fixtures)."""
 from engine.api import EngineConfig, GenRequest, SamplingParams
-from engine.engine import Engine
-from engine.loader import load_model
+from engine.core.engine import Engine
+from engine.model.loader import load_model
 from tests.engine.engine_models import GREEDY, dense_greedy, run_to_completion, tokens_of
 
 

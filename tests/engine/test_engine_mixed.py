@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from engine.api import EngineConfig, GenRequest, SpeculativeConfig
-from engine.engine import Engine
+from engine.core.engine import Engine
 from tests.engine.engine_models import GREEDY, dense_greedy, random_model
 
 SPEC = SpeculativeConfig(num_speculative_tokens=3, prompt_lookup_min=1, prompt_lookup_max=2)

@@ -2,9 +2,9 @@
 import numpy as np
 import pytest
 
-from engine import model as dense
+from engine.model import llama
 from engine.api import (FINISH_LENGTH, FINISH_STOP, EngineConfig, GenRequest, SamplingParams)
-from engine.engine import Engine
+from engine.core.engine import Engine
 from tests.engine.engine_models import (GREEDY, dense_greedy, random_model, run_to_completion,
                                         succ_model, tokens_of)
 
@@ -153,7 +153,7 @@ def test_embed_is_normalised_mean_of_dense_hidden_states_and_leaves_running_sequ
     outs = engine.step()
     vecs = engine.embed([[1, 2, 3], [9]])
     for row, ids in zip(vecs, ([1, 2, 3], [9])):
-        h = dense.hidden_states(model.config, model.weights, ids).mean(axis=0)
+        h = llama.hidden_states(model.config, model.weights, ids).mean(axis=0)
         np.testing.assert_allclose(row, h / np.linalg.norm(h), rtol=1e-5, atol=1e-6)
     assert vecs.shape == (2, model.config.hidden_size)
     rest = run_to_completion(engine)

@@ -4,9 +4,9 @@ import random
 
 import numpy as np
 
-from engine import sampler
+from engine.core import sampler
 from engine.api import EngineConfig, GenRequest, SamplingParams
-from engine.engine import Engine
+from engine.core.engine import Engine
 from tests.engine.engine_models import random_model, run_to_completion, tokens_of
 
 MODEL = random_model(seed=11)

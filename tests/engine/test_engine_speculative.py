@@ -2,8 +2,8 @@
 import numpy as np
 
 from engine.api import EngineConfig, GenRequest, SamplingParams, SpeculativeConfig
-from engine.engine import Engine
-from engine.speculative import propose
+from engine.core.engine import Engine
+from engine.core.speculative import propose
 from tests.engine.engine_models import random_model, run_to_completion, succ_model, tokens_of
 
 SPEC = SpeculativeConfig(num_speculative_tokens=4, prompt_lookup_min=1, prompt_lookup_max=3)

@@ -11,7 +11,7 @@ import zipfile
 
 import pytest
 
-from engine import fetch
+from cli import fetch
 
 FAKE_GGUF = b"GGUF" + bytes(range(256)) * 50
 

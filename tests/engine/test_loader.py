@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from engine.errors import ModelFormatError
-from engine.gguf import write_gguf
-from engine.loader import load_model
-from engine.quants import GGML_TYPE_BY_NAME, QUANTIZERS, dequantize
-from engine.safetensors import SafetensorsFile, write_safetensors
-from engine.weights import permute_rows, unpermute_rows
+from engine.formats.gguf import write_gguf
+from engine.model.loader import load_model
+from engine.formats.quants import GGML_TYPE_BY_NAME, QUANTIZERS, dequantize
+from engine.formats.safetensors import SafetensorsFile, write_safetensors
+from engine.model.weights import permute_rows, unpermute_rows
 from tests import models
 from tests.engine.format_errors import expect_format_error
 from tests.oracle import HF_DIR, ORACLE_DIR, read_jsonl

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine import model as dense
+from engine.model import llama
 from tests.oracle import ORACLE_DIR, read_jsonl
 
 LOGITS_TOLERANCE = 1e-3
@@ -35,8 +35,8 @@ def smol(real_model):
 def test_last_position_logits_match_the_oracle(smol, index):
     want = np.load(ORACLE_DIR / f"logits_{index}.npy")
     ids = GREEDY_CASES[index]["prompt_ids"]
-    cache = dense.DenseCache(smol.config, len(ids))
-    last = dense.forward_cached(smol.config, smol.weights, ids, cache)[0]   # [V]
+    cache = llama.DenseCache(smol.config, len(ids))
+    last = llama.forward_cached(smol.config, smol.weights, ids, cache)[0]   # [V]
     assert last.shape == want.shape and last.dtype == np.float32
     assert float(np.max(np.abs(last - want))) <= LOGITS_TOLERANCE
 
@@ -48,14 +48,14 @@ def test_full_forward_agrees_with_the_oracle_and_the_cached_prefill(smol):
     assert float(np.max(np.abs(logits[-1] - np.load(ORACLE_DIR / "logits_1.npy")))) <= LOGITS_TOLERANCE
     # every earlier position's argmax is a real next-token prediction: it must match the
     # dense cached path row for row
-    cache = dense.DenseCache(smol.config)
-    rows = dense.forward_cached(smol.config, smol.weights, ids, cache, last_only=False)
+    cache = llama.DenseCache(smol.config)
+    rows = llama.forward_cached(smol.config, smol.weights, ids, cache, last_only=False)
     np.testing.assert_allclose(rows, logits, atol=1e-4, rtol=1e-5)
 
 
 @pytest.mark.parametrize("case", GREEDY_CASES, ids=lambda c: f"{c['index']}-{c['id']}")
 def test_greedy_continuation_matches_hugging_face(smol, case):
-    got = list(dense.generate(smol.config, smol.weights, case["prompt_ids"],
+    got = list(llama.generate(smol.config, smol.weights, case["prompt_ids"],
                               max_new_tokens=GREEDY_MAX_NEW_TOKENS, stop_ids=(HF_EOS_ID,)))
     assert got == case["output_ids"]
 
@@ -74,7 +74,7 @@ def test_mean_pooled_embedding_matches_the_oracle(smol, case):
 @pytest.mark.parametrize("index", [0, 4])
 def test_offline_generator_prints_the_hugging_face_answer(smol, index):
     from engine.api import SamplingParams
-    from engine.generate import generate_text
+    from cli.generate import generate_text
     case = GREEDY_CASES[index]
     assert case["finish"] == "eos"
     assert smol.tokenizer.encode(case["prompt_text"]) == case["prompt_ids"]
@@ -85,7 +85,7 @@ def test_offline_generator_prints_the_hugging_face_answer(smol, index):
 
 def test_generate_command_prints_the_chat_templated_greedy_answer(real_model_dir):
     import io
-    from engine.generate import main
+    from cli.generate import main
     case = GREEDY_CASES[0]
     out = io.StringIO()
     code = main(["--model-dir", str(real_model_dir), "--prompt", case["messages"][0]["content"],

@@ -1,6 +1,6 @@
 """The dense model's maths on small random Llamas, against a naive float64 reference.
 
-The reference below is written independently of engine/model.py: per token, per head,
+The reference below is written independently of engine/model/llama.py: per token, per head,
 with explicit loops, in float64, using the textbook formulas (complex-pair RoPE on the
 (i, i + hd/2) pairs, GQA by repeating each KV head for its H // KV query heads).
 """
@@ -10,11 +10,11 @@ import math
 
 import numpy as np
 
-from engine.loader import load_model
+from engine.model.loader import load_model
 import pytest
 
-from engine import model
-from engine.modelspec import LayerWeights, LlamaWeights, ModelConfig
+from engine.model import llama as model
+from engine.model.spec import LayerWeights, LlamaWeights, ModelConfig
 
 
 def make_config(**over) -> ModelConfig:
@@ -289,7 +289,7 @@ def test_generate_respects_max_tokens_context_limit_and_sample_fn():
 # --------------------------------------------------------------------------- offline generator
 
 def test_generator_streams_utf8_split_across_tokens_without_breaking_characters():
-    from engine.generate import stream_text
+    from cli.generate import stream_text
     smile = "😀".encode()                                  # f0 9f 98 80
     pieces = list(stream_text([b"a", smile[:1], smile[1:3], smile[3:], b"b"]))
     assert "".join(pieces) == "a😀b"
@@ -298,14 +298,14 @@ def test_generator_streams_utf8_split_across_tokens_without_breaking_characters(
 
 
 def test_generator_turns_invalid_and_dangling_bytes_into_replacement_chars():
-    from engine.generate import stream_text
+    from cli.generate import stream_text
     assert "".join(stream_text([b"x", b"\x80", b"y"])) == "x\ufffdy"
     assert "".join(stream_text([b"z", "😀".encode()[:2]])) == "z\ufffd"
 
 
 def test_generator_sample_fn_numbers_draws_and_counts_outputs():
     from engine.api import SamplingParams
-    from engine.generate import make_sample_fn
+    from cli.generate import make_sample_fn
     logits = np.array([0.0, 5.0, 4.9, 0.0], dtype=np.float32)
     greedy_penalised = make_sample_fn(SamplingParams(temperature=0.0, frequency_penalty=0.2),
                                       seed=0, prompt_ids=[0])
@@ -317,7 +317,7 @@ def test_generator_sample_fn_numbers_draws_and_counts_outputs():
 
 
 def test_generator_uses_the_plain_default_prompt_when_no_template(tiny_llama_dir):
-    from engine.generate import render_prompt
+    from cli.generate import render_prompt
     loaded = load_model(tiny_llama_dir)
     assert render_prompt(loaded, "Hi", raw=False) == "<|user|>\nHi\n<|assistant|>\n"
     assert render_prompt(loaded, "Hi", raw=True) == "Hi"
@@ -338,7 +338,7 @@ def test_model_render_chat_passes_the_tokenizers_bos_and_eos_strings():
 
 def test_generate_command_is_reproducible_by_seed_on_the_tiny_llama(tiny_llama_dir):
     import io
-    from engine.generate import main
+    from cli.generate import main
 
     def once(seed, *extra):
         out = io.StringIO()
@@ -353,7 +353,7 @@ def test_generate_command_is_reproducible_by_seed_on_the_tiny_llama(tiny_llama_d
 
 
 def test_generate_command_rejects_bad_arguments(tiny_llama_dir, capsys):
-    from engine.generate import main
+    from cli.generate import main
     with pytest.raises(SystemExit):
         main(["--model-dir", str(tiny_llama_dir), "--prompt", "x", "--max-tokens", "0"])
     assert "--max-tokens" in capsys.readouterr().err

@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from engine.quants import (GGML_TYPE_BY_NAME, GGML_TYPES, dequantize, dequantize_input_major,
+from engine.formats.quants import (GGML_TYPE_BY_NAME, GGML_TYPES, dequantize, dequantize_input_major,
                            quantize_q4_1, quantize_q8_0)
 from tests.oracle import ORACLE_DIR
 

@@ -1,5 +1,5 @@
 """The radix tree of full KV blocks: longest-prefix match, conflicts, leaf-first LRU eviction."""
-from engine.radix import RadixCache
+from engine.kv.radix import RadixCache
 
 BS = 2
 

@@ -2,9 +2,9 @@
 import numpy as np
 import pytest
 
-from engine import model as model_mod
-from engine.kv_cache import KVCache
-from engine.runner import Chunk, ModelRunner
+from engine.model import llama as model_mod
+from engine.kv.pools import KVCache
+from engine.core.runner import Chunk, ModelRunner
 from tests.engine.engine_models import random_model
 
 BS = 4

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from engine import sampler
+from engine.core import sampler
 from engine.api import SamplingParams
 
 LOGITS = np.array([1.0, 3.0, 2.5, -1.0, 0.0, 2.9, -4.0, 1.5], dtype=np.float32)

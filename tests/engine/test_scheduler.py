@@ -2,7 +2,7 @@
 import pytest
 
 from engine.api import FINISH_DEADLINE, AdmitError, EngineConfig, GenRequest
-from engine.engine import Engine
+from engine.core.engine import Engine
 from tests.engine.engine_models import (GREEDY, dense_greedy, random_model, run_to_completion,
                                         succ_model, tokens_of)
 

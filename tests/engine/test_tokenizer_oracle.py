@@ -22,7 +22,7 @@ DECODE_CASES = read_jsonl("decode_cases.jsonl")
 
 @pytest.fixture(scope="module")
 def gguf_metadata(real_model_dir) -> dict:
-    from engine.gguf import GGUFFile
+    from engine.formats.gguf import GGUFFile
     return GGUFFile(real_model_dir / GGUF_NAME).metadata
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from engine.loader import load_model
+from engine.model.loader import load_model
 from server.admission import AdmissionGate
 from server.app import ApiApp, ServedModel, ServerState
 from server.protocol import Request, Response

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from engine.api import SpeculativeConfig
-from engine.loader import model_name
+from engine.model.loader import model_name
 from server.config import KEYS, ConfigError, ServeConfig
 from server.connstate import parse_address
 

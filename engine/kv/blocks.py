@@ -1,7 +1,7 @@
 """The block manager: which KV block belongs to whom, with reference counts and prefix reuse.
 
 What it is: the bookkeeping over `num_blocks` fixed-size KV blocks (the arrays themselves
-live in `engine/kv_cache.py`). Every sequence holds a *block table* (a list of block ids,
+live in `engine/kv/pools.py`). Every sequence holds a *block table* (a list of block ids,
 block `i` holding positions `i*block_size .. (i+1)*block_size - 1`), and every block
 carries a reference count. A block is in exactly one state:
 
@@ -20,7 +20,7 @@ the scheduler then preempts. It never raises for "not now".
 """
 from __future__ import annotations
 
-from engine.radix import RadixCache, RadixNode
+from engine.kv.radix import RadixCache, RadixNode
 
 PREFIX_CACHE_MODES = ("radix", "none")
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.kv_cache import KVCache, block_bytes
+from engine.kv.pools import KVCache, block_bytes
 
 # Token capacity grows in steps of this many positions (a reallocation copies the rows).
 CAPACITY_STEP_TOKENS = 128

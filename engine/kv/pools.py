@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.modelspec import ModelConfig
+from engine.model.spec import ModelConfig
 
 BYTES_PER_MIB = 1024 * 1024
 FLOAT32_BYTES = 4

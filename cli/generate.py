@@ -2,8 +2,8 @@
 
 What it is: a person's way to talk to a model without a server. It loads the model,
 renders the prompt as one user message through the model's chat template (or uses the
-text as is with `--raw`), runs the dense reference model (`engine/model.py`) with its
-contiguous K/V cache and the request sampler (`engine/sampler.py`), and prints the answer
+text as is with `--raw`), runs the dense reference model (`engine/model/llama.py`) with its
+contiguous K/V cache and the request sampler (`engine/core/sampler.py`), and prints the answer
 as it is produced.
 
 What it is not: the serving path. No batching, no paged cache, no HTTP.
@@ -19,8 +19,8 @@ import argparse
 import sys
 from typing import Iterable, Iterator, TextIO
 
-from engine import model as dense
-from engine import sampler
+from engine.model import llama
+from engine.core import sampler
 from engine.api import SamplingParams
 from sse import TextStream
 
@@ -59,7 +59,7 @@ def render_prompt(loaded, prompt: str, *, raw: bool) -> str:
 
 
 def make_sample_fn(params: SamplingParams, *, seed: int, prompt_ids: Iterable[int]):
-    """A stateful `sample_fn(logits_row) -> id` for `engine.model.generate`.
+    """A stateful `sample_fn(logits_row) -> id` for `engine.model.llama.generate`.
 
     It numbers its draws (sample_index 0, 1, ...) and counts the tokens it returned, so
     penalties and the seeded stream behave as in the server.
@@ -101,7 +101,7 @@ def generate_text(loaded, prompt_text: str, *, max_tokens: int, params: Sampling
     ids = tok.encode(prompt_text)
     stops = frozenset(loaded.config.eos_token_ids)
     sample_fn = make_sample_fn(params, seed=seed, prompt_ids=ids)
-    tokens = dense.generate(loaded.config, loaded.weights, ids, max_new_tokens=max_tokens,
+    tokens = llama.generate(loaded.config, loaded.weights, ids, max_new_tokens=max_tokens,
                             stop_ids=stops, sample_fn=sample_fn)
     yield from stream_text(tok.token_bytes(t) for t in tokens if t not in stops)
 
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     out = out or sys.stdout
     from engine.errors import ModelFormatError
-    from engine.loader import load_model
+    from engine.model.loader import load_model
     try:
         loaded = load_model(args.model_dir)
     except ModelFormatError as e:

@@ -1,4 +1,4 @@
-"""Tensors + hyper-parameters -> `ModelConfig` and `LlamaWeights` (engine/modelspec.py).
+"""Tensors + hyper-parameters -> `ModelConfig` and `LlamaWeights` (engine/model/spec.py).
 
 Both file formats name the same Llama tensors differently and store every projection
 output-major (`[out, in]`, PyTorch's `nn.Linear` layout). This module maps the names
@@ -28,7 +28,7 @@ from typing import Callable
 import numpy as np
 
 from engine.errors import ModelFormatError
-from engine.modelspec import LayerWeights, LlamaWeights, ModelConfig
+from engine.model.spec import LayerWeights, LlamaWeights, ModelConfig
 
 DEFAULT_ROPE_THETA = 10000.0
 DEFAULT_RMS_EPS_HF = 1e-6           # transformers' LlamaConfig default

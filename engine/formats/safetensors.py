@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 
 from engine.errors import ModelFormatError
-from engine.filemap import map_readonly
-from engine.quants import GGML_TYPE_BY_NAME, QUANTIZERS, GGMLType
+from engine.formats.filemap import map_readonly
+from engine.formats.quants import GGML_TYPE_BY_NAME, QUANTIZERS, GGMLType
 
 HEADER_LEN_BYTES = 8
 MAX_HEADER_BYTES = 100 * 1024 * 1024     # the format's own cap on the JSON header

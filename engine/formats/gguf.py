@@ -17,7 +17,7 @@ with `ne = [in, out]` is the numpy array `[out, in]`: `TensorInfo.shape` is alre
 into numpy order.
 
 The reader never loads tensor data eagerly: the file is memory-mapped and `raw(name)` is a
-zero-copy uint8 view; `tensor(name)` dequantizes (engine/quants.py) into float32. Any
+zero-copy uint8 view; `tensor(name)` dequantizes (engine/formats/quants.py) into float32. Any
 inconsistency -- bad magic, truncation, an unknown type, data past the end of the file --
 raises `ModelFormatError` naming the file.
 """
@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 
 from engine.errors import ModelFormatError
-from engine.filemap import map_readonly
-from engine.quants import (GGML_TYPE_BY_NAME, GGML_TYPES, QUANTIZERS, GGMLType, dequantize,
+from engine.formats.filemap import map_readonly
+from engine.formats.quants import (GGML_TYPE_BY_NAME, GGML_TYPES, QUANTIZERS, GGMLType, dequantize,
                            dequantize_input_major)
 
 GGUF_MAGIC = b"GGUF"
@@ -246,7 +246,7 @@ class GGUFFile:
 
         Each part is (name, output-row order or None). When all parts share one type the
         packed rows are stacked and dequantized once, straight into the fused input-major
-        layout (engine/quants.py transposes the packed bytes, not the floats).
+        layout (engine/formats/quants.py transposes the packed bytes, not the floats).
         """
         infos = [self.info(name) for name, _ in parts]
         for info in infos:
@@ -321,7 +321,7 @@ def write_gguf(path: str | os.PathLike, metadata: dict[str, Any],
                version: int = WRITE_VERSION, alignment: int = DEFAULT_ALIGNMENT) -> Path:
     """Write a GGUF file. `tensors`: name -> (float array in numpy order, type name).
 
-    Tensors are quantized with engine/quants.py (F32, F16, Q8_0, Q4_1). Metadata types are
+    Tensors are quantized with engine/formats/quants.py (F32, F16, Q8_0, Q4_1). Metadata types are
     inferred (int -> UINT32/INT32/INT64, float -> FLOAT32, list -> ARRAY) unless given as
     `Typed`. `general.alignment` is written when `alignment` is not the default.
     """

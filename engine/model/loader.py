@@ -32,10 +32,10 @@ from typing import Any
 import numpy as np
 
 from engine.errors import ModelFormatError
-from engine.gguf import GGUFFile
-from engine.modelspec import Model, ModelConfig
-from engine.safetensors import read_safetensors_dir
-from engine.weights import (GGUF_NAMES, HF_NAMES, TensorSource, as_ids, build_weights,
+from engine.formats.gguf import GGUFFile
+from engine.model.spec import Model, ModelConfig
+from engine.formats.safetensors import read_safetensors_dir
+from engine.model.weights import (GGUF_NAMES, HF_NAMES, TensorSource, as_ids, build_weights,
                             config_from_gguf, config_from_hf)
 from template import Template, TemplateSyntaxError, chat_template_for
 

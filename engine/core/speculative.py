@@ -7,7 +7,7 @@ the context's last n-gram (n from `prompt_lookup_max` down to `prompt_lookup_min
 proposes the tokens that followed it. The engine then computes the last token plus the k
 drafts in ONE chunk of the batched forward, giving k + 1 logit rows.
 
-Verification (`engine.engine`) samples row j with the request's own stream at index
+Verification (`engine.core.engine`) samples row j with the request's own stream at index
 `num_generated + j`, exactly as plain decoding would, and keeps going while the sampled
 token equals the draft. Because row j's logits only depend on accepted tokens, every
 emitted token is the token plain decoding would have produced: greedy output is

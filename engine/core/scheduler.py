@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from engine.api import AdmitError, EngineConfig
-from engine.block_manager import BlockManager
-from engine.sequence import Sequence
+from engine.kv.blocks import BlockManager
+from engine.core.sequence import Sequence
 
 
 @dataclass(frozen=True, slots=True)

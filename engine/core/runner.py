@@ -18,10 +18,10 @@ runs batched matmuls over `[B, KV, G*n, ...]`; a key is visible to a query iff i
 position is <= the query's. Leading blocks that all of a group's members share (a
 system prompt from the prefix cache) are gathered once and met by one gemm per KV head
 over all members' queries, instead of B copies and B small gemms. The one-token
-(decode) rows instead read the decode mirror (`engine/decode_mirror.py`), dense
+(decode) rows instead read the decode mirror (`engine/kv/mirror.py`), dense
 per-sequence copies kept up to date row by row, so a decode step gathers nothing.
 The dense maths (norms, RoPE, the projections, the MLP, the LM head) is
-`engine/model.py`'s, reused as is, so the runner differs from the dense reference only
+`engine/model/llama.py`'s, reused as is, so the runner differs from the dense reference only
 in where K/V live.
 
 What it is not: scheduling or sampling. Chunks in, logits out.
@@ -32,14 +32,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine import model as dense
-from engine.decode_mirror import DecodeMirror
-from engine.kv_cache import KVCache, slots_for
-from engine.modelspec import LlamaWeights, ModelConfig
+from engine.model import llama
+from engine.kv.mirror import DecodeMirror
+from engine.kv.pools import KVCache, slots_for
+from engine.model.spec import LlamaWeights, ModelConfig
 
 F32 = np.float32
-# A group's score array [B, KV, G*n, L] stays below engine/model.py's MAX_SCORE_ELEMENTS
-# (read as dense.MAX_SCORE_ELEMENTS, one source): a long single-sequence prefill is cut into
+# A group's score array [B, KV, G*n, L] stays below engine/model/llama.py's MAX_SCORE_ELEMENTS
+# (read as llama.MAX_SCORE_ELEMENTS, one source): a long single-sequence prefill is cut into
 # query pieces that each fit, and equal-length chunks share a group only while it fits.
 
 
@@ -81,7 +81,7 @@ class ModelRunner:
         self.group_size = config.num_heads // config.num_kv_heads      # G query heads per KV head
         self.scale = F32(1.0 / np.sqrt(config.head_dim))
         # RoPE angles for every position once: [max_model_len, hd/2] each.
-        self.cos_table, self.sin_table = dense.rope_cos_sin(
+        self.cos_table, self.sin_table = llama.rope_cos_sin(
             np.arange(max_model_len), config.head_dim, config.rope_theta)
 
     # ----------------------------------------------------------------- the step
@@ -91,12 +91,12 @@ class ModelRunner:
         cfg, w = self.config, self.weights
         ids = np.fromiter((t for c in chunks for t in c.tokens), dtype=np.int64)           # [N]
         positions = np.concatenate([np.arange(c.start_pos, c.start_pos + len(c.tokens)) for c in chunks])
-        x = dense.embed(w, ids)                                                             # [N, d]
+        x = llama.embed(w, ids)                                                             # [N, d]
         if w.layers:
             x = self._layers(x, chunks, positions)
         logit_rows = self._logit_rows(chunks)                                               # [R]
-        h = dense.rms_norm(x[logit_rows], w.final_norm, cfg.rms_norm_eps)                   # [R, d]
-        return dense.logits_from_hidden(w, h)                                               # [R, V]
+        h = llama.rms_norm(x[logit_rows], w.final_norm, cfg.rms_norm_eps)                   # [R, d]
+        return llama.logits_from_hidden(w, h)                                               # [R, V]
 
     def _layers(self, x: np.ndarray, chunks: list[Chunk], positions: np.ndarray) -> np.ndarray:
         cfg = self.config
@@ -108,8 +108,8 @@ class ModelRunner:
         mirrored = [(g, positions[g.rows]) for g in groups if g.mirror_rows is not None]   # [B] each
         attn = np.empty((n_rows, cfg.q_size), dtype=F32)                                     # [N, H*hd]
         for index, layer in enumerate(self.weights.layers):
-            h = dense.rms_norm(x, layer.attn_norm, cfg.rms_norm_eps)                         # [N, d]
-            q, k, v = dense.qkv_project(h, layer, cfg, cos, sin)                             # [N, H|KV, hd]
+            h = llama.rms_norm(x, layer.attn_norm, cfg.rms_norm_eps)                         # [N, d]
+            q, k, v = llama.qkv_project(h, layer, cfg, cos, sin)                             # [N, H|KV, hd]
             self.kv.write(index, slots, k, v)
             for group, group_positions in mirrored:
                 self.mirror.write(index, group.mirror_rows, group_positions,
@@ -121,8 +121,8 @@ class ModelRunner:
                 for group in groups:
                     attn[group.rows] = self._attend(q[group.rows], index, group)
             x += attn @ layer.wo                                                             # [N, H*hd] @ [H*hd, d]
-            h = dense.rms_norm(x, layer.mlp_norm, cfg.rms_norm_eps)                          # [N, d]
-            x += dense.mlp(h, layer, cfg.intermediate_size)                                  # [N, d]
+            h = llama.rms_norm(x, layer.mlp_norm, cfg.rms_norm_eps)                          # [N, d]
+            x += llama.mlp(h, layer, cfg.intermediate_size)                                  # [N, d]
         return x
 
     @staticmethod
@@ -142,7 +142,7 @@ class ModelRunner:
         chunks of one length share a group while its scores [B, KV, G*n, max end] fit
         MAX_SCORE_ELEMENTS; the next one that would not fit starts a new group.
         """
-        limit, heads = dense.MAX_SCORE_ELEMENTS, self.config.num_heads
+        limit, heads = llama.MAX_SCORE_ELEMENTS, self.config.num_heads
         by_length: dict[int, list[list[tuple[int, int, tuple[int, ...], int]]]] = {}
         pieces: list[_Group] = []
         first_row = 0

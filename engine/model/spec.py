@@ -1,7 +1,7 @@
 """The shape of a loaded model: its hyper-parameters, its float32 weights and the `Model` handle.
 
 Every file format (GGUF, Hugging Face safetensors) is converted at load time into these
-plain dataclasses, so the forward pass (`engine/model.py`) and the paged runner never know
+plain dataclasses, so the forward pass (`engine/model/llama.py`) and the paged runner never know
 where the numbers came from. Conventions fixed here, once:
 
 * weights are float32 numpy arrays laid out *input-major*, so a layer is `x @ W`
@@ -97,10 +97,10 @@ class Model:
 
     def forward(self, ids) -> np.ndarray:
         """Dense reference forward: token ids [n] -> logits [n, V] (float32)."""
-        from engine import model as dense
-        return dense.forward(self.config, self.weights, ids)
+        from engine.model import llama
+        return llama.forward(self.config, self.weights, ids)
 
     def hidden_states(self, ids) -> np.ndarray:
         """Token ids [n] -> final-normed hidden states [n, d] (float32)."""
-        from engine import model as dense
-        return dense.hidden_states(self.config, self.weights, ids)
+        from engine.model import llama
+        return llama.hidden_states(self.config, self.weights, ids)

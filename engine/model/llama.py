@@ -2,13 +2,13 @@
 
 What it is: the maths of one Llama-architecture decoder (RMSNorm, rotary position
 embeddings with `rope_theta`, grouped-query attention, a SwiGLU MLP, a tied or untied LM
-head) over the weights in `engine.modelspec.LlamaWeights`, plus a plain contiguous K/V
-cache and a token-by-token `generate` loop. The paged engine (`engine/engine.py`) reuses
+head) over the weights in `engine.model.spec.LlamaWeights`, plus a plain contiguous K/V
+cache and a token-by-token `generate` loop. The paged engine (`engine/core/engine.py`) reuses
 these functions and must produce the same numbers: this module is its reference.
 
 What it is not: batching, paging, scheduling or sampling. Ids in, logits out.
 
-Conventions (fixed by `engine/modelspec.py`):
+Conventions (fixed by `engine/model/spec.py`):
 
 * activations are rows: `x: [n, d]` holds `n` token positions;
 * weights are input-major, so a projection is `x @ W` with `W: [in, out]`;
@@ -31,7 +31,7 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
-from engine.modelspec import LayerWeights, LlamaWeights, ModelConfig
+from engine.model.spec import LayerWeights, LlamaWeights, ModelConfig
 
 F32 = np.float32
 

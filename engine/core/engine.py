@@ -4,10 +4,10 @@ What it is: the single-threaded heart of the server. `add_request` queues a `Gen
 and returns its id; every `step()` is the same checklist (nano-vllm's shape):
 
     expire   waiting requests past their deadline -> TokenOut(token=None, "deadline")
-    schedule which sequences run, with how many tokens (engine/scheduler.py)
-    run      ONE batched forward over all their rows (engine/runner.py)
+    schedule which sequences run, with how many tokens (engine/core/scheduler.py)
+    run      ONE batched forward over all their rows (engine/core/runner.py)
     sample   one token per sampling row with the request's own seeded stream
-             (engine/sampler.py); speculative rows are verified in order
+             (engine/core/sampler.py); speculative rows are verified in order
     commit   full blocks into the prefix cache; finished sequences release their blocks
 
 and returns one `TokenOut` per produced token. A token in the model's EOS ids (unless
@@ -29,18 +29,18 @@ from typing import Callable
 
 import numpy as np
 
-from engine import model as dense
-from engine import sampler
+from engine.model import llama
+from engine.core import sampler
 from engine.api import (FINISH_DEADLINE, FINISH_LENGTH, FINISH_STOP, EngineConfig,
                         EngineStats, GenRequest, RequestId, TokenOut)
-from engine.block_manager import BlockManager
-from engine.kv_cache import KVCache, num_blocks_for_budget
+from engine.kv.blocks import BlockManager
+from engine.kv.pools import KVCache, num_blocks_for_budget
 from engine.memory import tune_malloc
-from engine.modelspec import Model
-from engine.runner import Chunk, ModelRunner
-from engine.scheduler import Scheduled, Scheduler
-from engine.sequence import Sequence
-from engine import speculative
+from engine.model.spec import Model
+from engine.core.runner import Chunk, ModelRunner
+from engine.core.scheduler import Scheduled, Scheduler
+from engine.core.sequence import Sequence
+from engine.core import speculative
 
 SEED_BITS = 63
 
@@ -220,7 +220,7 @@ class Engine:
         for i, ids in enumerate(inputs):
             if len(ids) == 0:
                 raise ValueError("an embedding input needs at least one token")
-            pooled = dense.hidden_states(mc, w, list(ids)).mean(axis=0)         # [T, d] -> [d]
+            pooled = llama.hidden_states(mc, w, list(ids)).mean(axis=0)         # [T, d] -> [d]
             out[i] = pooled / max(float(np.linalg.norm(pooled)), 1e-12)
         return out
 
