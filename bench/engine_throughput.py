@@ -27,10 +27,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from engine.api import EngineConfig, GenRequest, SamplingParams, SpeculativeConfig  # noqa: E402
-from engine.core.engine import Engine  # noqa: E402
+from engine.api import (Engine, EngineConfig, GenRequest, SamplingParams,  # noqa: E402
+                        SpeculativeConfig, load_model, tune_malloc)
 from cli.fetch import DEFAULT_DEST  # noqa: E402
-from engine.model.loader import load_model  # noqa: E402
 from roofline import run_roofline  # noqa: E402
 
 GREEDY = SamplingParams(temperature=0.0, ignore_eos=True)
@@ -134,6 +133,7 @@ def main() -> None:
                     help="user-turn lengths after the shared 400-token system prompt")
     args = ap.parse_args()
     roof = {} if args.no_roofline else run_roofline()
+    tune_malloc()                   # as the server's start-up does
     model = load_model(DEFAULT_DEST)
     out_tokens = 32 if args.quick else 128
     batches = (1, 16) if args.quick else (1, 16, 64)

@@ -28,10 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from engine.api import EngineConfig, GenRequest, SamplingParams   # noqa: E402
-from engine.core.engine import Engine                                   # noqa: E402
+from engine.api import Engine, EngineConfig, GenRequest, SamplingParams, load_model, tune_malloc   # noqa: E402
 from cli.fetch import DEFAULT_DEST                              # noqa: E402
-from engine.model.loader import load_model                               # noqa: E402
 from server.config import ServeConfig                              # noqa: E402
 from server.serve import spawn                                     # noqa: E402
 
@@ -158,6 +156,7 @@ def main(argv=None) -> int:
         rows.append(models_rps(handle, args.models_seconds))
     finally:
         handle.stop()
+    tune_malloc()                   # as the server's start-up does
     model = load_model(args.model_dir)
     rows.append(offline(model, engine_cfg, 16, args.max_tokens))
     http16 = next((r for r in rows if r["case"] == "http_streams_16"), None)

@@ -19,10 +19,10 @@ import argparse
 import sys
 from typing import Iterable, Iterator, TextIO
 
-from engine.model import llama
-from engine.core import sampler
-from engine.api import SamplingParams
+from engine.api import (ModelFormatError, SamplingParams, generate_dense, load_model,
+                        sample)
 from sse import TextStream
+from template import ChatFormat, TemplateSyntaxError
 
 DEFAULT_MAX_TOKENS = 256
 DEFAULT_TEMPERATURE = 0.7
@@ -52,14 +52,19 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def render_prompt(loaded, prompt: str, *, raw: bool) -> str:
-    """The text the model reads: the prompt itself (raw) or one chat-templated user turn."""
+    """The text the model reads: the prompt itself (raw) or one chat-templated user turn.
+
+    The model's template is parsed here (TemplateSyntaxError for a broken one)."""
     if raw:
         return prompt
-    return loaded.render_chat([{"role": "user", "content": prompt}], add_generation_prompt=True)
+    tok = loaded.tokenizer
+    chat = ChatFormat.from_source(loaded.chat_template, bos_token=tok.bos_token,
+                                  eos_token=tok.eos_token)
+    return chat.render([{"role": "user", "content": prompt}], add_generation_prompt=True)
 
 
 def make_sample_fn(params: SamplingParams, *, seed: int, prompt_ids: Iterable[int]):
-    """A stateful `sample_fn(logits_row) -> id` for `engine.model.llama.generate`.
+    """A stateful `sample_fn(logits_row) -> id` for `engine.api.generate_dense`.
 
     It numbers its draws (sample_index 0, 1, ...) and counts the tokens it returned, so
     penalties and the seeded stream behave as in the server.
@@ -69,7 +74,7 @@ def make_sample_fn(params: SamplingParams, *, seed: int, prompt_ids: Iterable[in
     index = [0]
 
     def sample_fn(logits_row) -> int:
-        result = sampler.sample(logits_row, params, seed=seed, sample_index=index[0],
+        result = sample(logits_row, params, seed=seed, sample_index=index[0],
                                 output_counts=counts, prompt_tokens=prompt_set)
         index[0] += 1
         counts[result.token] = counts.get(result.token, 0) + 1
@@ -101,7 +106,7 @@ def generate_text(loaded, prompt_text: str, *, max_tokens: int, params: Sampling
     ids = tok.encode(prompt_text)
     stops = frozenset(loaded.config.eos_token_ids)
     sample_fn = make_sample_fn(params, seed=seed, prompt_ids=ids)
-    tokens = llama.generate(loaded.config, loaded.weights, ids, max_new_tokens=max_tokens,
+    tokens = generate_dense(loaded.config, loaded.weights, ids, max_new_tokens=max_tokens,
                             stop_ids=stops, sample_fn=sample_fn)
     yield from stream_text(tok.token_bytes(t) for t in tokens if t not in stops)
 
@@ -110,15 +115,13 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     """CLI entry (argv without the `generate` word). Returns the process exit code."""
     args = parse_args(sys.argv[1:] if argv is None else argv)
     out = out or sys.stdout
-    from engine.errors import ModelFormatError
-    from engine.model.loader import load_model
     try:
         loaded = load_model(args.model_dir)
-    except ModelFormatError as e:
+        prompt_text = render_prompt(loaded, args.prompt, raw=args.raw)
+    except (ModelFormatError, TemplateSyntaxError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     params = SamplingParams(temperature=args.temperature, top_p=args.top_p)
-    prompt_text = render_prompt(loaded, args.prompt, raw=args.raw)
     for piece in generate_text(loaded, prompt_text, max_tokens=args.max_tokens,
                                params=params, seed=args.seed):
         out.write(piece)

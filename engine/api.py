@@ -1,98 +1,32 @@
-"""The engine's public values: what goes in (`GenRequest`), what comes out (`TokenOut`),
-how it is tuned (`EngineConfig`) and what it reports (`EngineStats`).
+"""The engine's public surface: everything the server (and the CLI) may use, and nothing else.
 
-These are plain frozen dataclasses so the server thread and the engine thread can pass
-them across a queue without sharing mutable state.
+    model = load_model("artifacts/models/smol-135m")     # a .gguf file or a model folder
+    engine = Engine(model, EngineConfig(max_num_seqs=64))
+    request_id = engine.add_request(GenRequest(prompt=(1, 2, 3), max_tokens=16))
+    outs = engine.step()                                 # list[TokenOut]
+
+The rooms behind it (`formats/`, `model/`, `tokenizer/`, `kv/`, `core/`) are the engine's
+own business: the server imports this module only, so the engine can be rearranged
+without touching the server. An import checker in the tests keeps that true.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from engine.core.engine import Engine
+from engine.core.sampler import sample
+from engine.errors import InvalidRequest, ModelFormatError, PromptTooLong, RequestRefused
+from engine.memory import tune_malloc
+from engine.model.llama import generate as generate_dense
+from engine.model.loader import load_model, model_name
+from engine.model.spec import Model, ModelConfig
+from engine.tokenizer.base import Tokenizer
+from engine.types import (FINISH_DEADLINE, FINISH_LENGTH, FINISH_STOP, MAX_TOP_LOGPROBS,
+                          EngineConfig, EngineStats, GenRequest, RequestId, SamplingParams,
+                          SpeculativeConfig, TokenOut)
 
-RequestId = int
-
-# Finish reasons, as the OpenAI API spells them, plus the engine-only failure reasons.
-FINISH_STOP = "stop"          # EOS / a stop id / (server side) a stop string
-FINISH_LENGTH = "length"      # max_tokens or the model's context limit
-FINISH_DEADLINE = "deadline"  # waited in the queue past its deadline (server: 503 no_capacity)
-
-MAX_TOP_LOGPROBS = 20
-
-
-class AdmitError(Exception):
-    """add_request refused: the waiting queue is full (the server answers 429)."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class SamplingParams:
-    temperature: float = 1.0       # 0 = greedy
-    top_p: float = 1.0             # (0, 1]
-    top_k: int = 0                 # 0 = off
-    min_p: float = 0.0             # 0 = off
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    repetition_penalty: float = 1.0  # vLLM / HF style multiplicative penalty, 1 = off
-    logit_bias: tuple[tuple[int, float], ...] = ()
-    logprobs: bool = False         # report the sampled token's logprob
-    top_logprobs: int = 0          # 0..MAX_TOP_LOGPROBS alternatives per token
-    ignore_eos: bool = False
-    min_tokens: int = 0            # EOS / stop ids are masked until this many tokens exist
-
-
-@dataclass(frozen=True, kw_only=True)
-class GenRequest:
-    prompt: tuple[int, ...]
-    params: SamplingParams = field(default_factory=SamplingParams)
-    seed: int | None = None        # None: the engine draws one
-    max_tokens: int = 16
-    stop_ids: tuple[int, ...] = ()  # extra stop token ids (the model's EOS ids always stop unless ignore_eos)
-    priority: int = 0              # higher runs first; FCFS within a priority
-    deadline_s: float | None = None  # engine-clock time by which it must be scheduled, else FINISH_DEADLINE
-
-
-@dataclass(frozen=True, kw_only=True)
-class TokenOut:
-    id: RequestId
-    token: int | None              # None only for a failure without a token (deadline)
-    logprob: float = 0.0
-    top_logprobs: tuple[tuple[int, float], ...] = ()
-    finish: str | None = None      # None while the request goes on
-
-
-@dataclass(frozen=True, kw_only=True)
-class SpeculativeConfig:
-    method: str = "prompt_lookup"
-    num_speculative_tokens: int = 4
-    prompt_lookup_min: int = 2     # n-gram sizes tried, longest first
-    prompt_lookup_max: int = 4
-
-
-@dataclass(frozen=True, kw_only=True)
-class EngineConfig:
-    block_size: int = 16                    # tokens per KV block
-    kv_cache_mib: int = 1024                # memory budget for the K/V pools (smol-135m: 1456 blocks, 23k tokens)
-    num_kv_blocks: int | None = None        # overrides kv_cache_mib when set (tests use tiny pools)
-    max_num_seqs: int = 64                  # sequences in one step
-    max_batched_tokens: int = 2048          # tokens in one step (decode rows + prefill chunks)
-    prefill_chunk: int = 512                # longest prefill piece of one sequence per step
-    prefix_cache: str = "radix"             # "radix" | "none"
-    max_waiting: int = 256                  # waiting queue bound (AdmitError past it)
-    max_model_len: int | None = None        # None: the model's max_position_embeddings
-    speculative: SpeculativeConfig | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class EngineStats:
-    kv_blocks_used: int = 0
-    kv_blocks_cached: int = 0               # unreferenced but kept for prefix reuse
-    kv_blocks_free: int = 0
-    queue_depth: int = 0                    # waiting requests
-    active_sequences: int = 0               # running (scheduled at least once, not finished)
-    batch_tokens: int = 0                   # tokens in the last step
-    prefix_hit_ratio: float = 0.0           # tokens reused / prompt tokens, since start
-    prefix_hit_tokens: int = 0
-    prompt_tokens: int = 0
-    preemptions_total: int = 0
-    evictions_total: int = 0
-    spec_draft_tokens: int = 0
-    spec_accepted_tokens: int = 0
-    steps_total: int = 0
+__all__ = [
+    "Engine", "EngineConfig", "EngineStats", "FINISH_DEADLINE", "FINISH_LENGTH", "FINISH_STOP",
+    "GenRequest", "InvalidRequest", "MAX_TOP_LOGPROBS", "Model", "ModelConfig",
+    "ModelFormatError", "PromptTooLong", "RequestId", "RequestRefused", "SamplingParams",
+    "SpeculativeConfig", "Tokenizer", "TokenOut", "generate_dense", "load_model", "model_name",
+    "sample", "tune_malloc",
+]

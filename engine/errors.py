@@ -1,12 +1,16 @@
-"""The one exception the file-format code raises: `ModelFormatError`.
+"""The engine's exceptions: a broken model file, and a request the engine will not take.
 
-Every reader in `engine/` (GGUF, safetensors, the model-directory loader) turns a problem
-with a file -- bad magic, a truncated header, an unknown tensor type, a missing tensor, a
-shape that does not fit the config -- into this error, naming the file and the problem in
-words. A caller (the CLI, the server at start-up) can print it as is; nobody ever sees a
-numpy or struct traceback for a broken model file.
+`ModelFormatError`: every reader in `engine/` (GGUF, safetensors, the model-directory
+loader) turns a problem with a file -- bad magic, a truncated header, an unknown tensor
+type, a missing tensor, a shape that does not fit the config -- into this error, naming the
+file and the problem in words. A caller (the CLI, the server at start-up) can print it as
+is; nobody ever sees a numpy or struct traceback for a broken model file. It subclasses
+`ValueError` so code that already catches "bad file" keeps working.
 
-It subclasses `ValueError` so code that already catches "bad input" keeps working.
+`RequestRefused` and its kinds: `Engine.add_request` raises one of these, and only these,
+for a request it will not take as it is. Each kind maps to one client error (the server's
+table in `server/errors.py`); any other exception from the engine is a bug, and the server
+answers it with a 500, never with a 400 it cannot justify.
 """
 from __future__ import annotations
 
@@ -20,3 +24,15 @@ class ModelFormatError(ValueError):
         self.path = str(path)
         self.problem = problem
         super().__init__(f"{self.path}: {problem}")
+
+
+class RequestRefused(Exception):
+    """The engine will not take this request as it is (the client must change it)."""
+
+
+class PromptTooLong(RequestRefused):
+    """The prompt leaves no room in the model's context, or can never fit the KV cache."""
+
+
+class InvalidRequest(RequestRefused):
+    """The request is malformed for the engine (an empty prompt, an empty input)."""

@@ -12,7 +12,9 @@ layer's attention took 18 ms untuned and 7.6 ms tuned (a 16-request gather, 100 
 same effect, and the end-to-end benchmark shows no measurable difference; the explicit
 setting makes that behaviour certain from the first step on.
 
-What it does: `tune_malloc()` sets, once per process, through `mallopt`:
+What it does: `tune_malloc()` sets, once per process, through `mallopt`. It changes the
+whole process, so the engine never calls it itself: the process's start-up does, as an
+explicit step (`server/serve.py` build, the benchmarks), through `engine.api`:
 
     M_MMAP_THRESHOLD = 32 MiB    blocks below this come from the heap (glibc's maximum)
     M_TRIM_THRESHOLD = 1 GiB     freed heap memory is kept for reuse up to this much

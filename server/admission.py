@@ -4,8 +4,8 @@ A request holds one slot from the moment the loop thread admits it until the eng
 schedules it (or it ends before that: finished, aborted, timed out). `try_reserve` runs on
 the loop thread inside the request handler, so a full queue is answered at once with
 429 `rate_limit_exceeded` and `Retry-After: 1`; `release` runs on whichever thread sees
-the request leave the queue (usually the engine thread). The engine's own waiting queue
-has the same capacity (`max_waiting`) and backs this up.
+the request leave the queue (usually the engine thread). This gate is the one bound on
+queued requests: the engine's waiting list is fed only through it.
 
 A request still unscheduled `queue_deadline_ms` after admission fails with 503
 `no_capacity` (the engine enforces that in `Engine.step()`; see `GenRequest.deadline_s`).

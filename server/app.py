@@ -19,7 +19,7 @@ import re
 import time
 from dataclasses import dataclass, field
 
-from engine.api import GenRequest
+from engine.api import GenRequest, Model, ModelFormatError
 from server import documents as docs
 from server import openai as api
 from server.admission import AdmissionGate
@@ -30,7 +30,7 @@ from server.protocol import JSON_CONTENT_TYPE, Request, Response
 from server.routes import API_ROUTES, HEALTH_ROUTES, resolve
 from server.streams import EmbedStream, GenerationStream, StreamContext
 from sse import json_bytes
-from template import TemplateError
+from template import ChatFormat, TemplateError, TemplateSyntaxError
 
 log = logging.getLogger("tlserve.app")
 
@@ -46,18 +46,28 @@ class ServerState:
 
 
 class ServedModel:
-    """The model as the API sees it: id, template, tokenizer, context length."""
+    """The model as the API sees it: id, chat format, tokenizer, context length.
 
-    def __init__(self, model, model_id: str, max_model_len: int):
+    The chat template is parsed here, once, at start-up: a broken one stops the server with
+    `ModelFormatError` naming the model file and the template's line, never a request."""
+
+    def __init__(self, model: Model, model_id: str, max_model_len: int):
         self.id = model_id
         self.model = model
         self.tokenizer = model.tokenizer
         self.max_model_len = max_model_len
         self.created = int(time.time())
+        try:
+            self.chat = ChatFormat.from_source(model.chat_template,
+                                               bos_token=self.tokenizer.bos_token,
+                                               eos_token=self.tokenizer.eos_token)
+        except TemplateSyntaxError as err:
+            raise ModelFormatError(model.source_path,
+                                   f"chat template does not parse: {err}") from None
 
     def render(self, messages, *, add_generation_prompt: bool = True) -> str:
-        try:                                    # the template was parsed when the model loaded
-            return self.model.render_chat(messages, add_generation_prompt=add_generation_prompt)
+        try:
+            return self.chat.render(messages, add_generation_prompt=add_generation_prompt)
         except TemplateError as exc:
             raise ApiError("template_error", exc.message, param="messages") from None
 

@@ -32,21 +32,19 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable
 
-from engine.api import AdmitError, EngineStats, GenRequest, TokenOut
+from engine.api import EngineStats, GenRequest, PromptTooLong, RequestRefused, TokenOut
 
 log = logging.getLogger("tlserve.bridge")
 
 
 @dataclass(frozen=True)
-class Rejected:
-    """The engine refused the request (its waiting queue was full)."""
-    message: str
-
-
-@dataclass(frozen=True)
 class Refused:
-    """The engine refused the request as it is (e.g. its prompt cannot fit the KV cache)."""
+    """The engine refused the request as it is (`engine.api.RequestRefused`): a client error.
+
+    `too_long` tells the kinds apart: the prompt cannot fit (context_length_exceeded) or the
+    request is otherwise invalid for the engine (invalid_request)."""
     message: str
+    too_long: bool
 
 
 @dataclass(frozen=True)
@@ -63,7 +61,7 @@ class Ticket:
 
     def __init__(self, request: GenRequest, on_leave_queue: Callable[[], None] | None):
         self.request = request
-        self.events: deque = deque()            # TokenOut | Rejected | Refused | Failed
+        self.events: deque = deque()            # TokenOut | Refused | Failed
         self.engine_id: int | None = None       # set on the engine thread
         self.is_aborted = False                 # set on the loop thread
         self.is_scheduled = False
@@ -181,15 +179,10 @@ class EngineBridge:
             return
         try:
             ticket.engine_id = self._engine.add_request(ticket.request)
-        except AdmitError as exc:
+        except RequestRefused as exc:              # anything else is a bug: _apply -> Failed (500)
             self._leave_queue(ticket)
             ticket.is_finished = True
-            ticket.events.append(Rejected(str(exc) or "engine queue full"))
-            return
-        except ValueError as exc:
-            self._leave_queue(ticket)
-            ticket.is_finished = True
-            ticket.events.append(Refused(str(exc)))
+            ticket.events.append(Refused(str(exc), too_long=isinstance(exc, PromptTooLong)))
             return
         self._live[ticket.engine_id] = ticket
 

@@ -21,17 +21,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from engine.api import EngineConfig, SpeculativeConfig
-from engine.model.loader import model_name
+from engine.api import EngineConfig, SpeculativeConfig, model_name
+
 from server.connstate import parse_address
 
 ENV_PREFIX = "TL_ENGINE__"
 DEFAULT_MODEL_DIR = "artifacts/models/smol-135m"
 
-
 class ConfigError(ValueError):
     """A configuration value or key was refused; the message names the key."""
-
 
 @dataclass(frozen=True, kw_only=True)
 class ServeConfig:
@@ -82,7 +80,6 @@ class ServeConfig:
             raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
         return ServeConfig.from_toml(text, os.environ if env is None else env)
 
-
 # --- the key table -----------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -91,14 +88,11 @@ class Key:
     check: Callable[[Any], bool]               # a valid value?
     rule: str                                  # what the check means, for the message
 
-
 def _positive(v) -> bool:
     return v >= 1
 
-
 def _non_negative(v) -> bool:
     return v >= 0
-
 
 def _listen_ok(v: str) -> bool:
     try:
@@ -106,7 +100,6 @@ def _listen_ok(v: str) -> bool:
         return True
     except ValueError:
         return False
-
 
 _ANY = Key(str, lambda v: True, "a string")
 KEYS: dict[str, Key] = {
@@ -141,14 +134,12 @@ ENGINE_FIELDS = ("prefill_chunk", "block_size", "kv_cache_mib", "num_kv_blocks",
 SERVE_FIELDS = ("model_dir", "model_id", "http_listen", "health_listen", "queue_capacity",
                 "queue_deadline_ms", "step_delay_s", "drain_timeout_s", "ping_interval_s")
 
-
 def _checked(name: str, key: Key, value: Any) -> Any:
     kind_ok = (isinstance(value, key.kind) and not (key.kind is int and isinstance(value, bool))
                or key.kind is float and isinstance(value, int) and not isinstance(value, bool))
     if not kind_ok or not key.check(value):
         raise ConfigError(f"[engine].{name}: expected {key.rule}, got {value!r}")
     return float(value) if key.kind is float else value
-
 
 def _from_table(table: dict) -> dict[str, Any]:
     values: dict[str, Any] = {}
@@ -162,12 +153,10 @@ def _from_table(table: dict) -> dict[str, Any]:
         values[name] = _checked(name, KEYS[name], value)
     return values
 
-
 def _spec_key(name: str) -> Key:
     if name not in SPECULATIVE_KEYS:
         raise ConfigError(f"[engine].speculative.{name}: unknown key")
     return SPECULATIVE_KEYS[name]
-
 
 def _convert(name: str, key: Key, text: str) -> Any:
     """An environment string -> the key's type (then checked like a TOML value)."""
@@ -182,7 +171,6 @@ def _convert(name: str, key: Key, text: str) -> Any:
     except (ValueError, KeyError):
         raise ConfigError(f"{ENV_PREFIX}{name.upper()} ([engine].{name}): "
                           f"expected {key.rule}, got {text!r}") from None
-
 
 def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
     values: dict[str, Any] = {}
@@ -204,7 +192,6 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
         values["speculative"] = {**(base if isinstance(base, dict) else {}), **spec}
     return values
 
-
 def _speculative(value: Any) -> SpeculativeConfig | None:
     if value in (None, "", "none"):
         return None
@@ -215,11 +202,8 @@ def _speculative(value: Any) -> SpeculativeConfig | None:
         raise ConfigError("[engine].speculative.prompt_lookup_min: must be <= prompt_lookup_max")
     return spec
 
-
 def _build(values: dict[str, Any]) -> ServeConfig:
     engine = {k: values[k] for k in ENGINE_FIELDS if k in values}
     serve = {k: values[k] for k in SERVE_FIELDS if k in values}
-    # The engine's max_waiting follows queue_capacity: server/serve.py build() sets it, for
-    # every ServeConfig (also those made in code, never read from a table).
     engine_cfg = EngineConfig(**engine, speculative=_speculative(values.get("speculative")))
     return ServeConfig(**serve, engine=engine_cfg)

@@ -17,8 +17,7 @@ import threading
 import time
 from dataclasses import dataclass, replace
 
-from engine.core.engine import Engine
-from engine.model.loader import load_model, model_name
+from engine.api import Engine, load_model, model_name, tune_malloc
 from server.admission import AdmissionGate
 from server.app import ApiApp, HealthApp, ServedModel, ServerState
 from server.bridge import EngineBridge
@@ -73,11 +72,13 @@ def _address(loop: EventLoop, name: str) -> str:
 
 def build(cfg: ServeConfig) -> ServerHandle:
     """Load, construct and bind everything; nothing is served until the loop runs."""
+    tuned = tune_malloc()                # process-wide: numpy's big temporaries stay on the heap
+    log.info("malloc tuned for numpy temporaries: %s", "yes" if tuned else "no (not glibc)")
     t0 = time.perf_counter()
     model = load_model(cfg.model_dir)
     log.info("model %s loaded from %s in %.2f s", cfg.model_id, cfg.model_dir,
              time.perf_counter() - t0)
-    engine_cfg = replace(cfg.engine, max_waiting=cfg.queue_capacity)
+    engine_cfg = cfg.engine
     engine = Engine(model, engine_cfg)
     _log_kv(engine, engine_cfg)
     bridge = EngineBridge(engine, step_delay_s=cfg.step_delay_s)

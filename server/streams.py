@@ -17,7 +17,7 @@ from typing import Any, Callable
 from engine.api import FINISH_DEADLINE, FINISH_LENGTH, FINISH_STOP, TokenOut
 from server import documents as docs
 from server.admission import no_capacity_error, queue_full_error
-from server.bridge import EmbedTicket, Failed, Refused, Rejected, Ticket
+from server.bridge import EmbedTicket, Failed, Refused, Ticket
 from server.errors import ApiError
 from server.openai import GenSpec
 from server.protocol import JSON_CONTENT_TYPE, ResponseHead, StreamPoll
@@ -95,11 +95,9 @@ class GenerationStream:
     # -- events -> text ----------------------------------------------------------------
 
     def _on_event(self, ev) -> None:
-        if isinstance(ev, Rejected):
-            self.error = queue_full_error(self.ctx.queue_capacity)
-            return
         if isinstance(ev, Refused):
-            self.error = ApiError("context_length_exceeded", ev.message)
+            self.error = ApiError("context_length_exceeded" if ev.too_long else "invalid_request",
+                                  ev.message)
             return
         if isinstance(ev, Failed):
             self.error = ApiError("internal_error", ev.message)

@@ -12,11 +12,12 @@ No I/O, no numpy, no third-party template library.
 
 from .errors import (TemplateError, TemplateLimitError, TemplateRaised, TemplateRuntimeError,
                      TemplateSecurityError, TemplateSyntaxError, UndefinedValueError)
+from .chat import ChatFormat
 from .evaluator import Limits
 from .template import DEFAULT_TEMPLATE, Template, chat_template_for, prepare_message
 
 __all__ = [
-    "DEFAULT_TEMPLATE", "Limits", "Template", "TemplateError", "TemplateLimitError",
+    "ChatFormat", "DEFAULT_TEMPLATE", "Limits", "Template", "TemplateError", "TemplateLimitError",
     "TemplateRaised", "TemplateRuntimeError", "TemplateSecurityError", "TemplateSyntaxError",
     "UndefinedValueError", "chat_template_for", "prepare_message",
 ]

@@ -31,11 +31,11 @@ import numpy as np
 
 from engine.model import llama
 from engine.core import sampler
-from engine.api import (FINISH_DEADLINE, FINISH_LENGTH, FINISH_STOP, EngineConfig,
+from engine.errors import InvalidRequest, PromptTooLong
+from engine.types import (FINISH_DEADLINE, FINISH_LENGTH, FINISH_STOP, EngineConfig,
                         EngineStats, GenRequest, RequestId, TokenOut)
 from engine.kv.blocks import BlockManager
 from engine.kv.pools import KVCache, num_blocks_for_budget
-from engine.memory import tune_malloc
 from engine.model.spec import Model
 from engine.core.runner import Chunk, ModelRunner
 from engine.core.scheduler import Scheduled, Scheduler
@@ -48,7 +48,6 @@ SEED_BITS = 63
 class Engine:
     def __init__(self, model: Model, config: EngineConfig = EngineConfig(), *,
                  clock: Callable[[], float] = time.monotonic, rng: random.Random | None = None):
-        tune_malloc()                        # once per process: big temporaries stay on the heap
         self.model = model
         self.config = config
         self.clock = clock
@@ -78,14 +77,14 @@ class Engine:
     # ----------------------------------------------------------------- requests
 
     def add_request(self, req: GenRequest) -> RequestId:
-        """Queue a request; AdmitError when the waiting queue is full."""
+        """Queue a request; `RequestRefused` (InvalidRequest, PromptTooLong) if it cannot run."""
         if not req.prompt:
-            raise ValueError("a request needs at least one prompt token")
+            raise InvalidRequest("a request needs at least one prompt token")
         if len(req.prompt) >= self._max_model_len:
-            raise ValueError(f"prompt of {len(req.prompt)} tokens leaves no room in "
-                             f"the context of {self._max_model_len}")
+            raise PromptTooLong(f"prompt of {len(req.prompt)} tokens leaves no room in "
+                                f"the context of {self._max_model_len}")
         if self.blocks.blocks_for_tokens(len(req.prompt) + 1) > self.blocks.num_blocks:
-            raise ValueError("prompt does not fit in the KV cache")
+            raise PromptTooLong("prompt does not fit in the KV cache")
         seed = req.seed if req.seed is not None else self.rng.getrandbits(SEED_BITS)
         seq = Sequence(self._next_id, req, seed=seed, arrival=self._next_id, eos_ids=self.eos_ids)
         self.scheduler.add(seq)
@@ -219,7 +218,7 @@ class Engine:
         out = np.empty((len(inputs), mc.hidden_size), dtype=np.float32)
         for i, ids in enumerate(inputs):
             if len(ids) == 0:
-                raise ValueError("an embedding input needs at least one token")
+                raise InvalidRequest("an embedding input needs at least one token")
             pooled = llama.hidden_states(mc, w, list(ids)).mean(axis=0)         # [T, d] -> [d]
             out[i] = pooled / max(float(np.linalg.norm(pooled)), 1e-12)
         return out

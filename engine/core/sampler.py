@@ -37,7 +37,7 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from engine.api import SamplingParams
+from engine.types import SamplingParams
 
 # top_p: before sorting the whole vocabulary, try the best this-many candidates; a
 # model's top_p mass is usually reached within them, which saves a 49k-element sort.

@@ -14,8 +14,8 @@ limits, `max_batched_tokens` (rows of the forward) and `max_num_seqs` (sequences
    is budget, room in the batch and blocks: each first takes the longest cached prefix of
    its tokens from the radix tree, then allocates blocks for its first piece.
 
-Waiting is bounded (`max_waiting`: `AdmitError` past it) and a request still waiting
-past its deadline is expired (`expire`). Order is strict: a waiting request that cannot
+Waiting is not bounded here: the server's admission gate (server/admission.py) is the one
+bound on queued requests. A request still waiting past its deadline is expired (`expire`). Order is strict: a waiting request that cannot
 get blocks blocks the ones behind it, so a big high-priority prompt is not starved.
 
 What it is not: the forward pass or sampling. The plan it returns says, per sequence,
@@ -27,7 +27,7 @@ import bisect
 from dataclasses import dataclass, field
 from typing import Callable
 
-from engine.api import AdmitError, EngineConfig
+from engine.types import EngineConfig
 from engine.kv.blocks import BlockManager
 from engine.core.sequence import Sequence
 
@@ -68,8 +68,6 @@ class Scheduler:
     # ----------------------------------------------------------------- queue
 
     def add(self, seq: Sequence) -> None:
-        if len(self.waiting) >= self.config.max_waiting:
-            raise AdmitError(f"waiting queue full ({self.config.max_waiting} requests)")
         self._enqueue(seq)
 
     def _enqueue(self, seq: Sequence) -> None:

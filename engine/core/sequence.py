@@ -14,7 +14,7 @@ What it is not: a request's public description (`engine.api.GenRequest` is that 
 """
 from __future__ import annotations
 
-from engine.api import GenRequest
+from engine.types import GenRequest
 
 
 class Sequence:

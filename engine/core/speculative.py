@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from engine.api import SpeculativeConfig
+from engine.types import SpeculativeConfig
 
 SUPPORTED_METHODS = ("prompt_lookup",)
 

@@ -12,7 +12,7 @@ Accepted layouts:
 The chat template is the first found of: `generation_config.json` "chat_template",
 `tokenizer_config.json` "chat_template", `chat_template.jinja`, the GGUF's
 `tokenizer.chat_template`; else None (the server's plain default). It is returned as source
-text: parsing it is the template package's job.
+text: parsing it is the template package's job (the engine never imports `template`).
 
 End-of-sequence ids are the union of the config's, generation_config.json's and the
 tokenizer's. The model's name is its directory's name (a trailing version folder such as
@@ -37,7 +37,6 @@ from engine.model.spec import Model, ModelConfig
 from engine.formats.safetensors import read_safetensors_dir
 from engine.model.weights import (GGUF_NAMES, HF_NAMES, TensorSource, as_ids, build_weights,
                             config_from_gguf, config_from_hf)
-from template import Template, TemplateSyntaxError, chat_template_for
 
 VERSION_DIR = re.compile(r"v\d+(\.\d+)*")
 TEMPLATE_FILE = "chat_template.jinja"
@@ -126,16 +125,8 @@ def _finish(directory: Path, config: ModelConfig, weights, tokenizer, template: 
         bos = getattr(tokenizer, "bos_token_id", None)
     config = dataclasses.replace(config, eos_token_ids=tuple(sorted(eos)), bos_token_id=bos)
     return Model(name=model_name(directory), config=config, weights=weights,
-                 tokenizer=tokenizer, chat_template=template, template=_parse_template(source, template),
+                 tokenizer=tokenizer, chat_template=template,
                  source_path=str(source), extra={"format": fmt})
-
-
-def _parse_template(source: Path, text: str | None) -> Template:
-    """Parse the chat template now, so a syntax error surfaces when the model loads."""
-    try:
-        return chat_template_for(text)          # none, or an empty one: the plain default
-    except TemplateSyntaxError as err:
-        raise ModelFormatError(source, f"chat template does not parse: {err}") from None
 
 
 # --- tokenizers ------------------------------------------------------------------------

@@ -17,9 +17,9 @@ shifted LM head (see `tests/models.py`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
-
 import numpy as np
+
+from engine.tokenizer.base import Tokenizer
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,35 +72,15 @@ class Model:
     """A loaded model: what `engine.load_model(model_dir)` returns.
 
     `tokenizer` offers encode/decode/token_bytes, `.eos_token_ids`, `.bos_token`/`.eos_token`;
-    `chat_template` is the model's Jinja source (None: it shipped none) and `template` its
-    parsed form (parsed once at load, so a broken template fails here, never on a request).
+    `chat_template` is the model's Jinja source as found beside the weights (None: it shipped
+    none). The engine never parses it: templates are text, the server's business (it parses
+    the source once at start-up, see template/chat.py). The maths over `config` and
+    `weights` is `engine/model/llama.py` (`llama.forward(model.config, model.weights, ids)`).
     """
     name: str
     config: ModelConfig
     weights: LlamaWeights
-    tokenizer: Any
+    tokenizer: Tokenizer
     chat_template: str | None = None    # the model's own template source (None: none shipped)
-    template: Any = None                # the parsed `template.Template` the server renders with:
-                                        # the model's own, else template.DEFAULT_TEMPLATE
-    source_path: str = ""
+    source_path: str = ""               # the .gguf file or model folder it came from
     extra: dict = field(default_factory=dict)
-
-    def render_chat(self, messages, *, add_generation_prompt: bool = True) -> str:
-        """Messages -> prompt text through `template`, with the tokenizer's BOS/EOS strings.
-
-        A tokenizer without a BOS or EOS string gives "" for it. Template errors propagate.
-        """
-        tok = self.tokenizer
-        return self.template.render_chat(
-            [dict(m) for m in messages], add_generation_prompt=add_generation_prompt,
-            bos_token=tok.bos_token or "", eos_token=tok.eos_token or "")
-
-    def forward(self, ids) -> np.ndarray:
-        """Dense reference forward: token ids [n] -> logits [n, V] (float32)."""
-        from engine.model import llama
-        return llama.forward(self.config, self.weights, ids)
-
-    def hidden_states(self, ids) -> np.ndarray:
-        """Token ids [n] -> final-normed hidden states [n, d] (float32)."""
-        from engine.model import llama
-        return llama.hidden_states(self.config, self.weights, ids)

@@ -34,7 +34,6 @@ def _engine(**fields):
 
 def test_full_queue_answers_429_with_retry_after(queue_of_one):
     server = queue_of_one
-    assert server.bridge._engine.config.max_waiting == 1    # serve.build: = queue_capacity
     sock, _ = open_stream(server, long_stream(40))          # running: holds the only seq slot
     queued: dict = {}
 

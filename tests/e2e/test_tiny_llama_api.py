@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from engine.api import SpeculativeConfig
+from engine.model import llama
 from engine.model.loader import load_model
 from server.config import ServeConfig
 from tests.e2e.helpers import chat_body, chat_stream_text, post, running_server, stream_chunks
@@ -103,7 +104,7 @@ def test_embeddings_are_mean_pooled_and_normalized(server, model_id, tiny_model)
     ids = [tok.encode(t) for t in texts]
     assert doc["usage"]["prompt_tokens"] == sum(map(len, ids))
     for item, token_ids in zip(doc["data"], ids):
-        hidden = tiny_model.hidden_states(np.array(token_ids))      # [T, d]
+        hidden = llama.hidden_states(tiny_model.config, tiny_model.weights, np.array(token_ids))      # [T, d]
         mean = hidden.mean(axis=0)                                  # [d]
         expected = mean / np.linalg.norm(mean)
         got = np.array(item["embedding"])

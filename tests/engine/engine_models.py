@@ -14,6 +14,12 @@ from engine.model.spec import LayerWeights, LlamaWeights, Model, ModelConfig
 
 GREEDY = SamplingParams(temperature=0.0)      # argmax sampling, the differential tests' default
 
+
+def logits_of(model: Model, ids) -> np.ndarray:
+    """The dense reference forward of a loaded model: token ids [n] -> logits [n, V]."""
+    return llama.forward(model.config, model.weights, ids)
+
+
 def random_model(*, vocab: int = 64, d: int = 32, layers: int = 2, heads: int = 4, kv_heads: int = 2,
                  head_dim: int = 8, ff: int = 48, max_pos: int = 512, eos=(), seed: int = 0) -> Model:
     rng = np.random.default_rng(seed)

@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 
 from engine.model import llama
-from engine.api import (FINISH_LENGTH, FINISH_STOP, EngineConfig, GenRequest, SamplingParams)
+from engine.api import (FINISH_LENGTH, FINISH_STOP, EngineConfig, GenRequest, InvalidRequest,
+                        PromptTooLong, SamplingParams)
 from engine.core.engine import Engine
 from tests.engine.engine_models import (GREEDY, dense_greedy, random_model, run_to_completion,
                                         succ_model, tokens_of)
@@ -121,8 +122,10 @@ def test_context_limit_finishes_with_length():
     outs = run_to_completion(engine)[rid]
     assert tokens_of(outs) == [14, 15] and outs[-1].finish == FINISH_LENGTH
     assert engine.max_model_len() == 6
-    with pytest.raises(ValueError):
+    with pytest.raises(PromptTooLong):
         engine.add_request(GenRequest(prompt=tuple(range(6)), params=GREEDY))
+    with pytest.raises(InvalidRequest):
+        engine.add_request(GenRequest(prompt=(), params=GREEDY))
 
 
 def test_no_block_leaks_after_any_mix_of_finish_and_abort(model):

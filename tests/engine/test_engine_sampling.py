@@ -7,7 +7,7 @@ import numpy as np
 from engine.core import sampler
 from engine.api import EngineConfig, GenRequest, SamplingParams
 from engine.core.engine import Engine
-from tests.engine.engine_models import random_model, run_to_completion, tokens_of
+from tests.engine.engine_models import logits_of, random_model, run_to_completion, tokens_of
 
 MODEL = random_model(seed=11)
 HOT = SamplingParams(temperature=1.0, top_p=0.95)
@@ -62,7 +62,7 @@ def test_logprobs_are_those_of_the_raw_logits():
     rid = engine.add_request(GenRequest(prompt=PROMPT, params=params, max_tokens=3))
     outs = run_to_completion(engine)[rid]
     ids = list(PROMPT) + tokens_of(outs)
-    logits = MODEL.forward(ids)                                        # [n, V]
+    logits = logits_of(MODEL, ids)                                        # [n, V]
     for j, out in enumerate(outs):
         want = sampler.log_softmax(logits[len(PROMPT) - 1 + j])
         assert out.token == int(np.argmax(want))

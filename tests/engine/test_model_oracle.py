@@ -43,7 +43,7 @@ def test_last_position_logits_match_the_oracle(smol, index):
 
 def test_full_forward_agrees_with_the_oracle_and_the_cached_prefill(smol):
     ids = GREEDY_CASES[1]["prompt_ids"]
-    logits = smol.forward(ids)                                               # [n, V]
+    logits = llama.forward(smol.config, smol.weights, ids)                                               # [n, V]
     assert logits.shape == (len(ids), smol.config.vocab_size)
     assert float(np.max(np.abs(logits[-1] - np.load(ORACLE_DIR / "logits_1.npy")))) <= LOGITS_TOLERANCE
     # every earlier position's argmax is a real next-token prediction: it must match the
@@ -62,7 +62,7 @@ def test_greedy_continuation_matches_hugging_face(smol, case):
 
 @pytest.mark.parametrize("case", EMBEDDING_CASES, ids=lambda c: c["text"][:20])
 def test_mean_pooled_embedding_matches_the_oracle(smol, case):
-    hidden = smol.hidden_states(case["ids"])                                 # [n, d]
+    hidden = llama.hidden_states(smol.config, smol.weights, case["ids"])                                 # [n, d]
     assert hidden.shape == (len(case["ids"]), smol.config.hidden_size)
     pooled = hidden.mean(axis=0, dtype=np.float64)                           # [d]
     pooled /= np.linalg.norm(pooled)

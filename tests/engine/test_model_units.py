@@ -323,19 +323,6 @@ def test_generator_uses_the_plain_default_prompt_when_no_template(tiny_llama_dir
     assert render_prompt(loaded, "Hi", raw=True) == "Hi"
 
 
-def test_model_render_chat_passes_the_tokenizers_bos_and_eos_strings():
-    from types import SimpleNamespace
-    from template import Template
-    from tests.engine.engine_models import random_model
-    model = random_model()
-    model.template = Template.parse("[{{ bos_token }}]{% for m in messages %}{{ m.content }}{% endfor %}"
-                              "{% if add_generation_prompt %}>{% endif %}[{{ eos_token }}]")
-    model.tokenizer = SimpleNamespace(bos_token="<s>", eos_token=None)
-    messages = ({"role": "user", "content": "hi"},)
-    assert model.render_chat(messages) == "[<s>]hi>[]"
-    assert model.render_chat(messages, add_generation_prompt=False) == "[<s>]hi[]"
-
-
 def test_generate_command_is_reproducible_by_seed_on_the_tiny_llama(tiny_llama_dir):
     import io
     from cli.generate import main

@@ -5,7 +5,7 @@ import pytest
 from engine.model import llama as model_mod
 from engine.kv.pools import KVCache
 from engine.core.runner import Chunk, ModelRunner
-from tests.engine.engine_models import random_model
+from tests.engine.engine_models import logits_of, random_model
 
 BS = 4
 
@@ -30,7 +30,7 @@ def test_mixed_batch_of_prefill_pieces_and_decode_rows_matches_dense():
               Chunk((seqs[2][5],), 5, tables[2], 1),
               Chunk((seqs[3][5],), 5, tables[3], 1)]
     got = run.forward(chunks)
-    dense = [model.forward(s) for s in seqs]
+    dense = [logits_of(model, s) for s in seqs]
     want = np.concatenate([dense[0][8:9], dense[1][5:13], dense[2][5:6], dense[3][5:6]])
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
@@ -40,7 +40,7 @@ def test_only_requested_rows_get_logits():
     model = random_model()
     run = make_runner(model)
     got = run.forward([Chunk((1, 2, 3), 0, (0,), 0), Chunk((4, 5, 6, 7, 8), 0, (1, 2), 2)])
-    want = model.forward([4, 5, 6, 7, 8])[3:]
+    want = logits_of(model, [4, 5, 6, 7, 8])[3:]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
@@ -49,7 +49,7 @@ def test_long_prefill_cut_into_score_sized_pieces_matches_dense(monkeypatch):
     model = random_model()
     ids = list(range(3, 40))
     got = make_runner(model).forward([Chunk(tuple(ids), 0, tuple(range(10)), len(ids))])
-    np.testing.assert_allclose(got, model.forward(ids), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got, logits_of(model, ids), rtol=1e-4, atol=1e-4)
 
 
 def test_equal_length_pieces_split_into_groups_whose_scores_fit(monkeypatch):
@@ -67,7 +67,7 @@ def test_equal_length_pieces_split_into_groups_whose_scores_fit(monkeypatch):
     for g in groups:
         assert g.batch * model.config.num_heads * g.num_queries * 8 <= limit
     got = run.forward(chunks)
-    want = np.concatenate([model.forward(s)[5:] for s in seqs])
+    want = np.concatenate([logits_of(model, s)[5:] for s in seqs])
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
@@ -78,7 +78,7 @@ def test_grouped_query_layouts_match_dense(heads, kv_heads):
     run = make_runner(model)
     run.forward([Chunk(tuple(ids[:4]), 0, (3, 1), 0)])
     got = run.forward([Chunk(tuple(ids[4:]), 4, (3, 1), 3)])
-    np.testing.assert_allclose(got, model.forward(ids)[4:], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got, logits_of(model, ids)[4:], rtol=1e-4, atol=1e-4)
 
 
 def test_zero_layer_model_needs_no_cache():
@@ -95,7 +95,7 @@ def test_decode_mirror_matches_dense_as_sequences_join_leave_and_verify_drafts()
     toks = [list(map(int, rng.integers(0, 64, 16))) for _ in range(3)]
     tables = [tuple(range(0, 5)), tuple(range(10, 15)), tuple(range(20, 25))]
     run = ModelRunner(model.config, model.weights, KVCache(model.config, 32, BS), 256, mirror_bytes=1 << 24)
-    dense = [model.forward(t) for t in toks]
+    dense = [logits_of(model, t) for t in toks]
 
     def step(items):                       # items: (seq, start, n, num_logits)
         got = run.forward([Chunk(tuple(toks[s][a:a + n]), a, tables[s], k, s) for s, a, n, k in items])
@@ -119,7 +119,7 @@ def test_decode_mirror_over_budget_falls_back_to_gathering():
     ids = [3, 1, 4, 1, 5, 9]
     run.forward([Chunk(tuple(ids[:5]), 0, (0, 1), 0, 7)])
     got = run.forward([Chunk((ids[5],), 5, (0, 1), 1, 7)])
-    np.testing.assert_allclose(got, model.forward(ids)[5:], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got, logits_of(model, ids)[5:], rtol=1e-4, atol=1e-4)
     assert run.mirror.row_of == {}
 
 
@@ -129,7 +129,7 @@ def test_decode_mirror_with_equal_lengths_and_an_idle_row_matches_dense():
     toks = [list(map(int, rng.integers(0, 64, 12))) for _ in range(2)]
     tables = [tuple(range(0, 3)), tuple(range(3, 6))]
     run = ModelRunner(model.config, model.weights, KVCache(model.config, 8, BS), 64, mirror_bytes=1 << 22)
-    dense = [model.forward(t) for t in toks]
+    dense = [logits_of(model, t) for t in toks]
     run.forward([Chunk(tuple(t[:6]), 0, tb, 0, i) for i, (t, tb) in enumerate(zip(toks, tables))])
     for pos in (6, 7):                                   # equal lengths: no mask at all
         got = run.forward([Chunk((t[pos],), pos, tb, 1, i) for i, (t, tb) in enumerate(zip(toks, tables))])
@@ -145,7 +145,7 @@ def test_decode_mirror_keeps_its_rows_when_it_grows_past_its_capacity():
     toks = [list(map(int, rng.integers(0, 64, 150))) for _ in range(3)]
     tables = [tuple(range(i * 40, i * 40 + 38)) for i in range(3)]
     run = ModelRunner(model.config, model.weights, KVCache(model.config, 120, BS), 512, mirror_bytes=1 << 26)
-    dense = [model.forward(t) for t in toks]
+    dense = [logits_of(model, t) for t in toks]
     run.forward([Chunk(tuple(toks[0][:120]), 0, tables[0], 0, 0)])
     run.forward([Chunk(tuple(toks[1][:5]), 0, tables[1], 0, 1), Chunk(tuple(toks[2][:5]), 0, tables[2], 0, 2)])
     starts = {0: 120}

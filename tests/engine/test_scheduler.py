@@ -1,7 +1,6 @@
 """Scheduling policy: priority order, the bounded queue, deadlines, budgets, preemption."""
-import pytest
 
-from engine.api import FINISH_DEADLINE, AdmitError, EngineConfig, GenRequest
+from engine.api import FINISH_DEADLINE, EngineConfig, GenRequest
 from engine.core.engine import Engine
 from tests.engine.engine_models import (GREEDY, dense_greedy, random_model, run_to_completion,
                                         succ_model, tokens_of)
@@ -23,17 +22,6 @@ def test_higher_priority_runs_first_and_fcfs_within_a_priority():
     engine = Engine(succ_model(), EngineConfig(max_num_seqs=1))
     ids = [engine.add_request(req([97], priority=p)) for p in (0, 5, 5, -1, 0)]
     assert finish_order(engine) == [ids[1], ids[2], ids[0], ids[4], ids[3]]
-
-
-def test_full_waiting_queue_refuses_with_admit_error_until_it_drains():
-    engine = Engine(succ_model(), EngineConfig(max_waiting=2))
-    engine.add_request(req([97]))
-    engine.add_request(req([98]))
-    with pytest.raises(AdmitError):
-        engine.add_request(req([99]))
-    engine.step()                                   # both admitted and finished
-    engine.add_request(req([99]))
-    assert engine.stats().queue_depth == 1
 
 
 def test_request_waiting_past_its_deadline_fails_with_deadline():

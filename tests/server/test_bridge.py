@@ -7,14 +7,15 @@ import time
 
 import numpy as np
 
-from engine.api import FINISH_DEADLINE, FINISH_LENGTH, AdmitError, EngineStats, GenRequest, TokenOut
+from engine.api import (FINISH_DEADLINE, FINISH_LENGTH, EngineStats, GenRequest, PromptTooLong,
+                        TokenOut)
 from server.admission import AdmissionGate
-from server.bridge import EngineBridge, Rejected
+from server.bridge import EngineBridge, Failed, Refused
 from tests.polling import wait_for
 
 
 class FakeEngine:
-    """Emits prompt[-1] + 1, +2, ... one token per step per request; max_waiting 1."""
+    """Emits prompt[-1] + 1, +2, ... one token per step per request; refuses past running_limit."""
 
     def __init__(self, *, running_limit: int = 8):
         self.seqs: dict[int, list] = {}
@@ -24,7 +25,7 @@ class FakeEngine:
 
     def add_request(self, req: GenRequest) -> int:
         if len(self.seqs) >= self.running_limit:
-            raise AdmitError("full")
+            raise PromptTooLong("no room")
         self.seqs[self.next_id] = [req, 0]
         self.next_id += 1
         return self.next_id - 1
@@ -90,7 +91,7 @@ def test_abort_reaches_the_engine():
         bridge.stop()
 
 
-def test_engine_admit_error_becomes_rejected_and_frees_the_slot():
+def test_engine_refusal_becomes_refused_and_frees_the_slot():
     engine, gate = FakeEngine(running_limit=0), AdmissionGate(2)
     bridge = EngineBridge(engine)
     bridge.start()
@@ -98,7 +99,24 @@ def test_engine_admit_error_becomes_rejected_and_frees_the_slot():
         gate.try_reserve()
         ticket = bridge.submit(GenRequest(prompt=(1,)), on_leave_queue=gate.release)
         assert wait_for(lambda: len(ticket.events) == 1)
-        assert isinstance(ticket.events[0], Rejected) and gate.waiting == 0
+        assert ticket.events[0] == Refused("no room", too_long=True) and gate.waiting == 0
+    finally:
+        bridge.stop()
+
+
+def test_an_engine_bug_in_add_request_is_a_failure_not_a_refusal():
+    """A bare ValueError from the engine is a bug (500), never a client error (400)."""
+    class Buggy(FakeEngine):
+        def add_request(self, req):
+            raise ValueError("bug")
+    gate = AdmissionGate(1)
+    bridge = EngineBridge(Buggy())
+    bridge.start()
+    try:
+        gate.try_reserve()
+        ticket = bridge.submit(GenRequest(prompt=(1,)), on_leave_queue=gate.release)
+        assert wait_for(lambda: len(ticket.events) == 1)
+        assert isinstance(ticket.events[0], Failed) and gate.waiting == 0
     finally:
         bridge.stop()
 

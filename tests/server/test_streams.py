@@ -5,7 +5,7 @@ import json
 
 from engine.api import GenRequest
 from server import documents as docs
-from server.bridge import Rejected, Ticket
+from server.bridge import Failed, Refused, Ticket
 from server.openai import GenSpec
 from server.streams import GenerationStream, StreamContext
 
@@ -29,13 +29,19 @@ def make_stream(ticket: Ticket, *, queue_capacity: int) -> GenerationStream:
                             route="completions", headers=(), arrival_s=0.0)
 
 
-def test_engine_rejection_is_a_429_naming_the_real_queue_capacity():
+def _answer(event) -> tuple[int, dict]:
     ticket = Ticket(GenRequest(prompt=(1,)), None)
-    ticket.events.append(Rejected("waiting queue full (7 requests)"))
-    ticket.is_finished = True                     # as the bridge leaves a rejected ticket
+    ticket.events.append(event)
+    ticket.is_finished = True                     # as the bridge leaves a refused ticket
     out = make_stream(ticket, queue_capacity=7).poll(0.0)
-    assert out.done and out.head.status == 429
-    assert ("Retry-After", "1") in out.head.headers
-    error = json.loads(b"".join(out.chunks))["error"]
-    assert error["code"] == "rate_limit_exceeded"
-    assert "(7 waiting requests)" in error["message"], error["message"]
+    assert out.done
+    return out.head.status, json.loads(b"".join(out.chunks))["error"]
+
+
+def test_engine_refusals_are_400s_of_their_kind_and_failures_are_500s():
+    status, error = _answer(Refused("prompt does not fit in the KV cache", too_long=True))
+    assert (status, error["code"]) == (400, "context_length_exceeded")
+    status, error = _answer(Refused("a request needs at least one prompt token", too_long=False))
+    assert (status, error["type"], error["code"]) == (400, "invalid_request_error", None)
+    status, error = _answer(Failed("engine refused the request: bug"))
+    assert status == 500 and error["type"] == "server_error"

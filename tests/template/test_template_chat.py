@@ -117,3 +117,15 @@ def test_served_model_template_renders_hand_example():
     source = (HF_DIR / "chat_template.jinja").read_text(encoding="utf-8")
     prompt = Template.parse(source).render_chat([{"role": "user", "content": "Hi"}])
     assert prompt == SMOL_SYSTEM + "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_model_render_chat_passes_the_tokenizers_bos_and_eos_strings():
+    """ChatFormat (template/chat.py) renders with the tokenizer's BOS/EOS strings; a missing
+    one (None) renders as ""."""
+    from template import ChatFormat
+    chat = ChatFormat.from_source("[{{ bos_token }}]{% for m in messages %}{{ m.content }}{% endfor %}"
+                                  "{% if add_generation_prompt %}>{% endif %}[{{ eos_token }}]",
+                                  bos_token="<s>", eos_token=None)
+    messages = ({"role": "user", "content": "hi"},)
+    assert chat.render(messages) == "[<s>]hi>[]"
+    assert chat.render(messages, add_generation_prompt=False) == "[<s>]hi[]"
