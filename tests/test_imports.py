@@ -1,0 +1,152 @@
+"""The one-way import rule, checked over the source tree's syntax (no module is imported).
+
+    entry (tlserve.py, cli/)  ->  server/  ->  engine/, template/, sse/
+
+- engine/ imports none of server, template, sse, cli: token ids in, token ids out;
+- template/ and sse/ import neither engine nor server nor cli (nor each other);
+- server/ and cli/ reach the engine only through its facade, `engine.api`;
+- server/ never imports cli/, and nothing imports the entry script;
+- no import cycle between modules anywhere (imports under `if TYPE_CHECKING:` are for type
+  checkers only and do not count; imports inside functions do).
+
+A failure names the module and the import that breaks the rule.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("engine", "template", "sse", "server", "cli")
+ENTRY = "tlserve"
+
+# Which top-level packages each package may import (itself always).
+ALLOWED = {
+    "engine": set(),
+    "template": set(),
+    "sse": set(),
+    "server": {"engine", "template", "sse"},
+    "cli": {"engine", "template", "sse", "server"},
+    ENTRY: {"engine", "template", "sse", "server", "cli"},
+}
+FACADE = "engine.api"          # the one engine module server/ and cli/ may import
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def source_modules() -> dict[str, Path]:
+    found = {ENTRY: ROOT / f"{ENTRY}.py"}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            found[module_name(path)] = path
+    return found
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _runtime_imports(tree: ast.AST):
+    """Import nodes, skipping the bodies of `if TYPE_CHECKING:` blocks."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            stack.extend(node.orelse)
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def imported_modules(name: str, path: Path, known: dict[str, Path]) -> set[str]:
+    """The project modules `name` imports at run time (`from p import m` names p.m if a module)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    targets: set[str] = set()
+    for node in _runtime_imports(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            bases = [alias.name for alias in node.names]
+            targets.update(b for b in bases if b.split(".")[0] in known or b in known)
+            continue
+        base = node.module or ""
+        if node.level:
+            anchor = package.split(".")
+            anchor = anchor[:len(anchor) - (node.level - 1)]
+            base = ".".join(anchor + ([base] if base else []))
+        if base.split(".")[0] not in {m.split(".")[0] for m in known}:
+            continue
+        for alias in node.names:        # `from p import m`: the module p.m if it is one, else p
+            submodule = f"{base}.{alias.name}"
+            targets.add(submodule if submodule in known else base)
+    return {t for t in targets if t in known or t.split(".")[0] in known}
+
+
+@pytest.fixture(scope="module")
+def graph() -> dict[str, set[str]]:
+    known = source_modules()
+    return {name: imported_modules(name, path, known) for name, path in known.items()}
+
+
+def test_every_package_imports_only_the_layers_below_it(graph):
+    broken = []
+    for name, targets in graph.items():
+        layer = name.split(".")[0]
+        for target in targets:
+            other = target.split(".")[0]
+            if other != layer and other not in ALLOWED[layer]:
+                broken.append(f"{name} imports {target}")
+    assert not broken, "imports against the one-way rule:\n" + "\n".join(sorted(broken))
+
+
+def test_server_and_cli_reach_the_engine_only_through_its_facade(graph):
+    broken = [f"{name} imports {target}" for name, targets in graph.items()
+              if name.split(".")[0] in ("server", "cli", ENTRY)
+              for target in targets
+              if target.split(".")[0] == "engine" and target not in (FACADE, "engine")]
+    assert not broken, "engine internals used outside the engine:\n" + "\n".join(sorted(broken))
+
+
+def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """A cycle between modules (depth-first search, iterative), or None."""
+    WHITE, GREY, BLACK = 0, 1, 2
+    colour = {name: WHITE for name in graph}
+    for start in sorted(graph):
+        if colour[start] != WHITE:
+            continue
+        path, iters = [start], [iter(sorted(graph[start]))]
+        colour[start] = GREY
+        while path:
+            nxt = next(iters[-1], None)
+            if nxt is None:
+                colour[path.pop()] = BLACK
+                iters.pop()
+            elif colour.get(nxt) == GREY:
+                return path[path.index(nxt):] + [nxt]
+            elif colour.get(nxt) == WHITE:
+                colour[nxt] = GREY
+                path.append(nxt)
+                iters.append(iter(sorted(graph[nxt])))
+    return None
+
+
+def test_no_import_cycles(graph):
+    cycle = _find_cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_the_checker_sees_a_cycle_and_a_wrong_way_import():
+    """The checks above can fail: a made-up graph with both faults is caught."""
+    assert _find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _find_cycle({"a": {"b"}, "b": set()}) is None
+    sample = ROOT / "engine" / "api.py"
+    known = source_modules()
+    assert FACADE in known and "engine.core.engine" in imported_modules(FACADE, sample, known)
