@@ -16,9 +16,10 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
 
-from cli.fetch import GGUF_NAME, ensure_model  # noqa: E402
+from cli.fetch import DEFAULT_DEST, GGUF_NAME, ensure_model  # noqa: E402
 from engine.formats.gguf import GGUFFile  # noqa: E402
 from engine.model.loader import load_model  # noqa: E402
 from engine.model.weights import GGUF_NAMES, TensorSource, build_weights, config_from_gguf  # noqa: E402
@@ -47,7 +48,7 @@ def main() -> int:
     parser.add_argument("model", nargs="?", default=None)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
-    path = Path(args.model) if args.model else ensure_model() / GGUF_NAME
+    path = Path(args.model) if args.model else ensure_model(REPO / DEFAULT_DEST) / GGUF_NAME
     for name, fn in (("weights", load_weights_only), ("full", load_full)):
         times_s = [fn(path) for _ in range(args.repeat)]
         print(f"{name:8s} best {min(times_s):.2f} s  median {statistics.median(times_s):.2f} s"

@@ -62,7 +62,7 @@ def time_decode(loaded, ids: np.ndarray, steps: int) -> float:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model-dir", default=str(DEFAULT_DEST))
+    parser.add_argument("--model-dir", default=str(REPO / DEFAULT_DEST))
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--skip-roofline", action="store_true")
     args = parser.parse_args(argv)

@@ -26,7 +26,7 @@ from engine.tokenizer import BPETokenizer  # noqa: E402
 
 SHARED_DIR = REPO_ROOT / ".." / "shared"
 HF_DIR = SHARED_DIR / "oracle" / "smol-135m-hf"
-GGUF_PATH = DEFAULT_DEST / GGUF_NAME
+GGUF_PATH = REPO_ROOT / DEFAULT_DEST / GGUF_NAME
 BYTES_PER_MB = 1_000_000
 TARGET_ENCODE_MB_PER_S = 1.0
 # Files skipped when gathering code: virtual environments and downloaded artifacts.

@@ -134,7 +134,7 @@ def main() -> None:
     args = ap.parse_args()
     roof = {} if args.no_roofline else run_roofline()
     tune_malloc()                   # as the server's start-up does
-    model = load_model(DEFAULT_DEST)
+    model = load_model(ROOT / DEFAULT_DEST)
     out_tokens = 32 if args.quick else 128
     batches = (1, 16) if args.quick else (1, 16, 64)
     rows = [case_batch(model, n, out_tokens, roof) for n in batches]

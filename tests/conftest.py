@@ -1,7 +1,8 @@
 """Shared fixtures: the test models (written once per session) and the paths they live at.
 
-* `real_model_dir`: artifacts/models/smol-135m after `cli.fetch.ensure_model()` (instant
-  when the model is already there; a download otherwise, as `fetch-model` would do).
+* `real_model_dir`: the repository's artifacts/models/smol-135m after
+  `cli.fetch.ensure_model()` (instant when the model is already there; a download
+  otherwise, as `fetch-model` run from the repository root would do).
 * `real_model`: that model loaded once per session (float32 weights: ~0.6 s and 540 MB).
 * The oracle's paths and reader live in tests/oracle.py.
 * `succ_model_dir`, `tiny_llama_dir` (HF safetensors layout), `tiny_llama_gguf` (a .gguf
@@ -14,17 +15,18 @@ from pathlib import Path
 import pytest
 
 from tests import models
+from tests.oracle import REPO_ROOT
 
 
 @pytest.fixture(scope="session")
 def real_model_dir() -> Path:
-    from cli.fetch import ensure_model
-    return ensure_model()
+    from cli.fetch import DEFAULT_DEST, ensure_model
+    return ensure_model(REPO_ROOT / DEFAULT_DEST)
 
 
 @pytest.fixture(scope="session")
 def real_model(real_model_dir):
-    from engine.model.loader import load_model
+    from engine.api import load_model
     return load_model(real_model_dir)
 
 

@@ -12,6 +12,7 @@ import zipfile
 import pytest
 
 from cli import fetch
+from tests.oracle import REPO_ROOT
 
 FAKE_GGUF = b"GGUF" + bytes(range(256)) * 50
 
@@ -136,7 +137,7 @@ def test_cli_main(fake, capsys):
 
 @pytest.mark.real_model
 def test_default_model_is_present_and_verified(real_model_dir):
-    assert real_model_dir == fetch.DEFAULT_DEST
+    assert real_model_dir == REPO_ROOT / fetch.DEFAULT_DEST and not fetch.DEFAULT_DEST.is_absolute()
     assert (real_model_dir / fetch.GGUF_NAME).stat().st_size > 90_000_000
     stamp = (real_model_dir / (fetch.GGUF_NAME + ".sha256")).read_text().split()
     assert stamp[0] == fetch.GGUF_SHA256
