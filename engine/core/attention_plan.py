@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Union
 
 import numpy as np
 
+from engine.kv.pools import blocks_for_tokens
 from engine.model import llama
 
 if TYPE_CHECKING:
@@ -145,10 +146,10 @@ class AttentionPlanner:
         batch = len(members)
         shared = self.num_shared_blocks(members)                                            # S_b
         ends = np.asarray([m.start_pos + n for m in members])                               # [B]
-        num_blocks = int(-(-ends.max() // bs)) - shared
+        num_blocks = blocks_for_tokens(int(ends.max()), bs) - shared
         block_index = np.zeros((batch, num_blocks), dtype=np.int64)                         # [B, nb]
         for b, m in enumerate(members):
-            used = -(-(m.start_pos + n) // bs)
+            used = blocks_for_tokens(m.start_pos + n, bs)
             block_index[b, :used - shared] = m.block_table[shared:used]
         rows = np.concatenate([np.arange(m.first_row, m.first_row + n) for m in members])   # [B*n]
         q_pos = np.asarray([m.start_pos for m in members])[:, None] + np.arange(n)          # [B, n]

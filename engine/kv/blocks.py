@@ -21,6 +21,7 @@ the scheduler then preempts. It never raises for "not now".
 from __future__ import annotations
 
 from engine.errors import InvalidConfig
+from engine.kv.pools import blocks_for_tokens
 from engine.kv.radix import RadixCache, RadixNode
 from engine.types import PREFIX_CACHE_MODES
 
@@ -66,7 +67,7 @@ class BlockManager:
         return len(self._free) + (self.radix.num_evictable if self.radix else 0)
 
     def blocks_for_tokens(self, num_tokens: int) -> int:
-        return -(-num_tokens // self.block_size)
+        return blocks_for_tokens(num_tokens, self.block_size)
 
     # ----------------------------------------------------------------- allocation
 

@@ -32,7 +32,7 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
-from engine.kv.pools import KVCache, block_bytes
+from engine.kv.pools import KVCache, block_bytes, blocks_for_tokens
 
 # Token capacity grows in steps of this many positions (a reallocation copies the rows).
 CAPACITY_STEP_TOKENS = 128
@@ -134,7 +134,7 @@ class DecodeMirror:
 
     def _refill(self, row: int, num_tokens: int, table: tuple[int, ...]) -> None:
         """Copy positions 0..num_tokens-1 of a sequence from the paged pools into its row."""
-        used = -(-num_tokens // self.kv.block_size)
+        used = blocks_for_tokens(num_tokens, self.kv.block_size)
         blocks = np.asarray(table[:used], dtype=np.int64)                   # [used]
         for i in range(self.num_layers):
             k, v = self.kv.gather_blocks(i, blocks)                         # [used*bs, KV, hd] each
