@@ -132,7 +132,7 @@ class ModelRunner:
     def _attend_gathered(self, qg: np.ndarray, layer: int, g: GatherGroup) -> np.ndarray:
         """A gathered group's queries qg [B, KV, G*n, hd] over its blocks -> [B*n, H*hd]."""
         cfg = self.config
-        kvh, grp, b, n = cfg.num_kv_heads, self.group_size, g.batch, g.num_queries
+        kvh, hd, grp, b, n = cfg.num_kv_heads, cfg.head_dim, self.group_size, g.batch, g.num_queries
         keys, values = self.kv.gather(layer, g.block_index)                                  # [B, L, KV, hd]
         scores = qg @ keys.transpose(0, 2, 3, 1)                                            # [B, KV, G*n, L]
         scores += g.bias
@@ -147,7 +147,7 @@ class ModelRunner:
         ctx = scores[..., num_shared:] @ values.transpose(0, 2, 1, 3)                       # [B, KV, G*n, hd]
         if num_shared:
             ctx += _shared_context(scores[..., :num_shared], shared_values)                 # [B, KV, G*n, hd]
-        ctx = ctx.reshape(b, kvh, grp, n, cfg.head_dim).transpose(0, 3, 1, 2, 4)                      # [B, n, KV, G, hd]
+        ctx = ctx.reshape(b, kvh, grp, n, hd).transpose(0, 3, 1, 2, 4)                      # [B, n, KV, G, hd]
         return ctx.reshape(b * n, cfg.q_size)                                               # [B*n, H*hd]
 
     def _attend_mirror(self, qg: np.ndarray, layer: int, g: MirrorGroup) -> np.ndarray:

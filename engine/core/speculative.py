@@ -14,6 +14,9 @@ emitted token is the token plain decoding would have produced: greedy output is
 identical, and seeded sampling is not merely distributionally exact but the very same
 draw. Drafts cost nothing when rejected except their share of the step.
 
+`check_config` is the one check of a `SpeculativeConfig` (the Engine runs it, the server's
+config runs it at start-up); it raises `InvalidConfig` naming the field.
+
 What it is not: a draft model, or tree speculation.
 """
 from __future__ import annotations

@@ -16,7 +16,9 @@ blocks, least recently used leaf first. With `prefix_cache="none"` nothing is ev
 cached: a released block goes straight back to the free list.
 
 Convention (ARCHITECTURE 3.3): `allocate` returns None when the blocks are not there;
-the scheduler then preempts. It never raises for "not now".
+the scheduler then preempts. It never raises for "not now". A mode outside
+`PREFIX_CACHE_MODES` is refused by `check_prefix_cache` (the server's config uses the same
+check's words, so the two never disagree).
 """
 from __future__ import annotations
 
