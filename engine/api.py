@@ -13,20 +13,24 @@ from __future__ import annotations
 
 from engine.core.engine import Engine
 from engine.core.sampler import sample
-from engine.errors import InvalidRequest, ModelFormatError, PromptTooLong, RequestRefused
+from engine.core.speculative import SPECULATIVE_RULES
+from engine.core.speculative import check_config as check_speculative_config
+from engine.errors import InvalidConfig, InvalidRequest, ModelFormatError, PromptTooLong, RequestRefused
+from engine.kv.blocks import PREFIX_CACHE_RULE, check_prefix_cache
 from engine.memory import tune_malloc
 from engine.model.llama import generate as generate_dense
 from engine.model.loader import load_model, model_name
 from engine.model.spec import Model, ModelConfig
 from engine.tokenizer.base import Tokenizer
 from engine.types import (FINISH_DEADLINE, FINISH_LENGTH, FINISH_STOP, MAX_TOP_LOGPROBS,
-                          EngineConfig, EngineStats, GenRequest, RequestId, SamplingParams,
-                          SpeculativeConfig, TokenOut)
+                          PREFIX_CACHE_MODES, SPECULATIVE_METHODS, EngineConfig, EngineStats,
+                          GenRequest, RequestId, SamplingParams, SpeculativeConfig, TokenOut)
 
 __all__ = [
     "Engine", "EngineConfig", "EngineStats", "FINISH_DEADLINE", "FINISH_LENGTH", "FINISH_STOP",
-    "GenRequest", "InvalidRequest", "MAX_TOP_LOGPROBS", "Model", "ModelConfig",
-    "ModelFormatError", "PromptTooLong", "RequestId", "RequestRefused", "SamplingParams",
-    "SpeculativeConfig", "Tokenizer", "TokenOut", "generate_dense", "load_model", "model_name",
-    "sample", "tune_malloc",
+    "GenRequest", "InvalidConfig", "InvalidRequest", "MAX_TOP_LOGPROBS", "Model", "ModelConfig",
+    "ModelFormatError", "PREFIX_CACHE_MODES", "PREFIX_CACHE_RULE", "PromptTooLong", "RequestId",
+    "RequestRefused", "SPECULATIVE_METHODS", "SPECULATIVE_RULES", "SamplingParams",
+    "SpeculativeConfig", "Tokenizer", "TokenOut", "check_prefix_cache", "check_speculative_config",
+    "generate_dense", "load_model", "model_name", "sample", "tune_malloc",
 ]

@@ -7,6 +7,11 @@ file and the problem in words. A caller (the CLI, the server at start-up) can pr
 is; nobody ever sees a numpy or struct traceback for a broken model file. It subclasses
 `ValueError` so code that already catches "bad file" keeps working.
 
+`InvalidConfig`: an engine setting the engine will not run with (`EngineConfig`, its
+`SpeculativeConfig`). `field` names the setting as the config spells it
+(`speculative.prompt_lookup_min`), so a caller that reads settings from a file can name
+the key in its own words; the engine's check is the one source of each rule.
+
 `RequestRefused` and its kinds: `Engine.add_request` raises one of these, and only these,
 for a request it will not take as it is. Each kind maps to one client error (the server's
 table in `server/errors.py`); any other exception from the engine is a bug, and the server
@@ -24,6 +29,15 @@ class ModelFormatError(ValueError):
         self.path = str(path)
         self.problem = problem
         super().__init__(f"{self.path}: {problem}")
+
+
+class InvalidConfig(ValueError):
+    """An engine setting is refused; `field` names it, `problem` says why in words."""
+
+    def __init__(self, field: str, problem: str):
+        self.field = field
+        self.problem = problem
+        super().__init__(f"{field}: {problem}")
 
 
 class RequestRefused(Exception):

@@ -18,6 +18,10 @@ FINISH_DEADLINE = "deadline"  # waited in the queue past its deadline (server: 5
 
 MAX_TOP_LOGPROBS = 20
 
+# The allowed values of two settings, the one source for the engine's checks and the server's.
+PREFIX_CACHE_MODES = ("radix", "none")        # EngineConfig.prefix_cache
+SPECULATIVE_METHODS = ("prompt_lookup",)      # SpeculativeConfig.method
+
 
 @dataclass(frozen=True, kw_only=True)
 class SamplingParams:
@@ -57,7 +61,7 @@ class TokenOut:
 
 @dataclass(frozen=True, kw_only=True)
 class SpeculativeConfig:
-    method: str = "prompt_lookup"
+    method: str = "prompt_lookup"  # one of SPECULATIVE_METHODS
     num_speculative_tokens: int = 4
     prompt_lookup_min: int = 2     # n-gram sizes tried, longest first
     prompt_lookup_max: int = 4
@@ -71,7 +75,7 @@ class EngineConfig:
     max_num_seqs: int = 64                  # sequences in one step
     max_batched_tokens: int = 2048          # tokens in one step (decode rows + prefill chunks)
     prefill_chunk: int = 512                # longest prefill piece of one sequence per step
-    prefix_cache: str = "radix"             # "radix" | "none"
+    prefix_cache: str = "radix"             # one of PREFIX_CACHE_MODES: "radix" | "none"
     max_model_len: int | None = None        # None: the model's max_position_embeddings
     speculative: SpeculativeConfig | None = None
 

@@ -21,7 +21,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from engine.api import EngineConfig, SpeculativeConfig, model_name
+from engine.api import (PREFIX_CACHE_MODES, PREFIX_CACHE_RULE, SPECULATIVE_METHODS,
+                        SPECULATIVE_RULES, EngineConfig, InvalidConfig, SpeculativeConfig,
+                        check_speculative_config, model_name)
 
 from server.connstate import parse_address
 
@@ -107,7 +109,7 @@ KEYS: dict[str, Key] = {
     "model_id": _ANY,
     "http_listen": Key(str, _listen_ok, "host:port or :port"),
     "health_listen": Key(str, _listen_ok, "host:port or :port"),
-    "prefix_cache": Key(str, lambda v: v in ("radix", "none"), '"radix" or "none"'),
+    "prefix_cache": Key(str, lambda v: v in PREFIX_CACHE_MODES, PREFIX_CACHE_RULE),
     "prefill_chunk": Key(int, _positive, "an integer >= 1"),
     "block_size": Key(int, _positive, "an integer >= 1"),
     "kv_cache_mib": Key(int, _positive, "an integer >= 1"),
@@ -120,15 +122,15 @@ KEYS: dict[str, Key] = {
     "step_delay_s": Key(float, _non_negative, "a number >= 0"),
     "drain_timeout_s": Key(float, _non_negative, "a number >= 0"),
     "ping_interval_s": Key(float, lambda v: v > 0, "a number > 0"),
-    "speculative": Key(str, lambda v: v in ("", "none", "prompt_lookup"),
-                       '"prompt_lookup" or "none" (or a [engine.speculative] table)'),
+    "speculative": Key(str, lambda v: v in ("", "none") + SPECULATIVE_METHODS,
+                       f'{SPECULATIVE_RULES["method"]} or "none" (or a [engine.speculative] table)'),
 }
-SPECULATIVE_KEYS: dict[str, Key] = {
-    "method": Key(str, lambda v: v == "prompt_lookup", '"prompt_lookup"'),
-    "num_speculative_tokens": Key(int, _positive, "an integer >= 1"),
-    "prompt_lookup_min": Key(int, _positive, "an integer >= 1"),
-    "prompt_lookup_max": Key(int, _positive, "an integer >= 1"),
-}
+# [engine.speculative]: the kinds are read here, the values checked by the engine's own
+# rule (check_speculative_config) once the table is whole; the words are the engine's too.
+SPECULATIVE_KINDS: dict[str, type] = {"method": str, "num_speculative_tokens": int,
+                                      "prompt_lookup_min": int, "prompt_lookup_max": int}
+SPECULATIVE_KEYS: dict[str, Key] = {name: Key(kind, lambda v: True, SPECULATIVE_RULES[name])
+                                    for name, kind in SPECULATIVE_KINDS.items()}
 ENGINE_FIELDS = ("prefill_chunk", "block_size", "kv_cache_mib", "num_kv_blocks",
                  "max_num_seqs", "max_batched_tokens", "max_model_len", "prefix_cache")
 SERVE_FIELDS = ("model_dir", "model_id", "http_listen", "health_listen", "queue_capacity",
@@ -195,11 +197,11 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
 def _speculative(value: Any) -> SpeculativeConfig | None:
     if value in (None, "", "none"):
         return None
-    if value == "prompt_lookup":
-        return SpeculativeConfig()
-    spec = SpeculativeConfig(**value)
-    if spec.prompt_lookup_min > spec.prompt_lookup_max:
-        raise ConfigError("[engine].speculative.prompt_lookup_min: must be <= prompt_lookup_max")
+    spec = SpeculativeConfig(method=value) if value in SPECULATIVE_METHODS else SpeculativeConfig(**value)
+    try:
+        check_speculative_config(spec)
+    except InvalidConfig as exc:
+        raise ConfigError(f"[engine].{exc.field}: {exc.problem}") from None
     return spec
 
 def _build(values: dict[str, Any]) -> ServeConfig:

@@ -23,10 +23,10 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.formats.gguf import Typed, ValueType, write_gguf
+from engine.formats.gguf import ValueType
 from engine.tokenizer.bytes_unicode import BYTE_TO_CHAR
-from engine.formats.safetensors import write_safetensors
 from engine.model.weights import permute_rows
+from tests.formats_writers import Typed, write_gguf, write_safetensors
 
 SUCC_VOCAB = 257
 SUCC_EOS_ID = 256

@@ -58,7 +58,7 @@ class Engine:
         num_blocks = config.num_kv_blocks or num_blocks_for_budget(mc, config.block_size, config.kv_cache_mib)
         self.kv = KVCache(mc, num_blocks, config.block_size)
         self.blocks = BlockManager(num_blocks, config.block_size, config.prefix_cache)
-        # The decode mirror may hold at most as many bytes as the pools (see decode_mirror.py).
+        # The decode mirror may hold at most as many bytes as the pools (see engine/kv/mirror.py).
         self.runner = ModelRunner(mc, model.weights, self.kv, self._max_model_len,
                                   mirror_bytes=self.kv.nbytes)
         drafter = None

@@ -13,7 +13,8 @@ matmul per layer per step (that is what turns a memory-bound batch-1 decode into
                 x += attn @ wo ; x += mlp(rms_norm(x))     one matmul per weight
     logits only for the rows that sample                   [R, V], R << N for prefill
 
-Attention groups chunks of equal length, gathers their blocks as `[B, L, KV, hd]` and
+Attention groups chunks of equal length (the plan: `engine/core/attention_plan.py`, made
+once per step and reused by every layer), gathers their blocks as `[B, L, KV, hd]` and
 runs batched matmuls over `[B, KV, G*n, ...]`; a key is visible to a query iff its
 position is <= the query's. Leading blocks that all of a group's members share (a
 system prompt from the prefix cache) are gathered once and met by one gemm per KV head
@@ -32,15 +33,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.model import llama
+from engine.core.attention_plan import AttentionGroup, AttentionPlanner, GatherGroup, MirrorGroup
 from engine.kv.mirror import DecodeMirror
 from engine.kv.pools import KVCache, slots_for
+from engine.model import llama
 from engine.model.spec import LlamaWeights, ModelConfig
 
 F32 = np.float32
-# A group's score array [B, KV, G*n, L] stays below engine/model/llama.py's MAX_SCORE_ELEMENTS
-# (read as llama.MAX_SCORE_ELEMENTS, one source): a long single-sequence prefill is cut into
-# query pieces that each fit, and equal-length chunks share a group only while it fits.
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,21 +50,6 @@ class Chunk:
     block_table: tuple[int, ...]     # covers every position up to start_pos + n - 1
     num_logits: int                  # the last num_logits rows need logits (0: mid-prefill)
     seq_id: int = -1                 # identifies the sequence to the decode mirror (-1: none)
-
-
-@dataclass(frozen=True, slots=True)
-class _Group:
-    """Chunks with the same query count n, attended together."""
-    rows: np.ndarray                 # [B*n] row indices into x, ordered (b, i)
-    block_index: np.ndarray          # [B, nb] block ids after the shared ones (padded with block 0)
-    bias: np.ndarray | None          # [B, 1, G*n or 1, L]: 0 visible, -inf hidden (None: all visible)
-    batch: int                       # B
-    num_queries: int                 # n
-    mirror_rows: np.ndarray | None = None   # [B] decode-mirror rows (None: gather the blocks)
-    mirror_span: int = 0             # attention runs over mirror rows 0..mirror_span-1
-    mirror_tokens: int = 0           # ... and their positions 0..mirror_tokens-1
-    mirror_in_order: bool = False    # mirror_rows == 0..B-1: attend without scatter or gathers
-    shared_blocks: np.ndarray | None = None  # [S] leading blocks every member has (None: none)
 
 
 class ModelRunner:
@@ -80,6 +64,7 @@ class ModelRunner:
         self.block_size = kv.block_size
         self.group_size = config.num_heads // config.num_kv_heads      # G query heads per KV head
         self.scale = F32(1.0 / np.sqrt(config.head_dim))
+        self.planner = AttentionPlanner(config.num_heads, self.group_size, self.block_size, self.mirror)
         # RoPE angles for every position once: [max_model_len, hd/2] each.
         self.cos_table, self.sin_table = llama.rope_cos_sin(
             np.arange(max_model_len), config.head_dim, config.rope_theta)
@@ -104,8 +89,8 @@ class ModelRunner:
         cos, sin = self.cos_table[positions], self.sin_table[positions]                    # [N, hd/2]
         slots = np.concatenate([slots_for(c.block_table, c.start_pos, len(c.tokens), self.block_size)
                                 for c in chunks])                                           # [N]
-        groups = self._plan_groups(chunks)
-        mirrored = [(g, positions[g.rows]) for g in groups if g.mirror_rows is not None]   # [B] each
+        groups = self.planner.plan(chunks)
+        mirrored = [(g, positions[g.rows]) for g in groups if isinstance(g, MirrorGroup)]  # [B] each
         attn = np.empty((n_rows, cfg.q_size), dtype=F32)                                     # [N, H*hd]
         for index, layer in enumerate(self.weights.layers):
             h = llama.rms_norm(x, layer.attn_norm, cfg.rms_norm_eps)                         # [N, d]
@@ -135,106 +120,19 @@ class ModelRunner:
 
     # ----------------------------------------------------------------- attention
 
-    def _plan_groups(self, chunks: list[Chunk]) -> list[_Group]:
-        """Group chunks by query count; cut long single prefills into score-sized pieces.
-
-        A member is (first row in x, start position, block table, sequence id). Multi-row
-        chunks of one length share a group while its scores [B, KV, G*n, max end] fit
-        MAX_SCORE_ELEMENTS; the next one that would not fit starts a new group.
-        """
-        limit, heads = llama.MAX_SCORE_ELEMENTS, self.config.num_heads
-        by_length: dict[int, list[list[tuple[int, int, tuple[int, ...], int]]]] = {}
-        pieces: list[_Group] = []
-        first_row = 0
-        for c in chunks:
-            n = len(c.tokens)
-            max_queries = max(1, limit // (heads * (c.start_pos + n)))
-            member = (first_row, c.start_pos, c.block_table, c.seq_id)
-            if n <= max_queries:
-                batches = by_length.setdefault(n, [[]])
-                if n > 1 and not _fits(batches[-1] + [member], n, heads, limit):
-                    batches.append([])
-                batches[-1].append(member)
-            else:
-                for off in range(0, n, max_queries):
-                    piece = (first_row + off, c.start_pos + off, c.block_table, c.seq_id)
-                    pieces.append(self._make_group(min(max_queries, n - off), [piece]))
-            first_row += n
-        decode = by_length.pop(1, None)
-        groups = [self._make_group(n, members) for n, batches in by_length.items()
-                  for members in batches] + pieces
-        if decode is not None:
-            groups.append(self._decode_group(decode[0]))
-        return groups
-
-    def _decode_group(self, members: list) -> _Group:
-        """The one-token rows: through the decode mirror when it can hold them, else gathered."""
-        if self.mirror is None or min(m[3] for m in members) < 0:
-            return self._make_group(1, members)
-        rows = self.mirror.prepare([(seq_id, start, table) for _, start, table, seq_id in members], 1)
-        if rows is None:
-            return self._make_group(1, members)
-        span = self.mirror.num_rows
-        ends = np.zeros(span, dtype=np.int64)                                               # [R]
-        ends[rows] = [start + 1 for _, start, _, _ in members]
-        length = int(ends.max())
-        ends[ends == 0] = length                                                            # idle rows: finite garbage
-        hidden = np.arange(length)[None, :] >= ends[:, None]                                # [R, L]
-        bias = np.where(hidden, F32(-np.inf), F32(0.0)).astype(F32)[:, None, None, :]       # [R, 1, 1, L]
-        x_rows = np.asarray([m[0] for m in members], dtype=np.int64)                        # [B]
-        in_order = span == len(members) and bool(np.all(rows == np.arange(span)))
-        return _Group(x_rows, np.zeros((0, 0), np.int64), bias if hidden.any() else None,
-                      len(members), 1, mirror_rows=rows, mirror_span=span, mirror_tokens=length,
-                      mirror_in_order=in_order)
-
-    def _make_group(self, n: int, members: list[tuple[int, int, tuple[int, ...], int]]) -> _Group:
-        """A gathered group: members' blocks are copied out of the pools each layer.
-
-        Leading blocks that every member's table holds (a shared system prompt from the
-        prefix cache) and that every query sees are split off as `shared_blocks`: they
-        are gathered once, not once per member. `block_index` and `bias` cover the rest.
-        """
-        bs, groups = self.block_size, self.group_size
-        batch = len(members)
-        shared = self._num_shared_blocks(members)                                           # S_b
-        ends = np.asarray([start + n for _, start, _, _ in members])                         # [B]
-        num_blocks = int(-(-ends.max() // bs)) - shared
-        block_index = np.zeros((batch, num_blocks), dtype=np.int64)                         # [B, nb]
-        for b, (_, start, table, _) in enumerate(members):
-            used = -(-(start + n) // bs)
-            block_index[b, :used - shared] = table[shared:used]
-        rows = np.concatenate([np.arange(m[0], m[0] + n) for m in members])                 # [B*n]
-        q_pos = np.asarray([m[1] for m in members])[:, None] + np.arange(n)                 # [B, n]
-        k_pos = np.arange(shared * bs, (shared + num_blocks) * bs)                          # [L]
-        hidden = k_pos[None, None, :] > q_pos[:, :, None]                                   # [B, n, L]
-        bias = np.where(hidden, F32(-np.inf), F32(0.0)).astype(F32)                         # [B, n, L]
-        if n == 1:
-            bias = bias[:, None]                                                            # [B, 1, 1, L]
-        else:
-            bias = np.broadcast_to(bias[:, None], (batch, groups, n, bias.shape[-1]))
-            bias = bias.reshape(batch, 1, groups * n, -1)                                   # [B, 1, G*n, L]
-        shared_blocks = np.asarray(members[0][2][:shared], dtype=np.int64) if shared else None
-        return _Group(rows, block_index, np.ascontiguousarray(bias), batch, n,
-                      shared_blocks=shared_blocks)
-
-    def _num_shared_blocks(self, members: list[tuple[int, int, tuple[int, ...], int]]) -> int:
-        """Leading blocks identical in every member's table and wholly before every query."""
-        if len(members) < 2:
-            return 0
-        limit = min(start for _, start, _, _ in members) // self.block_size
-        first = members[0][2]
-        count = 0
-        while count < limit and all(m[2][count] == first[count] for m in members):
-            count += 1
-        return count
-
-    def _attend(self, q: np.ndarray, layer: int, g: _Group) -> np.ndarray:
+    def _attend(self, q: np.ndarray, layer: int, g: AttentionGroup) -> np.ndarray:
         """Paged causal attention for one group: q [B*n, H, hd] (pre-scaled) -> [B*n, H*hd]."""
         cfg = self.config
         kvh, hd, grp, b, n = cfg.num_kv_heads, cfg.head_dim, self.group_size, g.batch, g.num_queries
         qg = q.reshape(b, n, kvh, grp, hd).transpose(0, 2, 3, 1, 4).reshape(b, kvh, grp * n, hd)
-        if g.mirror_rows is not None:
+        if isinstance(g, MirrorGroup):
             return self._attend_mirror(qg, layer, g)
+        return self._attend_gathered(qg, layer, g)
+
+    def _attend_gathered(self, qg: np.ndarray, layer: int, g: GatherGroup) -> np.ndarray:
+        """A gathered group's queries qg [B, KV, G*n, hd] over its blocks -> [B*n, H*hd]."""
+        cfg = self.config
+        kvh, hd, grp, b, n = cfg.num_kv_heads, cfg.head_dim, self.group_size, g.batch, g.num_queries
         keys, values = self.kv.gather(layer, g.block_index)                                  # [B, L, KV, hd]
         scores = qg @ keys.transpose(0, 2, 3, 1)                                            # [B, KV, G*n, L]
         scores += g.bias
@@ -252,7 +150,7 @@ class ModelRunner:
         ctx = ctx.reshape(b, kvh, grp, n, hd).transpose(0, 3, 1, 2, 4)                      # [B, n, KV, G, hd]
         return ctx.reshape(b * n, cfg.q_size)                                               # [B*n, H*hd]
 
-    def _attend_mirror(self, qg: np.ndarray, layer: int, g: _Group) -> np.ndarray:
+    def _attend_mirror(self, qg: np.ndarray, layer: int, g: MirrorGroup) -> np.ndarray:
         """Decode rows over the mirror's dense rows (views, no gather): qg [B, KV, G, hd].
 
         In the usual case the members own mirror rows 0..B-1 in order and qg is used as
@@ -261,8 +159,8 @@ class ModelRunner:
         every [G, hd] @ [hd, L] product on its own.
         """
         cfg = self.config
-        span, length = g.mirror_span, g.mirror_tokens
-        if g.mirror_in_order:
+        span, length = g.span_rows, g.num_tokens
+        if g.in_order:
             q_all = qg                                                                      # [R=B, KV, G, hd]
         else:
             q_all = np.zeros((span,) + qg.shape[1:], dtype=F32)                             # [R, KV, G, hd]
@@ -275,19 +173,10 @@ class ModelRunner:
         np.exp(scores, out=scores)
         ctx = scores @ values                                                               # [R, KV, G, hd]
         norm = scores.sum(axis=-1, keepdims=True)                                           # [R, KV, G, 1]
-        if not g.mirror_in_order:
+        if not g.in_order:
             ctx, norm = ctx[g.mirror_rows], norm[g.mirror_rows]                             # [B, KV, G, hd|1]
         ctx /= norm                                                                         # softmax, normalised late
         return ctx.reshape(g.batch, cfg.q_size)                                             # [B, H*hd]
-
-
-def _fits(members: list[tuple[int, int, tuple[int, ...], int]], n: int, heads: int, limit: int) -> bool:
-    """Whether members' n-query group keeps its scores [B, H*n, max end] within limit elements.
-
-    A lone member always fits (it passed the per-chunk cut already).
-    """
-    longest = max(start + n for _, start, _, _ in members)
-    return len(members) == 1 or len(members) * heads * n * longest <= limit
 
 
 # --------------------------------------------------------------------------- shared prefix

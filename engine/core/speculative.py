@@ -14,25 +14,52 @@ emitted token is the token plain decoding would have produced: greedy output is
 identical, and seeded sampling is not merely distributionally exact but the very same
 draw. Drafts cost nothing when rejected except their share of the step.
 
+`check_config` is the one check of a `SpeculativeConfig` (the Engine runs it, the server's
+config runs it at start-up); it raises `InvalidConfig` naming the field.
+
 What it is not: a draft model, or tree speculation.
 """
 from __future__ import annotations
 
+from numbers import Integral
+
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from engine.types import SpeculativeConfig
+from engine.errors import InvalidConfig
+from engine.types import SPECULATIVE_METHODS, SpeculativeConfig
 
-SUPPORTED_METHODS = ("prompt_lookup",)
+# What each field must be, in words: the engine's messages and the server's config share them.
+SPECULATIVE_RULES = {
+    "method": " or ".join(f'"{method}"' for method in SPECULATIVE_METHODS),
+    "num_speculative_tokens": "an integer >= 1",
+    "prompt_lookup_min": "an integer >= 1",
+    "prompt_lookup_max": "an integer >= 1",
+}
 
 
 def check_config(config: SpeculativeConfig) -> None:
-    if config.method not in SUPPORTED_METHODS:
-        raise ValueError(f"speculative method must be one of {SUPPORTED_METHODS}, got {config.method!r}")
-    if not 1 <= config.prompt_lookup_min <= config.prompt_lookup_max:
-        raise ValueError("need 1 <= prompt_lookup_min <= prompt_lookup_max")
-    if config.num_speculative_tokens < 1:
-        raise ValueError("num_speculative_tokens must be >= 1")
+    """The one check of a SpeculativeConfig: `InvalidConfig` naming `speculative.<field>`.
+
+    Each field is checked on its own first (kind and range, in declaration order), then
+    the pair: prompt_lookup_min <= prompt_lookup_max.
+    """
+    if config.method not in SPECULATIVE_METHODS:
+        _refuse("method", config.method)
+    for name in ("num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max"):
+        value = getattr(config, name)
+        if not _is_int(value) or value < 1:
+            _refuse(name, value)
+    if config.prompt_lookup_min > config.prompt_lookup_max:
+        raise InvalidConfig("speculative.prompt_lookup_min", "must be <= prompt_lookup_max")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, Integral) and not isinstance(value, bool)
+
+
+def _refuse(name: str, value: object) -> None:
+    raise InvalidConfig(f"speculative.{name}", f"expected {SPECULATIVE_RULES[name]}, got {value!r}")
 
 
 def propose(tokens: list[int], config: SpeculativeConfig, max_draft: int) -> list[int]:

@@ -1,4 +1,4 @@
-"""GGUF files: a reader (header, metadata, tensor infos, memory-mapped data) and a writer.
+"""GGUF files: a reader (header, metadata, tensor infos, memory-mapped data).
 
 GGUF is llama.cpp's single-file model format. Its layout (all little-endian):
 
@@ -19,7 +19,8 @@ into numpy order.
 The reader never loads tensor data eagerly: the file is memory-mapped and `raw(name)` is a
 zero-copy uint8 view; `tensor(name)` dequantizes (engine/formats/quants.py) into float32. Any
 inconsistency -- bad magic, truncation, an unknown type, data past the end of the file --
-raises `ModelFormatError` naming the file.
+raises `ModelFormatError` naming the file. (The writer the tests use to make GGUF test
+models is `tests/formats_writers.py`; the runtime never writes a model.)
 """
 from __future__ import annotations
 
@@ -27,19 +28,16 @@ import os
 import struct
 from dataclasses import dataclass
 from enum import IntEnum
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from engine.errors import ModelFormatError
 from engine.formats.filemap import map_readonly
-from engine.formats.quants import (GGML_TYPE_BY_NAME, GGML_TYPES, QUANTIZERS, GGMLType, dequantize,
-                           dequantize_input_major)
+from engine.formats.quants import GGML_TYPES, GGMLType, dequantize, dequantize_input_major
 
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
-WRITE_VERSION = 3
 DEFAULT_ALIGNMENT = 32
 MAX_DIMS = 4                    # ggml tensors have at most 4 dimensions
 MAX_NESTING = 8                 # arrays of arrays deeper than this are surely corrupt
@@ -266,84 +264,3 @@ class GGUFFile:
                                           infos[0].shape[1])
         except ValueError as e:
             raise ModelFormatError(self.path, f"tensor {infos[0].name}: {e}") from None
-
-
-# --- writer ---------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Typed:
-    """A metadata value with an explicit GGUF type (`item_type` for arrays)."""
-    value_type: ValueType
-    value: Any
-    item_type: ValueType | None = None
-
-
-def _infer_type(value: Any) -> ValueType:
-    if isinstance(value, Typed):
-        return value.value_type
-    if isinstance(value, bool):
-        return ValueType.BOOL
-    if isinstance(value, int):
-        if 0 <= value < 1 << 32:
-            return ValueType.UINT32
-        return ValueType.INT32 if -(1 << 31) <= value < 0 else ValueType.INT64
-    if isinstance(value, float):
-        return ValueType.FLOAT32
-    if isinstance(value, str):
-        return ValueType.STRING
-    if isinstance(value, (list, tuple)):
-        return ValueType.ARRAY
-    raise TypeError(f"cannot store {type(value).__name__} in GGUF metadata")
-
-
-def _encode_string(s: str) -> bytes:
-    raw = s.encode("utf-8")
-    return struct.pack("<Q", len(raw)) + raw
-
-
-def _encode_value(value: Any, vtype: ValueType) -> bytes:
-    item_type = value.item_type if isinstance(value, Typed) else None
-    value = value.value if isinstance(value, Typed) else value
-    if vtype == ValueType.STRING:
-        return _encode_string(value)
-    if vtype == ValueType.ARRAY:
-        if item_type is None:
-            item_type = _infer_type(value[0]) if len(value) else ValueType.UINT32
-        head = struct.pack("<IQ", item_type, len(value))
-        if item_type in SCALAR_DTYPES:
-            return head + np.asarray(value, SCALAR_DTYPES[item_type]).tobytes()
-        return head + b"".join(_encode_value(v, item_type) for v in value)
-    return np.asarray(value, SCALAR_DTYPES[vtype]).tobytes()
-
-
-def write_gguf(path: str | os.PathLike, metadata: dict[str, Any],
-               tensors: dict[str, tuple[np.ndarray, str]], *,
-               version: int = WRITE_VERSION, alignment: int = DEFAULT_ALIGNMENT) -> Path:
-    """Write a GGUF file. `tensors`: name -> (float array in numpy order, type name).
-
-    Tensors are quantized with engine/formats/quants.py (F32, F16, Q8_0, Q4_1). Metadata types are
-    inferred (int -> UINT32/INT32/INT64, float -> FLOAT32, list -> ARRAY) unless given as
-    `Typed`. `general.alignment` is written when `alignment` is not the default.
-    """
-    meta = dict(metadata)
-    if alignment != DEFAULT_ALIGNMENT:
-        meta["general.alignment"] = Typed(ValueType.UINT32, alignment)
-    out = [GGUF_MAGIC, struct.pack("<IQQ", version, len(tensors), len(meta))]
-    for key, value in meta.items():
-        vtype = _infer_type(value)
-        out += [_encode_string(key), struct.pack("<I", vtype), _encode_value(value, vtype)]
-    blobs, offset = [], 0
-    for name, (array, type_name) in tensors.items():
-        array = np.asarray(array, np.float32)
-        blob = QUANTIZERS[type_name](array).tobytes()
-        ne = tuple(reversed(array.shape))
-        out += [_encode_string(name), struct.pack(f"<I{len(ne)}Q", len(ne), *ne),
-                struct.pack("<IQ", GGML_TYPE_BY_NAME[type_name].type_id, offset)]
-        pad = -len(blob) % alignment
-        blobs.append(blob + b"\0" * pad)
-        offset += len(blob) + pad
-    header = b"".join(out)
-    header += b"\0" * (-len(header) % alignment)
-    path = Path(path)
-    path.write_bytes(header + b"".join(blobs))
-    return path

@@ -1,4 +1,4 @@
-"""GGML tensor types: block layouts, vectorised dequantizers, and two small quantizers.
+"""GGML tensor types: block layouts and vectorised dequantizers.
 
 A GGUF tensor is a run of *blocks*. Each block packs `block_size` values into `type_size`
 bytes: a float16 scale (sometimes a minimum, sometimes 6-bit sub-scales) followed by small
@@ -11,8 +11,8 @@ Exactness: each dequantizer performs the same float32 operations, in the same or
 llama.cpp's reference (`d * q + m`, `(d * sc) * q - dmin * m`, ...), so its output is bit
 for bit the reference output (`../shared/oracle/dequant_cases.json` checks this).
 
-What it is not: a general quantization library. The only quantizers here (Q8_0 and Q4_1)
-exist so the tests can write a GGUF test model with the project's own writer.
+What it is not: a quantizer. The runtime only reads; the two small quantizers the tests
+use to write GGUF test models (Q8_0, Q4_1) live in `tests/quantize.py`.
 
 Block layouts (bytes, little-endian; `f16` is an IEEE half):
 
@@ -35,8 +35,6 @@ import numpy as np
 
 QK_K = 256                  # values per K-quant super-block
 K_SCALE_BYTES = 12          # packed 6-bit (scale, min) pairs of the 8 sub-blocks of Q4_K/Q5_K
-Q4_1_LEVELS = 15            # largest 4-bit code
-Q8_0_LEVELS = 127           # largest |int8| code
 
 Dequantizer = Callable[[np.ndarray], np.ndarray]    # uint8 [nb, type_size] -> f32 [nb, block]
 
@@ -278,46 +276,3 @@ def dequantize_input_major(raw: np.ndarray, ggml_type: GGMLType, out_dim: int, i
         return np.ascontiguousarray(values.reshape(out_dim, in_dim).T)   # [in, out]
     raw3 = rows.reshape(out_dim, in_dim // ggml_type.block_size, ggml_type.type_size)
     return fast(raw3).reshape(in_dim, out_dim)                  # [nb, block, out] -> [in, out]
-
-
-# --- quantizers (test-model writing only) ---------------------------------------------
-
-def _round_half_away(x: np.ndarray) -> np.ndarray:
-    """C's roundf: halves go away from zero (numpy's rint rounds them to even)."""
-    return np.sign(x) * np.floor(np.abs(x) + 0.5)
-
-
-def quantize_q8_0(values: np.ndarray) -> np.ndarray:
-    """float32 [n] (n % 32 == 0) -> Q8_0 bytes uint8 [n / 32 * 34]."""
-    x = np.asarray(values, np.float32).reshape(-1, 32)  # [nb, 32]
-    d = np.abs(x).max(axis=1, keepdims=True) / Q8_0_LEVELS
-    d16 = d.astype(np.float16)
-    inv = np.divide(1.0, d16.astype(np.float32), out=np.zeros_like(d), where=d16 != 0)
-    q = np.clip(_round_half_away(x * inv), -Q8_0_LEVELS, Q8_0_LEVELS).astype(np.int8)
-    return np.concatenate([d16.view(np.uint8), q.view(np.uint8)], axis=1).reshape(-1)
-
-
-def quantize_q4_1(values: np.ndarray) -> np.ndarray:
-    """float32 [n] (n % 32 == 0) -> Q4_1 bytes uint8 [n / 32 * 20].
-
-    Codes are chosen against the float16-rounded scale and minimum that dequantization
-    will actually use, so the round trip error stays within half a step.
-    """
-    x = np.asarray(values, np.float32).reshape(-1, 32)  # [nb, 32]
-    lo = x.min(axis=1, keepdims=True).astype(np.float16)
-    hi = x.max(axis=1, keepdims=True)
-    d16 = ((hi - lo.astype(np.float32)) / Q4_1_LEVELS).astype(np.float16)
-    d = d16.astype(np.float32)
-    inv = np.divide(1.0, d, out=np.zeros_like(d), where=d != 0)
-    q = np.clip(np.floor((x - lo.astype(np.float32)) * inv + 0.5), 0, Q4_1_LEVELS)
-    q = q.astype(np.uint8)                               # [nb, 32]
-    packed = q[:, :16] | (q[:, 16:] << 4)                # [nb, 16]
-    return np.concatenate([d16.view(np.uint8), lo.view(np.uint8), packed], axis=1).reshape(-1)
-
-
-QUANTIZERS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
-    "F32": lambda x: np.ascontiguousarray(x, "<f4").reshape(-1).view(np.uint8),
-    "F16": lambda x: np.ascontiguousarray(x, "<f2").reshape(-1).view(np.uint8),
-    "Q8_0": quantize_q8_0,
-    "Q4_1": quantize_q4_1,
-}

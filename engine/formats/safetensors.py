@@ -1,4 +1,4 @@
-"""safetensors files: a reader (F32, F16, BF16, memory-mapped) and a writer.
+"""safetensors files: a reader (F32, F16, BF16, memory-mapped).
 
 The format is deliberately tiny:
 
@@ -11,7 +11,7 @@ several `model-0000k-of-0000n.safetensors` shards; `read_safetensors_dir` merges
 
 Every check that can fail -- a short file, a header that is not JSON, offsets outside the
 data or not matching dtype x shape, an unsupported dtype -- raises `ModelFormatError`
-naming the file.
+naming the file. (The writer the tests use is `tests/formats_writers.py`.)
 """
 from __future__ import annotations
 
@@ -23,11 +23,10 @@ import numpy as np
 
 from engine.errors import ModelFormatError
 from engine.formats.filemap import map_readonly
-from engine.formats.quants import GGML_TYPE_BY_NAME, QUANTIZERS, GGMLType
+from engine.formats.quants import GGML_TYPE_BY_NAME, GGMLType
 
 HEADER_LEN_BYTES = 8
 MAX_HEADER_BYTES = 100 * 1024 * 1024     # the format's own cap on the JSON header
-HEADER_ALIGN = 8                          # writers pad the header so data starts aligned
 
 # dtype name -> its GGML twin: bytes per value (`type_size`, one value per block) and the
 # dequantizer from stored little-endian bytes to float32 (F32: a zero-copy view).
@@ -103,34 +102,3 @@ def read_safetensors_dir(directory: str | os.PathLike) -> dict[str, SafetensorsF
                 raise ModelFormatError(path, f"tensor {name} also appears in {where[name].path}")
             where[name] = st
     return where
-
-
-def _bf16_bits(x: np.ndarray) -> np.ndarray:
-    """float32 -> bfloat16 bit patterns (round to nearest even), uint16."""
-    bits = np.ascontiguousarray(x, np.float32).view(np.uint32).astype(np.uint64)
-    rounded = bits + 0x7FFF + ((bits >> 16) & 1)
-    return (rounded >> 16).astype(np.uint16)
-
-
-_ENCODERS = {"F32": QUANTIZERS["F32"], "F16": QUANTIZERS["F16"], "BF16": _bf16_bits}
-
-
-def write_safetensors(path: str | os.PathLike, tensors: dict[str, np.ndarray], *,
-                      dtypes: dict[str, str] | None = None,
-                      metadata: dict[str, str] | None = None) -> Path:
-    """Write float arrays as a .safetensors file (dtype per tensor: F32 unless `dtypes` says)."""
-    dtypes = dtypes or {}
-    header: dict = {"__metadata__": dict(metadata)} if metadata else {}
-    blobs, offset = [], 0
-    for name, array in tensors.items():
-        dtype = dtypes.get(name, "F32")
-        blob = _ENCODERS[dtype](np.asarray(array)).tobytes()
-        header[name] = {"dtype": dtype, "shape": list(np.shape(array)),
-                        "data_offsets": [offset, offset + len(blob)]}
-        blobs.append(blob)
-        offset += len(blob)
-    head = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    head += b" " * (-len(head) % HEADER_ALIGN)
-    path = Path(path)
-    path.write_bytes(len(head).to_bytes(HEADER_LEN_BYTES, "little") + head + b"".join(blobs))
-    return path

@@ -16,21 +16,32 @@ blocks, least recently used leaf first. With `prefix_cache="none"` nothing is ev
 cached: a released block goes straight back to the free list.
 
 Convention (ARCHITECTURE 3.3): `allocate` returns None when the blocks are not there;
-the scheduler then preempts. It never raises for "not now".
+the scheduler then preempts. It never raises for "not now". A mode outside
+`PREFIX_CACHE_MODES` is refused by `check_prefix_cache` (the server's config uses the same
+check's words, so the two never disagree).
 """
 from __future__ import annotations
 
+from engine.errors import InvalidConfig
+from engine.kv.pools import blocks_for_tokens
 from engine.kv.radix import RadixCache, RadixNode
+from engine.types import PREFIX_CACHE_MODES
 
-PREFIX_CACHE_MODES = ("radix", "none")
+# How a refused mode is described, to the engine's callers and the server's config alike.
+PREFIX_CACHE_RULE = " or ".join(f'"{mode}"' for mode in PREFIX_CACHE_MODES)
+
+
+def check_prefix_cache(mode: object) -> None:
+    """`InvalidConfig` naming `prefix_cache` unless mode is one of PREFIX_CACHE_MODES."""
+    if mode not in PREFIX_CACHE_MODES:
+        raise InvalidConfig("prefix_cache", f"expected {PREFIX_CACHE_RULE}, got {mode!r}")
 
 
 class BlockManager:
     """Reference-counted KV blocks, a free list and (optionally) a radix prefix cache."""
 
     def __init__(self, num_blocks: int, block_size: int, prefix_cache: str = "radix"):
-        if prefix_cache not in PREFIX_CACHE_MODES:
-            raise ValueError(f"prefix_cache must be one of {PREFIX_CACHE_MODES}, got {prefix_cache!r}")
+        check_prefix_cache(prefix_cache)
         if num_blocks < 1 or block_size < 1:
             raise ValueError("num_blocks and block_size must be positive")
         self.num_blocks = num_blocks
@@ -58,7 +69,7 @@ class BlockManager:
         return len(self._free) + (self.radix.num_evictable if self.radix else 0)
 
     def blocks_for_tokens(self, num_tokens: int) -> int:
-        return -(-num_tokens // self.block_size)
+        return blocks_for_tokens(num_tokens, self.block_size)
 
     # ----------------------------------------------------------------- allocation
 

@@ -28,9 +28,11 @@ pool's own size); when a step would need more, the runner falls back to the gath
 """
 from __future__ import annotations
 
+from typing import Protocol, Sequence
+
 import numpy as np
 
-from engine.kv.pools import KVCache, block_bytes
+from engine.kv.pools import KVCache, block_bytes, blocks_for_tokens
 
 # Token capacity grows in steps of this many positions (a reallocation copies the rows).
 CAPACITY_STEP_TOKENS = 128
@@ -43,6 +45,13 @@ def _round_up(value: int, step: int) -> int:
 def _grow(need: int, capacity: int) -> int:
     """The capacity to allocate for `need`: unchanged if it fits, else at least doubled."""
     return capacity if need <= capacity else max(need, 2 * capacity)
+
+
+class MirrorMember(Protocol):
+    """What the mirror needs of a decoding sequence (the planner's `Member` has these)."""
+    seq_id: int                      # the row's key
+    start_pos: int                   # positions 0..start_pos-1 must already be in the row
+    block_table: tuple[int, ...]     # where to refill them from when the row is behind
 
 
 class DecodeMirror:
@@ -59,30 +68,30 @@ class DecodeMirror:
 
     # ----------------------------------------------------------------- planning
 
-    def prepare(self, members: list[tuple[int, int, tuple[int, ...]]], num_queries: int) -> np.ndarray | None:
-        """Rows for (seq_id, start_pos, block_table) members attending `num_queries` new rows.
+    def prepare(self, members: Sequence[MirrorMember], num_queries: int) -> np.ndarray | None:
+        """Rows for members attending `num_queries` new rows from their start positions.
 
         Returns rows [B] (in member order), or None when the mirror would exceed its
         budget (the caller gathers instead; the mirror is emptied).
         """
-        wanted = {seq_id for seq_id, _, _ in members}
+        wanted = {m.seq_id for m in members}
         for seq_id in [s for s in self.row_of if s not in wanted]:
             self.valid_tokens.pop(self.row_of.pop(seq_id))
         free = sorted(set(range(len(members) + len(self.row_of))) - set(self.row_of.values()))
-        for seq_id, _, _ in members:
-            if seq_id not in self.row_of:
-                self.row_of[seq_id] = free.pop(0)
-                self.valid_tokens[self.row_of[seq_id]] = 0
+        for m in members:
+            if m.seq_id not in self.row_of:
+                self.row_of[m.seq_id] = free.pop(0)
+                self.valid_tokens[self.row_of[m.seq_id]] = 0
         need_rows = max(self.row_of.values()) + 1
-        need_tokens = max(start for _, start, _ in members) + num_queries
+        need_tokens = max(m.start_pos for m in members) + num_queries
         if not self._reserve(need_rows, need_tokens):
             self.clear()
             return None
-        rows = np.asarray([self.row_of[seq_id] for seq_id, _, _ in members], dtype=np.int64)
-        for (seq_id, start, table), row in zip(members, rows):
-            if self.valid_tokens[int(row)] < start:
-                self._refill(int(row), start, table)
-            self.valid_tokens[int(row)] = start + num_queries
+        rows = np.asarray([self.row_of[m.seq_id] for m in members], dtype=np.int64)
+        for m, row in zip(members, rows):
+            if self.valid_tokens[int(row)] < m.start_pos:
+                self._refill(int(row), m.start_pos, m.block_table)
+            self.valid_tokens[int(row)] = m.start_pos + num_queries
         return rows
 
     def clear(self) -> None:
@@ -125,7 +134,7 @@ class DecodeMirror:
 
     def _refill(self, row: int, num_tokens: int, table: tuple[int, ...]) -> None:
         """Copy positions 0..num_tokens-1 of a sequence from the paged pools into its row."""
-        used = -(-num_tokens // self.kv.block_size)
+        used = blocks_for_tokens(num_tokens, self.kv.block_size)
         blocks = np.asarray(table[:used], dtype=np.int64)                   # [used]
         for i in range(self.num_layers):
             k, v = self.kv.gather_blocks(i, blocks)                         # [used*bs, KV, hd] each

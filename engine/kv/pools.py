@@ -83,6 +83,11 @@ class KVCache:
         return k.reshape(-1, *tail), v.reshape(-1, *tail)
 
 
+def blocks_for_tokens(num_tokens: int, block_size: int) -> int:
+    """How many blocks hold positions 0..num_tokens-1: the one ceiling division of the layout."""
+    return -(-num_tokens // block_size)
+
+
 def slots_for(table, start: int, num_tokens: int, block_size: int) -> np.ndarray:
     """Slot numbers of positions start .. start+num_tokens-1 of a sequence. -> [num_tokens]."""
     positions = np.arange(start, start + num_tokens)

@@ -1,6 +1,7 @@
 """Blocks, reference counts, the three block states and prefix reuse with LRU eviction."""
 import pytest
 
+from engine.errors import InvalidConfig
 from engine.kv.blocks import BlockManager
 
 BS = 4
@@ -87,6 +88,8 @@ def test_prefix_cache_none_never_caches():
 
 def test_unknown_prefix_cache_mode_is_refused():
     with pytest.raises(ValueError):
+        BlockManager(4, BS, "lru")
+    with pytest.raises(InvalidConfig, match='prefix_cache: expected "radix" or "none"'):
         BlockManager(4, BS, "lru")
 
 

@@ -10,6 +10,7 @@ from engine.core import sampler
 from engine.core import engine as engine_mod
 from engine.api import EngineConfig, GenRequest, SamplingParams
 from engine.kv.pools import KVCache
+from engine.core.attention_plan import Member, MirrorGroup
 from engine.core.runner import Chunk, ModelRunner
 from tests.engine.engine_models import GREEDY, logits_of, dense_greedy, random_model, run_to_completion, tokens_of
 
@@ -102,7 +103,7 @@ def test_shared_prefix_blocks_are_attended_once_and_match_dense():
     run = ModelRunner(model.config, model.weights, KVCache(model.config, 8, BS), 64)
     run.forward([Chunk(tuple(prefix), 0, (0, 1), 0)])
     chunks = [Chunk(tuple(s[2 * BS:]), 2 * BS, t, 3) for s, t in zip(seqs, tables)]
-    (group,) = run._plan_groups(chunks)
+    (group,) = run.planner.plan(chunks)
     assert list(group.shared_blocks) == [0, 1] and group.block_index.tolist() == [[2], [3], [4]]
     got = run.forward(chunks)                                             # [9, V]
     want = np.concatenate([logits_of(model, s)[2 * BS:] for s in seqs])
@@ -112,9 +113,9 @@ def test_shared_prefix_blocks_are_attended_once_and_match_dense():
 def test_blocks_a_query_cannot_wholly_see_are_not_shared():
     model = random_model(seed=12)
     run = ModelRunner(model.config, model.weights, KVCache(model.config, 8, BS), 64)
-    members = [(0, 2 * BS, (0, 1, 2), 0), (3, BS + 1, (0, 1, 3), 1)]      # second starts inside block 1
-    assert run._num_shared_blocks(members) == 1
-    assert run._num_shared_blocks(members[:1]) == 0                      # alone: nothing to share
+    members = [Member(0, 2 * BS, (0, 1, 2), 0), Member(3, BS + 1, (0, 1, 3), 1)]  # second starts inside block 1
+    assert run.planner.num_shared_blocks(members) == 1
+    assert run.planner.num_shared_blocks(members[:1]) == 0                      # alone: nothing to share
 
 
 def test_decode_rows_in_mirror_order_skip_the_scatter_and_match_dense():
@@ -125,7 +126,7 @@ def test_decode_rows_in_mirror_order_skip_the_scatter_and_match_dense():
     run = ModelRunner(model.config, model.weights, KVCache(model.config, 8, BS), 64, mirror_bytes=1 << 22)
     run.forward([Chunk(tuple(t[:7]), 0, tb, 0, i) for i, (t, tb) in enumerate(zip(toks, tables))])
     chunks = [Chunk((t[7],), 7, tb, 1, i) for i, (t, tb) in enumerate(zip(toks, tables))]
-    (group,) = run._plan_groups(chunks)
-    assert group.mirror_in_order
+    (group,) = run.planner.plan(chunks)
+    assert isinstance(group, MirrorGroup) and group.in_order
     got = run.forward(chunks)
     np.testing.assert_allclose(got, np.stack([logits_of(model, t)[7] for t in toks]), rtol=1e-4, atol=1e-4)

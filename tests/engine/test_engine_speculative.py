@@ -1,7 +1,9 @@
 """Prompt-lookup speculation: drafts from the context, identical output to plain decoding."""
 import numpy as np
+import pytest
 
-from engine.api import EngineConfig, GenRequest, SamplingParams, SpeculativeConfig
+from engine.api import (EngineConfig, GenRequest, InvalidConfig, SamplingParams, SpeculativeConfig,
+                        check_speculative_config)
 from engine.core.engine import Engine
 from engine.core.speculative import propose
 from tests.engine.engine_models import random_model, run_to_completion, succ_model, tokens_of
@@ -15,6 +17,24 @@ def test_propose_follows_the_latest_earlier_match_of_the_longest_ngram():
     assert propose([7, 8, 9, 7], cfg, 10) == [8, 9, 7]          # falls back to a 1-gram
     assert propose([1, 2, 3], cfg, 10) == []
     assert propose([1, 2, 1, 2], cfg, 1) == [1]                  # capped by the room left
+
+
+def test_check_config_names_the_refused_field():
+    check_speculative_config(SpeculativeConfig())
+    refusals = [
+        (SpeculativeConfig(method="medusa"), "speculative.method", "'medusa'"),
+        (SpeculativeConfig(num_speculative_tokens=0), "speculative.num_speculative_tokens", ">= 1"),
+        (SpeculativeConfig(prompt_lookup_min=0), "speculative.prompt_lookup_min", ">= 1"),
+        (SpeculativeConfig(prompt_lookup_max=True), "speculative.prompt_lookup_max", "integer"),
+        (SpeculativeConfig(prompt_lookup_min=3, prompt_lookup_max=2), "speculative.prompt_lookup_min",
+         "<= prompt_lookup_max"),
+    ]
+    for spec, field, words in refusals:
+        with pytest.raises(InvalidConfig) as info:
+            check_speculative_config(spec)
+        assert info.value.field == field and words in str(info.value), str(info.value)
+    with pytest.raises(ValueError, match="speculative.num_speculative_tokens"):   # the engine checks too
+        Engine(succ_model(), EngineConfig(speculative=SpeculativeConfig(num_speculative_tokens=0)))
 
 
 def run(model, prompts, params, spec, seeds=None, **config):

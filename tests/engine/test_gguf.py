@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 
 from engine.errors import ModelFormatError
-from engine.formats.gguf import GGUFFile, Typed, ValueType, write_gguf
-from engine.formats.quants import GGML_TYPE_BY_NAME, dequantize, quantize_q4_1, quantize_q8_0
+from engine.formats.gguf import GGUFFile, ValueType
+from engine.formats.quants import GGML_TYPE_BY_NAME, dequantize
+from tests.formats_writers import Typed, write_gguf
+from tests.quantize import quantize_q4_1, quantize_q8_0
 from tests.engine.format_errors import expect_format_error
 
 EVERY_TYPE = {

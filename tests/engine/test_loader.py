@@ -9,15 +9,16 @@ import numpy as np
 import pytest
 
 from engine.errors import ModelFormatError
-from engine.formats.gguf import write_gguf
 from engine.model.loader import load_model
-from engine.formats.quants import GGML_TYPE_BY_NAME, QUANTIZERS, dequantize
-from engine.formats.safetensors import SafetensorsFile, write_safetensors
+from engine.formats.quants import GGML_TYPE_BY_NAME, dequantize
+from engine.formats.safetensors import SafetensorsFile
 from engine.model.weights import permute_rows, unpermute_rows
 from tests import models
+from tests.formats_writers import write_gguf, write_safetensors
 from tests.engine.format_errors import expect_format_error
 from tests.engine.engine_models import logits_of
 from tests.oracle import HF_DIR, ORACLE_DIR, read_jsonl
+from tests.quantize import QUANTIZERS
 
 
 # --- succ ------------------------------------------------------------------------------

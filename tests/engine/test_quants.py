@@ -6,8 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from engine.formats.quants import (GGML_TYPE_BY_NAME, GGML_TYPES, dequantize, dequantize_input_major,
-                           quantize_q4_1, quantize_q8_0)
+from engine.formats.quants import GGML_TYPE_BY_NAME, GGML_TYPES, dequantize, dequantize_input_major
+from tests.quantize import quantize_q4_1, quantize_q8_0
 from tests.oracle import ORACLE_DIR
 
 CASES = json.loads((ORACLE_DIR / "dequant_cases.json").read_text())["cases"]

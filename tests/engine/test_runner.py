@@ -62,7 +62,7 @@ def test_equal_length_pieces_split_into_groups_whose_scores_fit(monkeypatch):
     run = make_runner(model)
     run.forward([Chunk(tuple(s[:5]), 0, t, 0) for s, t in zip(seqs, tables)])
     chunks = [Chunk(tuple(s[5:]), 5, t, 3) for s, t in zip(seqs, tables)]
-    groups = run._plan_groups(chunks)
+    groups = run.planner.plan(chunks)
     assert sorted(g.batch for g in groups) == [2, 2]
     for g in groups:
         assert g.batch * model.config.num_heads * g.num_queries * 8 <= limit

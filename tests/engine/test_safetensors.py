@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from engine.errors import ModelFormatError
-from engine.formats.safetensors import SafetensorsFile, read_safetensors_dir, write_safetensors
+from engine.formats.safetensors import SafetensorsFile, read_safetensors_dir
+from tests.formats_writers import write_safetensors
 from tests.engine.format_errors import expect_format_error
 
 

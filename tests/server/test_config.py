@@ -76,6 +76,23 @@ def test_speculative_forms():
         ServeConfig.from_toml('[engine]\nspeculative = "medusa"\n', {})
 
 
+def test_speculative_values_are_refused_by_the_engine_rule_naming_the_key():
+    refusals = [
+        ('[engine.speculative]\nmethod = "medusa"\n', {}, "[engine].speculative.method"),
+        ('[engine.speculative]\nnum_speculative_tokens = 0\n', {},
+         "[engine].speculative.num_speculative_tokens: expected an integer >= 1, got 0"),
+        ('[engine.speculative]\nprompt_lookup_min = "2"\n', {}, "[engine].speculative.prompt_lookup_min"),
+        ('[engine]\n', {"TL_ENGINE__SPECULATIVE__PROMPT_LOOKUP_MAX": "0"},
+         "[engine].speculative.prompt_lookup_max"),
+        ('[engine.speculative]\nprompt_lookup_min = 3\nprompt_lookup_max = 2\n', {},
+         "[engine].speculative.prompt_lookup_min: must be <= prompt_lookup_max"),
+    ]
+    for text, env, named in refusals:
+        with pytest.raises(ConfigError) as info:
+            ServeConfig.from_toml(text, env)
+        assert named in str(info.value), (text, env, str(info.value))
+
+
 def test_repo_runtime_toml_loads_with_defaults():
     cfg = ServeConfig.load(REPO / "runtime.toml", env={})
     assert cfg.model_id == "smol-135m"

@@ -1,0 +1,186 @@
+"""Attention planning: which rows of a step attend over which K/V, decided once per step.
+
+The runner computes one step as one activation matrix `x [N, d]` (every chunk's rows, in
+chunk order). Attention, though, is per sequence, so the planner sorts the chunks into
+groups that one batched matmul can serve, and builds everything that depends only on
+positions (row indices, block indices, causal masks) once; every layer reuses it:
+
+    GatherGroup   chunks with the same query count n; their blocks are gathered from the
+                  pools each layer as [B, L, KV, hd]. Leading blocks that every member
+                  shares (a cached system prompt) are split off and gathered once.
+    MirrorGroup   the one-token (decode) rows, read as views of the decode mirror's dense
+                  per-sequence rows (`engine/kv/mirror.py`): nothing is gathered.
+
+A group's score array [B, KV, G*n, L] stays below `llama.MAX_SCORE_ELEMENTS` (read at call
+time, one source): a long single prefill is cut into query pieces that each fit, and
+equal-length chunks share a group only while it fits.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Union
+
+import numpy as np
+
+from engine.kv.pools import blocks_for_tokens
+from engine.model import llama
+
+if TYPE_CHECKING:
+    from engine.core.runner import Chunk
+    from engine.kv.mirror import DecodeMirror
+
+F32 = np.float32
+DECODE_QUERIES = 1               # a decode row attends with exactly one query
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """One chunk (or one score-sized piece of a long chunk) inside a group."""
+    first_row: int                   # its first row in the step's activations x [N, d]
+    start_pos: int                   # the position of its first query
+    block_table: tuple[int, ...]     # its sequence's blocks, covering every query's position
+    seq_id: int                      # the decode mirror's key (-1: none)
+
+
+@dataclass(frozen=True, slots=True)
+class GatherGroup:
+    """Members with the same query count n whose blocks are gathered from the pools."""
+    rows: np.ndarray                 # [B*n] row indices into x, ordered (b, i)
+    block_index: np.ndarray          # [B, nb] block ids after the shared ones (padded with block 0)
+    bias: np.ndarray                 # [B, 1, G*n or 1, L]: 0 visible, -inf hidden
+    batch: int                       # B
+    num_queries: int                 # n
+    shared_blocks: np.ndarray | None = None  # [S] leading blocks every member has (None: none)
+
+
+@dataclass(frozen=True, slots=True)
+class MirrorGroup:
+    """Decode rows attending over the decode mirror's rows 0..span_rows-1 (views, no gather)."""
+    rows: np.ndarray                 # [B] row indices into x, in member order
+    mirror_rows: np.ndarray          # [B] the members' decode-mirror rows, in member order
+    bias: np.ndarray | None          # [R, 1, 1, L]: 0 visible, -inf hidden (None: all visible)
+    span_rows: int                   # R: attention runs over mirror rows 0..R-1
+    num_tokens: int                  # L: ... and their positions 0..L-1
+    in_order: bool                   # mirror_rows == 0..B-1: attend without scatter or gathers
+
+    @property
+    def batch(self) -> int:          # B
+        return self.rows.shape[0]
+
+    @property
+    def num_queries(self) -> int:    # n
+        return DECODE_QUERIES
+
+
+AttentionGroup = Union[GatherGroup, MirrorGroup]
+
+
+class AttentionPlanner:
+    """Turns a step's chunks into attention groups, for one model shape and KV layout."""
+
+    def __init__(self, num_heads: int, group_size: int, block_size: int,
+                 mirror: DecodeMirror | None = None):
+        self.num_heads = num_heads           # H query heads
+        self.group_size = group_size         # G query heads per KV head
+        self.block_size = block_size         # tokens per KV block
+        self.mirror = mirror
+
+    def plan(self, chunks: list[Chunk]) -> list[AttentionGroup]:
+        """Group chunks by query count; cut long single prefills into score-sized pieces.
+
+        Multi-row chunks of one length share a group while its scores [B, KV, G*n, max end]
+        fit MAX_SCORE_ELEMENTS; the next one that would not fit starts a new group.
+        """
+        limit, heads = llama.MAX_SCORE_ELEMENTS, self.num_heads
+        by_length: dict[int, list[list[Member]]] = {}
+        pieces: list[AttentionGroup] = []
+        first_row = 0
+        for c in chunks:
+            n = len(c.tokens)
+            max_queries = max(1, limit // (heads * (c.start_pos + n)))
+            member = Member(first_row, c.start_pos, c.block_table, c.seq_id)
+            if n <= max_queries:
+                batches = by_length.setdefault(n, [[]])
+                if n > 1 and not _fits(batches[-1] + [member], n, heads, limit):
+                    batches.append([])
+                batches[-1].append(member)
+            else:
+                for off in range(0, n, max_queries):
+                    piece = Member(first_row + off, c.start_pos + off, c.block_table, c.seq_id)
+                    pieces.append(self.gather_group(min(max_queries, n - off), [piece]))
+            first_row += n
+        decode = by_length.pop(DECODE_QUERIES, None)
+        groups = [self.gather_group(n, members) for n, batches in by_length.items()
+                  for members in batches] + pieces
+        if decode is not None:
+            groups.append(self.decode_group(decode[0]))
+        return groups
+
+    def decode_group(self, members: list[Member]) -> AttentionGroup:
+        """The one-token rows: through the decode mirror when it can hold them, else gathered."""
+        if self.mirror is None or min(m.seq_id for m in members) < 0:
+            return self.gather_group(DECODE_QUERIES, members)
+        mirror_rows = self.mirror.prepare(members, DECODE_QUERIES)
+        if mirror_rows is None:
+            return self.gather_group(DECODE_QUERIES, members)
+        span = self.mirror.num_rows
+        ends = np.zeros(span, dtype=np.int64)                                               # [R]
+        ends[mirror_rows] = [m.start_pos + 1 for m in members]
+        length = int(ends.max())
+        ends[ends == 0] = length                                                            # idle rows: finite garbage
+        hidden = np.arange(length)[None, :] >= ends[:, None]                                # [R, L]
+        bias = np.where(hidden, F32(-np.inf), F32(0.0)).astype(F32)[:, None, None, :]       # [R, 1, 1, L]
+        x_rows = np.asarray([m.first_row for m in members], dtype=np.int64)                 # [B]
+        in_order = span == len(members) and bool(np.all(mirror_rows == np.arange(span)))
+        return MirrorGroup(x_rows, mirror_rows, bias if hidden.any() else None,
+                           span_rows=span, num_tokens=length, in_order=in_order)
+
+    def gather_group(self, n: int, members: list[Member]) -> GatherGroup:
+        """A gathered group: members' blocks are copied out of the pools each layer.
+
+        Leading blocks that every member's table holds (a shared system prompt from the
+        prefix cache) and that every query sees are split off as `shared_blocks`: they
+        are gathered once, not once per member. `block_index` and `bias` cover the rest.
+        """
+        bs, groups = self.block_size, self.group_size
+        batch = len(members)
+        shared = self.num_shared_blocks(members)                                            # S_b
+        ends = np.asarray([m.start_pos + n for m in members])                               # [B]
+        num_blocks = blocks_for_tokens(int(ends.max()), bs) - shared
+        block_index = np.zeros((batch, num_blocks), dtype=np.int64)                         # [B, nb]
+        for b, m in enumerate(members):
+            used = blocks_for_tokens(m.start_pos + n, bs)
+            block_index[b, :used - shared] = m.block_table[shared:used]
+        rows = np.concatenate([np.arange(m.first_row, m.first_row + n) for m in members])   # [B*n]
+        q_pos = np.asarray([m.start_pos for m in members])[:, None] + np.arange(n)          # [B, n]
+        k_pos = np.arange(shared * bs, (shared + num_blocks) * bs)                          # [L]
+        hidden = k_pos[None, None, :] > q_pos[:, :, None]                                   # [B, n, L]
+        bias = np.where(hidden, F32(-np.inf), F32(0.0)).astype(F32)                         # [B, n, L]
+        if n == 1:
+            bias = bias[:, None]                                                            # [B, 1, 1, L]
+        else:
+            bias = np.broadcast_to(bias[:, None], (batch, groups, n, bias.shape[-1]))
+            bias = bias.reshape(batch, 1, groups * n, -1)                                   # [B, 1, G*n, L]
+        shared_blocks = np.asarray(members[0].block_table[:shared], dtype=np.int64) if shared else None
+        return GatherGroup(rows, block_index, np.ascontiguousarray(bias), batch, n,
+                           shared_blocks=shared_blocks)
+
+    def num_shared_blocks(self, members: list[Member]) -> int:
+        """Leading blocks identical in every member's table and wholly before every query."""
+        if len(members) < 2:
+            return 0
+        limit = min(m.start_pos for m in members) // self.block_size
+        first = members[0].block_table
+        count = 0
+        while count < limit and all(m.block_table[count] == first[count] for m in members):
+            count += 1
+        return count
+
+
+def _fits(members: list[Member], n: int, heads: int, limit: int) -> bool:
+    """Whether members' n-query group keeps its scores [B, H*n, max end] within limit elements.
+
+    A lone member always fits (it passed the per-chunk cut already).
+    """
+    longest = max(m.start_pos + n for m in members)
+    return len(members) == 1 or len(members) * heads * n * longest <= limit
