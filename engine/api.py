@@ -11,7 +11,7 @@ without touching the server. An import checker in the tests keeps that true.
 """
 from __future__ import annotations
 
-from engine.core.engine import Engine
+from engine.core.engine import Engine, check_context
 from engine.core.sampler import sample
 from engine.core.speculative import SPECULATIVE_RULES
 from engine.core.speculative import check_config as check_speculative_config
@@ -31,6 +31,6 @@ __all__ = [
     "GenRequest", "InvalidConfig", "InvalidRequest", "MAX_TOP_LOGPROBS", "Model", "ModelConfig",
     "ModelFormatError", "PREFIX_CACHE_MODES", "PREFIX_CACHE_RULE", "PromptTooLong", "RequestId",
     "RequestRefused", "SPECULATIVE_METHODS", "SPECULATIVE_RULES", "SamplingParams",
-    "SpeculativeConfig", "Tokenizer", "TokenOut", "check_prefix_cache", "check_speculative_config",
-    "generate_dense", "load_model", "model_name", "sample", "tune_malloc",
+    "SpeculativeConfig", "Tokenizer", "TokenOut", "check_context", "check_prefix_cache",
+    "check_speculative_config", "generate_dense", "load_model", "model_name", "sample", "tune_malloc",
 ]

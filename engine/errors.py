@@ -45,7 +45,17 @@ class RequestRefused(Exception):
 
 
 class PromptTooLong(RequestRefused):
-    """The prompt leaves no room in the model's context, or can never fit the KV cache."""
+    """The prompt leaves no room in the model's context, or can never fit the KV cache.
+
+    From the context rule (`engine.core.engine.check_context`) it carries the numbers a
+    client message needs: the prompt's tokens, the completion tokens asked for, the limit."""
+
+    def __init__(self, message: str, *, prompt_tokens: int = 0, completion_tokens: int = 0,
+                 max_model_len: int = 0):
+        super().__init__(message)
+        self.prompt_tokens = prompt_tokens
+        self.completion_tokens = completion_tokens
+        self.max_model_len = max_model_len
 
 
 class InvalidRequest(RequestRefused):

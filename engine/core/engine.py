@@ -45,6 +45,23 @@ from engine.core import speculative
 SEED_BITS = 63
 
 
+def check_context(prompt_tokens: int, max_tokens: int | None, max_model_len: int) -> int:
+    """The context rule, in one place: the prompt plus at least one completion token (or
+    `max_tokens` of them) must fit in `max_model_len`. Returns the completion budget
+    (`max_tokens`, or the room left when it is None); raises `PromptTooLong` with the numbers.
+
+    Pure, so the server can apply it on its own thread before a request is queued; the
+    engine applies it again in `add_request` (with one token) for its direct callers."""
+    budget_tokens = max_model_len - prompt_tokens if max_tokens is None else max_tokens
+    completion_tokens = max(budget_tokens, 1)
+    if prompt_tokens + completion_tokens > max_model_len:
+        raise PromptTooLong(
+            f"{prompt_tokens} prompt tokens + {completion_tokens} completion tokens exceed "
+            f"the context of {max_model_len}", prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens, max_model_len=max_model_len)
+    return budget_tokens
+
+
 class Engine:
     def __init__(self, model: Model, config: EngineConfig = EngineConfig(), *,
                  clock: Callable[[], float] = time.monotonic, rng: random.Random | None = None):
@@ -80,9 +97,7 @@ class Engine:
         """Queue a request; `RequestRefused` (InvalidRequest, PromptTooLong) if it cannot run."""
         if not req.prompt:
             raise InvalidRequest("a request needs at least one prompt token")
-        if len(req.prompt) >= self._max_model_len:
-            raise PromptTooLong(f"prompt of {len(req.prompt)} tokens leaves no room in "
-                                f"the context of {self._max_model_len}")
+        check_context(len(req.prompt), 1, self._max_model_len)
         if self.blocks.blocks_for_tokens(len(req.prompt) + 1) > self.blocks.num_blocks:
             raise PromptTooLong("prompt does not fit in the KV cache")
         seed = req.seed if req.seed is not None else self.rng.getrandbits(SEED_BITS)

@@ -4,7 +4,7 @@ import pytest
 
 from engine.model import llama
 from engine.api import (FINISH_LENGTH, FINISH_STOP, EngineConfig, GenRequest, InvalidRequest,
-                        PromptTooLong, SamplingParams)
+                        PromptTooLong, SamplingParams, check_context)
 from engine.core.engine import Engine
 from tests.engine.engine_models import (GREEDY, dense_greedy, random_model, run_to_completion,
                                         succ_model, tokens_of)
@@ -186,3 +186,18 @@ def test_a_request_finished_in_its_prefill_step_still_leaves_its_prompt_cached(m
     outs = run_to_completion(engine)
     assert engine.stats().prefix_hit_tokens == 16
     assert tokens_of(outs[rid]) == dense_greedy(model, system + (2,), 3)
+
+
+def test_the_context_rule_counts_the_prompt_and_at_least_one_completion_token():
+    assert check_context(5, None, 8) == 3                 # None: the room left
+    assert check_context(5, 3, 8) == 3                    # exactly at the boundary fits
+    with pytest.raises(PromptTooLong) as caught:
+        check_context(5, 4, 8)                            # one past the boundary
+    assert (caught.value.prompt_tokens, caught.value.completion_tokens,
+            caught.value.max_model_len) == (5, 4, 8)
+    assert check_context(7, None, 8) == 1
+    with pytest.raises(PromptTooLong):
+        check_context(8, None, 8)                         # no room for even one token
+    assert check_context(7, 0, 8) == 0                    # max_tokens 0 still needs room for one
+    with pytest.raises(PromptTooLong):
+        check_context(8, 0, 8)
