@@ -26,10 +26,9 @@ from server.admission import AdmissionGate
 from server.errors import ApiError, error_response
 from server.metrics import CONTENT_TYPE as METRICS_TYPE
 from server.metrics import ServerMetrics, metrics_text
-from server.protocol import JSON_CONTENT_TYPE, Request, Response
+from server.protocol import JSON_CONTENT_TYPE, Request, Response, json_bytes
 from server.routes import API_ROUTES, HEALTH_ROUTES, resolve
 from server.streams import EmbedStream, GenerationStream, StreamContext
-from sse import json_bytes
 from template import ChatFormat, TemplateError, TemplateSyntaxError
 
 log = logging.getLogger("tlserve.app")

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from server.protocol import JSON_CONTENT_TYPE, Response
-from sse import json_bytes
+from server.protocol import JSON_CONTENT_TYPE, Response, json_bytes
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,8 @@ from server.admission import no_capacity_error, queue_full_error
 from server.bridge import EmbedTicket, Failed, Refused, Ticket
 from server.errors import ApiError
 from server.openai import GenSpec
-from server.protocol import JSON_CONTENT_TYPE, ResponseHead, StreamPoll
-from sse import DONE, PING, TextStream, event, json_bytes
+from server.protocol import JSON_CONTENT_TYPE, ResponseHead, StreamPoll, json_bytes
+from sse import DONE, PING, TextStream, event
 
 SSE_HEADERS = (("Content-Type", "text/event-stream; charset=utf-8"),
                ("Cache-Control", "no-cache"), ("X-Accel-Buffering", "no"))
@@ -153,9 +153,9 @@ class GenerationStream:
     def _queue_chunk(self, chunk: dict) -> None:
         if not self.role_sent and self.is_chat:
             role = docs.chat_chunk(self.header, {"role": "assistant", "content": ""})
-            self.pending.append(event(role))
+            self.pending.append(event(json_bytes(role)))
             self.role_sent = True
-        self.pending.append(event(chunk))
+        self.pending.append(event(json_bytes(chunk)))
 
     # -- endings -------------------------------------------------------------------------
 
@@ -183,7 +183,7 @@ class GenerationStream:
 
     def _end_with_error(self, out: StreamPoll) -> None:
         if self.head_sent:
-            self.pending += [event(self.error.document()), DONE]
+            self.pending += [event(json_bytes(self.error.document())), DONE]
             out.chunks, self.pending = self.pending, []
         else:
             self._whole(out, self.error.status, json_bytes(self.error.document()),
