@@ -13,9 +13,11 @@ One `Connection` serves one TCP connection for its whole life, one request at a 
 
 Pipelined requests stay in the input buffer while a response is produced: the next one is
 parsed only once the current response is finished, so answers always leave in order
-(RFC 9112 9.3.2). Errors never pass silently: bad framing raises `HttpError(kind, message)`
-with a kind from `server/errors.py`, and the loop answers with `send_error`, which ends the
-connection (RFC 9112 9.6: a server that cannot parse a request cannot find the next one).
+(RFC 9112 9.3.2). Errors never pass silently: bad framing raises `HttpError(kind, message)`,
+an error event that names what went wrong and knows nothing of JSON or statuses. The loop
+has the application's error table render it (`server/errors.py`) and hands the rendered
+`Response` to `send_error`, which ends the connection (RFC 9112 9.6: a server that cannot
+parse a request cannot find the next one).
 
 What is deliberately out: trailers are parsed and dropped, transfer codings other than
 `chunked` are 501, `Upgrade` is ignored, and a request's framing is the only thing checked
@@ -27,7 +29,6 @@ import re
 from dataclasses import dataclass
 from http import HTTPStatus
 
-from server.errors import ApiError, error_response
 from server.limits import HttpLimits
 from server.protocol import Request, Response, ResponseHead
 
@@ -55,7 +56,10 @@ _FRAMING_FIELDS = frozenset({"host", "content-length", "transfer-encoding", "exp
 
 
 class HttpError(Exception):
-    """A request this connection cannot accept. `kind` is a key of server.errors.ERROR_KINDS."""
+    """A request this connection cannot accept: the parser's error event.
+
+    `kind` names the framing fault ("malformed_http", "body_too_large", ...); the application
+    maps it to a status and a document (server/errors.py), so this module stays JSON-free."""
 
     def __init__(self, kind: str, message: str):
         super().__init__(message)
@@ -335,14 +339,15 @@ class Connection:
         self._end_cycle()
         return tail
 
-    def send_error(self, error: HttpError) -> bytes:
-        """The response to a request that failed to parse; the connection ends after it."""
+    def send_error(self, response: Response) -> bytes:
+        """`response` (the rendered HttpError) for a request that failed to parse; the
+        connection ends after it."""
         if self.state not in (IDLE, BODY, HANDLING):
             raise ProtocolMisuse(f"send_error in state {self.state}")
         self.state = HANDLING
         self._keep_alive = False
         self._is_head_request = False
-        return self.send_response(error_response(ApiError(error.kind, error.message)))
+        return self.send_response(response)
 
     def _end_cycle(self) -> None:
         self._is_chunked_out = False

@@ -399,7 +399,8 @@ class EventLoop:
     def _fail(self, conn: ConnState, err: HttpError) -> None:
         """Answer a framing error, then stop reading requests and close (RFC 9112 9.6)."""
         log.info("%s from %s: %s", err.kind, conn.http.peer, err.message)
-        self._send(conn, conn.http.send_error(err))
+        rendered = error_response(ApiError(err.kind, err.message))
+        self._send(conn, conn.http.send_error(rendered))
         self._linger(conn)
 
     def _linger(self, conn: ConnState) -> None:

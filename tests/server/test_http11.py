@@ -7,6 +7,7 @@ import pytest
 
 from server.http11 import (CLOSING, CONTINUE_BYTES, HANDLING, IDLE, Connection, HttpError,
                            Interim, ProtocolMisuse)
+from server.errors import ApiError, error_response
 from server.limits import HttpLimits
 from server.protocol import Request, Response, ResponseHead
 
@@ -42,6 +43,11 @@ def parse_response(raw: bytes):
     version, status, reason = lines[0].split(" ", 2)
     fields = [tuple(part.strip() for part in line.split(":", 1)) for line in lines[1:]]
     return int(status), reason, fields, body
+
+
+def rendered(err: HttpError) -> Response:
+    """What the loop does with an error event: the application's table renders it."""
+    return error_response(ApiError(err.kind, err.message))
 
 
 def field(fields, name):
@@ -356,7 +362,7 @@ def test_send_error_renders_the_openai_error_and_closes():
     conn.receive_data(b"BAD\r\n\r\n")
     with pytest.raises(HttpError) as info:
         conn.next_event()
-    status, reason, fields, body = parse_response(conn.send_error(info.value))
+    status, reason, fields, body = parse_response(conn.send_error(rendered(info.value)))
     assert (status, reason) == (400, "Bad Request")
     assert field(fields, "Content-Type") == "application/json"
     assert field(fields, "Connection") == "close"
@@ -373,5 +379,5 @@ def test_send_error_renders_the_openai_error_and_closes():
                                           ("expectation_failed", 417)])
 def test_send_error_statuses_come_from_the_error_table(kind, status):
     conn = Connection()
-    raw = conn.send_error(HttpError(kind, "m"))
+    raw = conn.send_error(rendered(HttpError(kind, "m")))
     assert parse_response(raw)[0] == status
