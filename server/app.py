@@ -4,7 +4,7 @@
 
     route table -> validate body (server/openai.py) -> served model? -> headers
     (X-TL-KV-Handle, X-TL-Priority) -> chat template -> tokenizer -> context check
-    -> admission gate (429 now if full) -> bridge.submit -> GenerationStream
+    -> bridge.submit (admission: 429 now if the queue is full) -> GenerationStream
 
 It never blocks: anything that needs the engine becomes a `Stream`. Every response,
 errors and 404s included, carries `X-Request-Id` (echoed when the client sent a sane one).
@@ -18,11 +18,12 @@ import os
 import re
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 from engine.api import GenRequest, Model, ModelFormatError
 from server import documents as docs
 from server import openai as api
-from server.admission import AdmissionGate
+from server.bridge import EngineBridge
 from server.errors import ApiError, error_response
 from server.metrics import CONTENT_TYPE as METRICS_TYPE
 from server.metrics import ServerMetrics, metrics_text
@@ -90,6 +91,10 @@ def request_id(request: Request) -> str:
     return f"req-{os.urandom(12).hex()}"
 
 
+def _request_id_of(extra: tuple[tuple[str, str], ...]) -> str:
+    return dict(extra)["X-Request-Id"]
+
+
 def json_response(status: int, document, headers=()) -> Response:
     return Response(status=status, headers=(JSON_CONTENT_TYPE,) + tuple(headers),
                     body=json_bytes(document))
@@ -98,15 +103,13 @@ def json_response(status: int, document, headers=()) -> Response:
 class ApiApp:
     """The OpenAI v1 API listener."""
 
-    def __init__(self, *, served: ServedModel, bridge, gate: AdmissionGate, state: ServerState,
-                 queue_deadline_ms: int, ping_interval_s: float, clock=time.monotonic):
-        self.served, self.bridge, self.gate, self.state = served, bridge, gate, state
-        self.queue_deadline_ms = queue_deadline_ms
+    def __init__(self, *, served: ServedModel, bridge: EngineBridge, state: ServerState,
+                 ping_interval_s: float, clock: Callable[[], float] = time.monotonic):
+        self.served, self.bridge, self.state = served, bridge, state
         self.clock = clock
         metrics = state.metrics
         self.stream_ctx = StreamContext(
             bridge=bridge, tokenizer=served.tokenizer, ping_interval_s=ping_interval_s,
-            queue_deadline_ms=queue_deadline_ms, queue_capacity=gate.capacity,
             on_status=metrics.count_request,
             on_finish=metrics.observe_generation)
         self.handlers = {"chat": self.chat, "completions": self.completions,
@@ -168,12 +171,11 @@ class ApiApp:
                            f"({len(prompt)} in the {prompt_param}, {max(max_tokens, 1)} for "
                            "the completion). Please reduce the length of the "
                            f"{prompt_param} or max_tokens.", param=prompt_param)
-        self.gate.reserve_or_raise()
         now = self.clock()
         gen = GenRequest(prompt=tuple(prompt), params=spec.params, seed=spec.seed,
-                         max_tokens=max_tokens, stop_ids=spec.stop_ids, priority=priority,
-                         deadline_s=now + self.queue_deadline_ms / 1000.0)
-        ticket = self.bridge.submit(gen, on_leave_queue=self.gate.release)
+                         max_tokens=max_tokens, stop_ids=spec.stop_ids, priority=priority)
+        # Admission: a slot in the bridge's queue, or the 429 ApiError raised right here.
+        ticket = self.bridge.submit(gen, request_id=_request_id_of(extra))
         return GenerationStream(ctx=self.stream_ctx, ticket=ticket, spec=spec,
                                 header=docs.Header.new(id_prefix, self.served.id),
                                 prompt_tokens=len(prompt), route=route, headers=extra,
@@ -204,8 +206,8 @@ class ApiApp:
             if not ids or len(ids) > self.served.max_model_len:
                 raise ApiError("context_length_exceeded", "Each input must have 1 to "
                                f"{self.served.max_model_len} tokens.", param="input")
-        self.gate.reserve_or_raise()            # bounded like generations: 429 when full
-        ticket = self.bridge.embed(inputs, spec.encoding_format, on_leave_queue=self.gate.release)
+        ticket = self.bridge.embed(inputs, spec.encoding_format,    # 429 when the queue is full
+                                   request_id=_request_id_of(extra))
         return EmbedStream(ticket=ticket, model_id=self.served.id,
                            prompt_tokens=sum(map(len, inputs)), headers=extra,
                            on_status=self.state.metrics.count_request)

@@ -18,9 +18,8 @@ import time
 from dataclasses import dataclass, replace
 
 from engine.api import Engine, load_model, model_name, tune_malloc
-from server.admission import AdmissionGate
 from server.app import ApiApp, HealthApp, ServedModel, ServerState
-from server.bridge import EngineBridge
+from server.bridge import EngineBridge, QueuePolicy
 from server.config import ConfigError, ServeConfig
 from server.loop import EventLoop, Listener
 
@@ -81,12 +80,11 @@ def build(cfg: ServeConfig) -> ServerHandle:
     engine_cfg = cfg.engine
     engine = Engine(model, engine_cfg)
     _log_kv(engine, engine_cfg)
-    bridge = EngineBridge(engine, step_delay_s=cfg.step_delay_s)
+    queue = QueuePolicy(capacity_requests=cfg.queue_capacity, deadline_ms=cfg.queue_deadline_ms)
+    bridge = EngineBridge(engine, queue=queue, step_delay_s=cfg.step_delay_s)
     state = ServerState()
     served = ServedModel(model, cfg.model_id, engine.max_model_len())
-    api = ApiApp(served=served, bridge=bridge, gate=AdmissionGate(cfg.queue_capacity),
-                 state=state, queue_deadline_ms=cfg.queue_deadline_ms,
-                 ping_interval_s=cfg.ping_interval_s)
+    api = ApiApp(served=served, bridge=bridge, state=state, ping_interval_s=cfg.ping_interval_s)
     health = HealthApp(bridge=bridge, state=state)
 
     def on_drain() -> None:              # the loop logs the drain itself

@@ -14,10 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from engine.api import FINISH_DEADLINE, FINISH_LENGTH, FINISH_STOP, TokenOut
+from engine.api import FINISH_LENGTH, FINISH_STOP, TokenOut
 from server import documents as docs
-from server.admission import no_capacity_error, queue_full_error
-from server.bridge import EmbedTicket, Failed, Refused, Ticket
+from server.bridge import EmbedTicket, Ticket
 from server.errors import ApiError
 from server.openai import GenSpec
 from server.protocol import JSON_CONTENT_TYPE, ResponseHead, StreamPoll, json_bytes
@@ -33,8 +32,6 @@ class StreamContext:
     bridge: Any                               # EngineBridge
     tokenizer: Any
     ping_interval_s: float
-    queue_deadline_ms: int
-    queue_capacity: int                       # the admission queue's size, for the 429 text
     on_status: Callable[[str, int], None]     # (route, status) -> request counter
     on_finish: Callable[..., None]            # ServerMetrics.observe_generation
 
@@ -95,19 +92,12 @@ class GenerationStream:
     # -- events -> text ----------------------------------------------------------------
 
     def _on_event(self, ev) -> None:
-        if isinstance(ev, Refused):
-            self.error = ApiError("context_length_exceeded" if ev.too_long else "invalid_request",
-                                  ev.message)
-            return
-        if isinstance(ev, Failed):
-            self.error = ApiError("internal_error", ev.message)
+        if not isinstance(ev, TokenOut):
+            self.error = ev.error()                     # refused, failed or expired
             return
         if ev.token is None:
-            if ev.finish == FINISH_DEADLINE:
-                self.error = no_capacity_error(self.ctx.queue_deadline_ms)
-            else:
-                self.finish = FINISH_LENGTH if ev.finish == FINISH_LENGTH else FINISH_STOP
-                self._emit(self.text.finish(), None)
+            self.finish = FINISH_LENGTH if ev.finish == FINISH_LENGTH else FINISH_STOP
+            self._emit(self.text.finish(), None)
             return
         self.completion_tokens += 1
         is_stop_token = ev.finish == FINISH_STOP      # EOS / a stop id: its text is never sent

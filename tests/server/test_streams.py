@@ -5,7 +5,7 @@ import json
 
 from engine.api import GenRequest
 from server import documents as docs
-from server.bridge import Failed, Refused, Ticket
+from server.bridge import Failed, Invalid, Ticket, TooLong
 from server.openai import GenSpec
 from server.streams import GenerationStream, StreamContext
 
@@ -18,10 +18,9 @@ class RecordingBridge:
         self.aborted.append(ticket)
 
 
-def make_stream(ticket: Ticket, *, queue_capacity: int) -> GenerationStream:
+def make_stream(ticket: Ticket) -> GenerationStream:
     statuses = []
     ctx = StreamContext(bridge=RecordingBridge(), tokenizer=None, ping_interval_s=15.0,
-                        queue_deadline_ms=30_000, queue_capacity=queue_capacity,
                         on_status=lambda route, status: statuses.append(status),
                         on_finish=lambda **kw: None)
     return GenerationStream(ctx=ctx, ticket=ticket, spec=GenSpec(kind="completion", model="m"),
@@ -33,15 +32,15 @@ def _answer(event) -> tuple[int, dict]:
     ticket = Ticket(GenRequest(prompt=(1,)), None)
     ticket.events.append(event)
     ticket.is_finished = True                     # as the bridge leaves a refused ticket
-    out = make_stream(ticket, queue_capacity=7).poll(0.0)
+    out = make_stream(ticket).poll(0.0)
     assert out.done
     return out.head.status, json.loads(b"".join(out.chunks))["error"]
 
 
 def test_engine_refusals_are_400s_of_their_kind_and_failures_are_500s():
-    status, error = _answer(Refused("prompt does not fit in the KV cache", too_long=True))
+    status, error = _answer(TooLong("prompt does not fit in the KV cache"))
     assert (status, error["code"]) == (400, "context_length_exceeded")
-    status, error = _answer(Refused("a request needs at least one prompt token", too_long=False))
+    status, error = _answer(Invalid("a request needs at least one prompt token"))
     assert (status, error["type"], error["code"]) == (400, "invalid_request_error", None)
     status, error = _answer(Failed("engine refused the request: bug"))
     assert status == 500 and error["type"] == "server_error"
