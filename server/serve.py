@@ -17,7 +17,7 @@ import threading
 import time
 from dataclasses import dataclass, replace
 
-from engine.api import Engine, load_model, model_name, tune_malloc
+from engine.api import Engine, EngineConfig, load_model, model_name, tune_malloc
 from server.app import ApiApp, HealthApp, ServedModel, ServerState
 from server.bridge import EngineBridge, QueuePolicy
 from server.config import ConfigError, ServeConfig
@@ -101,7 +101,7 @@ def build(cfg: ServeConfig) -> ServerHandle:
     return handle
 
 
-def _log_kv(engine, engine_cfg) -> None:
+def _log_kv(engine: Engine, engine_cfg: EngineConfig) -> None:
     log.info("KV cache: %d blocks of %d tokens, %.1f MiB", engine.kv.num_blocks,
              engine_cfg.block_size, engine.kv.nbytes / 2**20)
 
