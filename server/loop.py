@@ -294,12 +294,11 @@ class EventLoop:
                 break
             if len(conn.outbuf) > self.limits.max_send_buffer_bytes:
                 break                                   # the client is not reading: wait
-            try:
-                event = conn.http.next_event()
-            except HttpError as err:
-                self._fail(conn, err)
-                break
+            event = conn.http.next_event()
             if event is None:
+                break
+            if isinstance(event, HttpError):
+                self._fail(conn, event)
                 break
             if isinstance(event, Interim):
                 self._send(conn, event.data)

@@ -169,7 +169,8 @@ def test_chat_document_collects_the_pieces_into_one_answer():
     render = ChatDocument(HEADER, GenSpec(kind="chat", model="m", logprobs=True))
     assert not render.streamed
     lp = TokenLogprob("he", b"he", -0.5, ())
-    assert render.piece(Piece("he", lp)) == b"" and render.piece(Piece("llo", finish="length")) == b""
+    assert render.piece(Piece("he", lp)) == b""
+    assert render.piece(Piece("llo", finish="length")) == b""
     doc = json.loads(render.finish(USAGE))
     choice = doc["choices"][0]
     assert doc["object"] == "chat.completion" and doc["usage"] == USAGE
