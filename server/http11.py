@@ -26,6 +26,7 @@ here (what a request means is the application's business).
 """
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -58,20 +59,15 @@ _FRAMING_FIELDS = frozenset({"host", "content-length", "transfer-encoding", "exp
 
 @dataclass(frozen=True)
 class HttpError:
-    """An event: a request this connection cannot accept.
-
-    `kind` names the framing fault ("malformed_http", "body_too_large", ...); the application
-    maps it to a status and a document (server/errors.py), so this module stays JSON-free."""
+    """An event: a request this connection cannot accept. The application maps `kind`
+    ("malformed_http", "body_too_large", ...) to a status and document (server/errors.py)."""
     kind: str
     message: str
 
 
 class _Rejected(Exception):
-    """Raised deep in the parser; `next_event` turns it into the `HttpError` event."""
-
-    def __init__(self, kind: str, message: str):
-        super().__init__(message)
-        self.kind, self.message = kind, message
+    """_Rejected(kind, message), raised deep in the parser; `next_event` returns it as an
+    `HttpError` event."""
 
 
 class ProtocolMisuse(RuntimeError):
@@ -153,7 +149,7 @@ class Connection:
         try:
             return self._next_event()
         except _Rejected as exc:
-            return HttpError(exc.kind, exc.message)
+            return HttpError(*exc.args)
 
     def _next_event(self) -> Request | Interim | None:
         if self.state == IDLE:
@@ -352,8 +348,7 @@ class Connection:
         return tail
 
     def send_error(self, response: Response) -> bytes:
-        """`response` (the rendered HttpError) for a request that failed to parse; the
-        connection ends after it."""
+        """The rendered HttpError for a request that failed to parse; the connection ends."""
         if self.state not in (IDLE, BODY, HANDLING):
             raise ProtocolMisuse(f"send_error in state {self.state}")
         self.state = HANDLING
@@ -386,20 +381,16 @@ class Connection:
 
 # ---- helpers (pure functions) ------------------------------------------------------------
 
-_REASONS: dict[int, str] = {}
 _UNSAFE_FIELD = re.compile(r"[\r\n\x00]")      # would split a header line: never sent
 
 
+@functools.lru_cache(maxsize=None)
 def _reason(status: int) -> str:
     """RFC 9110 15: the reason phrase (cached; an unknown code gets an empty phrase)."""
-    phrase = _REASONS.get(status)
-    if phrase is None:
-        try:
-            phrase = HTTPStatus(status).phrase
-        except ValueError:
-            phrase = ""
-        _REASONS[status] = phrase
-    return phrase
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return ""
 
 
 def _asks_close(headers) -> bool:
