@@ -4,7 +4,7 @@
 
     route table -> validate body (server/openai.py) -> served model? -> headers
     (X-TL-KV-Handle, X-TL-Priority) -> chat template -> tokenizer -> context check
-    -> admission gate (429 now if full) -> bridge.submit -> GenerationStream
+    -> bridge.submit (admission: 429 now if the queue is full) -> GenerationStream
 
 It never blocks: anything that needs the engine becomes a `Stream`. Every response,
 errors and 404s included, carries `X-Request-Id` (echoed when the client sent a sane one).
@@ -18,21 +18,24 @@ import os
 import re
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
-from engine.api import GenRequest, Model, ModelFormatError
+from engine.api import GenRequest, Model, ModelFormatError, Tokenizer
 from server import documents as docs
 from server import openai as api
-from server.admission import AdmissionGate
+from server.bridge import EngineBridge
 from server.errors import ApiError, error_response
 from server.metrics import CONTENT_TYPE as METRICS_TYPE
 from server.metrics import ServerMetrics, metrics_text
-from server.protocol import JSON_CONTENT_TYPE, Request, Response
+from server.protocol import JSON_CONTENT_TYPE, Request, Response, Stream, json_bytes
 from server.routes import API_ROUTES, HEALTH_ROUTES, resolve
 from server.streams import EmbedStream, GenerationStream, StreamContext
-from sse import json_bytes
 from template import ChatFormat, TemplateError, TemplateSyntaxError
 
 log = logging.getLogger("tlserve.app")
+
+Headers = tuple[tuple[str, str], ...]           # extra response headers (X-Request-Id)
+Params = dict[str, str]                         # path parameters from the route table
 
 MAX_REQUEST_ID_CHARS = 128                      # longer client ids are replaced, not echoed
 REQUEST_ID_OK = re.compile(r"[\x21-\x7e]{1,%d}" % MAX_REQUEST_ID_CHARS)
@@ -54,7 +57,7 @@ class ServedModel:
     def __init__(self, model: Model, model_id: str, max_model_len: int):
         self.id = model_id
         self.model = model
-        self.tokenizer = model.tokenizer
+        self.tokenizer: Tokenizer = model.tokenizer
         self.max_model_len = max_model_len
         self.created = int(time.time())
         try:
@@ -65,7 +68,7 @@ class ServedModel:
             raise ModelFormatError(model.source_path,
                                    f"chat template does not parse: {err}") from None
 
-    def render(self, messages, *, add_generation_prompt: bool = True) -> str:
+    def render(self, messages: tuple[dict, ...], *, add_generation_prompt: bool = True) -> str:
         try:
             return self.chat.render(messages, add_generation_prompt=add_generation_prompt)
         except TemplateError as exc:
@@ -74,7 +77,7 @@ class ServedModel:
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text))
 
-    def check_token_ids(self, ids, param: str) -> None:
+    def check_token_ids(self, ids: tuple[int, ...], param: str) -> None:
         """Refuse client-sent token ids past the vocabulary (400 naming `param`).
 
         Only ids the client typed need this: ids our own tokenizer produced are in range.
@@ -91,7 +94,11 @@ def request_id(request: Request) -> str:
     return f"req-{os.urandom(12).hex()}"
 
 
-def json_response(status: int, document, headers=()) -> Response:
+def _request_id_of(extra: Headers) -> str:
+    return dict(extra)["X-Request-Id"]
+
+
+def json_response(status: int, document: dict, headers: Headers = ()) -> Response:
     return Response(status=status, headers=(JSON_CONTENT_TYPE,) + tuple(headers),
                     body=json_bytes(document))
 
@@ -99,15 +106,13 @@ def json_response(status: int, document, headers=()) -> Response:
 class ApiApp:
     """The OpenAI v1 API listener."""
 
-    def __init__(self, *, served: ServedModel, bridge, gate: AdmissionGate, state: ServerState,
-                 queue_deadline_ms: int, ping_interval_s: float, clock=time.monotonic):
-        self.served, self.bridge, self.gate, self.state = served, bridge, gate, state
-        self.queue_deadline_ms = queue_deadline_ms
+    def __init__(self, *, served: ServedModel, bridge: EngineBridge, state: ServerState,
+                 ping_interval_s: float, clock: Callable[[], float] = time.monotonic):
+        self.served, self.bridge, self.state = served, bridge, state
         self.clock = clock
         metrics = state.metrics
         self.stream_ctx = StreamContext(
             bridge=bridge, tokenizer=served.tokenizer, ping_interval_s=ping_interval_s,
-            queue_deadline_ms=queue_deadline_ms, queue_capacity=gate.capacity,
             on_status=metrics.count_request,
             on_finish=metrics.observe_generation)
         self.handlers = {"chat": self.chat, "completions": self.completions,
@@ -115,7 +120,7 @@ class ApiApp:
                          "detokenize": self.detokenize, "models": self.models,
                          "model": self.model, "healthz": health_ok}
 
-    def handle(self, request: Request):
+    def handle(self, request: Request) -> Response | Stream:
         rid = request_id(request)
         extra = (("X-Request-Id", rid),)
         label = "unmatched"
@@ -140,13 +145,13 @@ class ApiApp:
 
     # -- generation ----------------------------------------------------------------------
 
-    def chat(self, request: Request, params, extra):
+    def chat(self, request: Request, params: Params, extra: Headers) -> GenerationStream:
         spec = api.parse_chat(request.body)
         self._check_model(spec.model)
         prompt = self.served.encode(self.served.render(spec.messages))
         return self._generate(request, spec, prompt, "chat", "chatcmpl", "messages", extra)
 
-    def completions(self, request: Request, params, extra):
+    def completions(self, request: Request, params: Params, extra: Headers) -> GenerationStream:
         spec = api.parse_completion(request.body)
         self._check_model(spec.model)
         if isinstance(spec.prompt, tuple):
@@ -158,7 +163,8 @@ class ApiApp:
             raise api.bad("prompt", "The prompt must contain at least one token.")
         return self._generate(request, spec, prompt, "completions", "cmpl", "prompt", extra)
 
-    def _generate(self, request, spec, prompt, route, id_prefix, prompt_param, extra):
+    def _generate(self, request: Request, spec: api.GenSpec, prompt: list[int], route: str,
+                  id_prefix: str, prompt_param: str, extra: Headers) -> GenerationStream:
         priority = self._headers(request)
         limit = self.served.max_model_len
         max_tokens = spec.max_tokens if spec.max_tokens is not None else limit - len(prompt)
@@ -169,12 +175,11 @@ class ApiApp:
                            f"({len(prompt)} in the {prompt_param}, {max(max_tokens, 1)} for "
                            "the completion). Please reduce the length of the "
                            f"{prompt_param} or max_tokens.", param=prompt_param)
-        self.gate.reserve_or_raise()
         now = self.clock()
         gen = GenRequest(prompt=tuple(prompt), params=spec.params, seed=spec.seed,
-                         max_tokens=max_tokens, stop_ids=spec.stop_ids, priority=priority,
-                         deadline_s=now + self.queue_deadline_ms / 1000.0)
-        ticket = self.bridge.submit(gen, on_leave_queue=self.gate.release)
+                         max_tokens=max_tokens, stop_ids=spec.stop_ids, priority=priority)
+        # Admission: a slot in the bridge's queue, or the 429 ApiError raised right here.
+        ticket = self.bridge.submit(gen, request_id=_request_id_of(extra))
         return GenerationStream(ctx=self.stream_ctx, ticket=ticket, spec=spec,
                                 header=docs.Header.new(id_prefix, self.served.id),
                                 prompt_tokens=len(prompt), route=route, headers=extra,
@@ -193,7 +198,7 @@ class ApiApp:
 
     # -- embeddings, tokenize, models ----------------------------------------------------
 
-    def embeddings(self, request: Request, params, extra):
+    def embeddings(self, request: Request, params: Params, extra: Headers) -> EmbedStream:
         spec = api.parse_embeddings(request.body)
         self._check_model(spec.model)
         for x in spec.inputs:
@@ -205,13 +210,13 @@ class ApiApp:
             if not ids or len(ids) > self.served.max_model_len:
                 raise ApiError("context_length_exceeded", "Each input must have 1 to "
                                f"{self.served.max_model_len} tokens.", param="input")
-        self.gate.reserve_or_raise()            # bounded like generations: 429 when full
-        ticket = self.bridge.embed(inputs, spec.encoding_format, on_leave_queue=self.gate.release)
+        ticket = self.bridge.embed(inputs, spec.encoding_format,    # 429 when the queue is full
+                                   request_id=_request_id_of(extra))
         return EmbedStream(ticket=ticket, model_id=self.served.id,
                            prompt_tokens=sum(map(len, inputs)), headers=extra,
                            on_status=self.state.metrics.count_request)
 
-    def tokenize(self, request: Request, params, extra):
+    def tokenize(self, request: Request, params: Params, extra: Headers) -> Response:
         spec = api.parse_tokenize(request.body)
         self._check_model(spec.model)
         text = (self.served.render(spec.messages,
@@ -220,7 +225,7 @@ class ApiApp:
         tokens = self.served.encode(text)
         return json_response(200, docs.tokenized(tokens, self.served.max_model_len))
 
-    def detokenize(self, request: Request, params, extra):
+    def detokenize(self, request: Request, params: Params, extra: Headers) -> Response:
         spec = api.parse_detokenize(request.body)
         self._check_model(spec.model)
         self.served.check_token_ids(spec.tokens, "tokens")
@@ -230,26 +235,26 @@ class ApiApp:
     def _card(self) -> dict:
         return docs.model_card(self.served.id, self.served.created, self.served.max_model_len)
 
-    def models(self, request: Request, params, extra):
+    def models(self, request: Request, params: Params, extra: Headers) -> Response:
         return json_response(200, docs.model_list([self._card()]))
 
-    def model(self, request: Request, params, extra):
+    def model(self, request: Request, params: Params, extra: Headers) -> Response:
         self._check_model(params["model"])
         return json_response(200, self._card())
 
 
-def health_ok(request: Request, params, extra):
+def health_ok(request: Request, params: Params, extra: Headers) -> Response:
     return json_response(200, {"status": "ok"})
 
 
 class HealthApp:
     """The health listener: liveness, readiness, metrics. Stays up during a drain."""
 
-    def __init__(self, *, bridge, state: ServerState):
+    def __init__(self, *, bridge: EngineBridge, state: ServerState):
         self.bridge, self.state = bridge, state
         self.handlers = {"healthz": health_ok, "readyz": self.readyz, "metrics": self.metrics}
 
-    def handle(self, request: Request):
+    def handle(self, request: Request) -> Response:
         rid = request_id(request)
         extra = (("X-Request-Id", rid),)
         try:
@@ -259,12 +264,12 @@ class HealthApp:
             return error_response(err, extra)
         return Response(status=result.status, headers=result.headers + extra, body=result.body)
 
-    def readyz(self, request: Request, params, extra):
+    def readyz(self, request: Request, params: Params, extra: Headers) -> Response:
         if self.state.is_draining:
             raise ApiError("not_ready", "The server is draining.")
         return json_response(200, {"status": "ready"})
 
-    def metrics(self, request: Request, params, extra):
+    def metrics(self, request: Request, params: Params, extra: Headers) -> Response:
         text = metrics_text(self.bridge.stats, self.state.metrics)
         return Response(status=200, headers=(("Content-Type", METRICS_TYPE),),
                         body=text.encode("utf-8"))

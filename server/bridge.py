@@ -1,10 +1,10 @@
-"""The engine thread: the one OS thread that runs `Engine.step()` (chapter 2.1).
+"""The engine thread and the one queue in front of it (chapter 2.1, 2.2).
 
 The loop thread and the engine thread share exactly three things:
 
 * the **inbox** — a list of commands (add, abort, embed) guarded by a Condition; the
   engine thread drains it between steps, so aborts and embeddings never race a step;
-* one **Ticket per request** — its `events` deque receives the request's `TokenOut`s
+* one **Ticket per request** — its `events` deque receives the request's `Event`s
   (deque.append / popleft are atomic under the GIL: one producer, one consumer);
 * a **wake callback** — after each step that produced events the engine thread calls
   `EventLoop.wake()`, and the loop polls the streams.
@@ -14,9 +14,17 @@ The loop thread and the engine thread share exactly three things:
                                                         step() -> ticket.events.append
     stream.poll() <- ticket.events  <-- wake() --       publish stats, wake()
 
-The queue deadline is the engine's job: `Engine.step()` ends a request that waited past
-its `deadline_s` without being scheduled with a `FINISH_DEADLINE` TokenOut, which reaches
-the ticket like any other event (the stream turns it into 503 no_capacity).
+Admission lives here, because the bridge IS the queue to the engine: `submit` and `embed`
+reserve one slot of the `AdmissionGate` or raise the 429 at once (never an unbounded wait);
+the slot is released when the engine first schedules the request or it ends before that.
+The engine's waiting list is fed only through here. A request still unscheduled
+`QueuePolicy.deadline_ms` after admission is expired by `Engine.step()` (`FINISH_DEADLINE`);
+the bridge delivers that as `Expired` (503 no_capacity).
+
+Each outcome crosses the thread boundary as its own event type: `TokenOut` (a token and/or
+the finish), `TooLong` and `Invalid` (the engine refused the request: 400s), `Failed` (a
+server error: 500, logged with the request id), `Expired` (the queue deadline: 503). Every
+non-token event knows its `ApiError`; the status comes from server/errors.py's one table.
 
 The engine thread never formats text; the loop thread never touches numpy (embeddings
 come back as Python floats or base64 bytes prepared here, which is cheap).
@@ -29,39 +37,124 @@ import threading
 import time
 import traceback
 from collections import deque
-from dataclasses import dataclass
-from typing import Callable
+from dataclasses import dataclass, replace
+from typing import Callable, ClassVar, Union
 
-from engine.api import EngineStats, GenRequest, PromptTooLong, RequestRefused, TokenOut
+from engine.api import (FINISH_DEADLINE, Engine, EngineStats, GenRequest, PromptTooLong,
+                        RequestRefused, TokenOut)
+from server.errors import ApiError
 
 log = logging.getLogger("tlserve.bridge")
 
+RETRY_AFTER_S = 1        # what load balancers and the gateway honour before retrying
+
+
+# ---- events: one type per outcome ---------------------------------------------------------
 
 @dataclass(frozen=True)
-class Refused:
-    """The engine refused the request as it is (`engine.api.RequestRefused`): a client error.
-
-    `too_long` tells the kinds apart: the prompt cannot fit (context_length_exceeded) or the
-    request is otherwise invalid for the engine (invalid_request)."""
+class _Ending:
+    """An event that ends a request with an error; `KIND` is a key of server.errors.ERROR_KINDS."""
     message: str
-    too_long: bool
+    KIND: ClassVar[str] = "internal_error"
+
+    def error(self) -> ApiError:
+        return ApiError(self.KIND, self.message)
 
 
 @dataclass(frozen=True)
-class Failed:
-    """The engine raised while serving this request; the stream ends with a 500."""
-    message: str
+class TooLong(_Ending):
+    """Refused by the engine: the prompt cannot fit (`engine.api.PromptTooLong`)."""
+    KIND: ClassVar[str] = "context_length_exceeded"
 
+
+@dataclass(frozen=True)
+class Invalid(_Ending):
+    """Refused by the engine: the request is invalid as it is (any other RequestRefused)."""
+    KIND: ClassVar[str] = "invalid_request"
+
+
+@dataclass(frozen=True)
+class Failed(_Ending):
+    """The engine raised while serving this request (a bug, never the client's fault): 500."""
+    KIND: ClassVar[str] = "internal_error"
+
+
+@dataclass(frozen=True)
+class Expired(_Ending):
+    """The request waited past the queue deadline without being scheduled: 503."""
+    KIND: ClassVar[str] = "no_capacity"
+
+
+Event = Union[TokenOut, TooLong, Invalid, Failed, Expired]
+
+
+# ---- admission: the one waiting queue -----------------------------------------------------
+
+@dataclass(frozen=True)
+class QueuePolicy:
+    """The admission queue's bounds (from ServeConfig.queue_capacity / queue_deadline_ms)."""
+    capacity_requests: int
+    deadline_ms: int
+
+
+class AdmissionGate:
+    """A counting gate: at most `capacity` admitted-but-unscheduled requests."""
+
+    def __init__(self, capacity: int):
+        if capacity < 1:
+            raise ValueError("queue capacity must be >= 1")
+        self.capacity = capacity
+        self._waiting = 0
+        self._lock = threading.Lock()
+
+    @property
+    def waiting(self) -> int:
+        return self._waiting
+
+    def try_reserve(self) -> bool:
+        with self._lock:
+            if self._waiting >= self.capacity:
+                return False
+            self._waiting += 1
+            return True
+
+    def reserve_or_raise(self) -> None:
+        """Reserve a slot or raise the 429 the client must see at once."""
+        if not self.try_reserve():
+            raise queue_full_error(self.capacity)
+
+    def release(self) -> None:
+        with self._lock:
+            if self._waiting <= 0:
+                raise RuntimeError("admission gate released more often than reserved")
+            self._waiting -= 1
+
+
+def queue_full_error(capacity: int) -> ApiError:
+    return ApiError("rate_limit_exceeded",
+                    f"The server's admission queue is full ({capacity} waiting requests); "
+                    f"retry after {RETRY_AFTER_S} s.",
+                    headers=(("Retry-After", str(RETRY_AFTER_S)),))
+
+
+def expired_event(deadline_ms: int) -> Expired:
+    return Expired(f"The request waited longer than {deadline_ms} ms for the engine to "
+                   "schedule it; try again later.")
+
+
+# ---- tickets --------------------------------------------------------------------------------
 
 class Ticket:
     """One generation request as both threads see it."""
 
-    __slots__ = ("request", "events", "engine_id", "is_aborted", "is_scheduled",
+    __slots__ = ("request", "request_id", "events", "engine_id", "is_aborted", "is_scheduled",
                  "is_finished", "on_leave_queue", "scheduled_s", "first_token_s", "last_token_s")
 
-    def __init__(self, request: GenRequest, on_leave_queue: Callable[[], None] | None):
+    def __init__(self, request: GenRequest, on_leave_queue: Callable[[], None] | None,
+                 request_id: str = ""):
         self.request = request
-        self.events: deque = deque()            # TokenOut | Refused | Failed
+        self.request_id = request_id            # X-Request-Id, for the logs
+        self.events: deque[Event] = deque()
         self.engine_id: int | None = None       # set on the engine thread
         self.is_aborted = False                 # set on the loop thread
         self.is_scheduled = False
@@ -75,12 +168,14 @@ class Ticket:
 class EmbedTicket:
     """One embeddings call: token-id lists in, vectors out (engine thread fills it)."""
 
-    __slots__ = ("inputs", "encoding_format", "result", "error", "done", "on_leave_queue")
+    __slots__ = ("inputs", "encoding_format", "request_id", "result", "error", "done",
+                 "on_leave_queue")
 
     def __init__(self, inputs: list[list[int]], encoding_format: str,
-                 on_leave_queue: Callable[[], None] | None = None):
+                 on_leave_queue: Callable[[], None] | None = None, request_id: str = ""):
         self.inputs = inputs
         self.encoding_format = encoding_format
+        self.request_id = request_id
         self.on_leave_queue = on_leave_queue    # releases the admission slot, once
         self.result: list | None = None         # list[float] or base64 str per input
         self.error: str | None = None
@@ -90,9 +185,12 @@ class EmbedTicket:
 class EngineBridge:
     """Owns the engine thread. Public methods are thread-safe unless noted."""
 
-    def __init__(self, engine, *, step_delay_s: float = 0.0, clock=time.monotonic):
+    def __init__(self, engine: Engine, *, queue: QueuePolicy, step_delay_s: float = 0.0,
+                 clock: Callable[[], float] = time.monotonic):
         self._engine = engine
-        self._clock = clock
+        self._clock = clock                     # the engine's clock: deadlines are compared there
+        self.queue = queue
+        self.gate = AdmissionGate(queue.capacity_requests)
         self._step_delay_s = step_delay_s
         self._cond = threading.Condition()
         self._inbox: list[tuple] = []
@@ -108,9 +206,12 @@ class EngineBridge:
         self._thread = threading.Thread(target=self._run, name="tl-engine", daemon=True)
         self._thread.start()
 
-    def submit(self, request: GenRequest, *, on_leave_queue: Callable[[], None] | None = None
-               ) -> Ticket:
-        ticket = Ticket(request, on_leave_queue)
+    def submit(self, request: GenRequest, *, request_id: str = "") -> Ticket:
+        """Admit the request (or raise the 429 ApiError now) and queue it for the engine,
+        with the queue deadline counted from this moment."""
+        self.gate.reserve_or_raise()
+        deadline_s = self._clock() + self.queue.deadline_ms / 1000.0
+        ticket = Ticket(replace(request, deadline_s=deadline_s), self.gate.release, request_id)
         self._post(("add", ticket))
         return ticket
 
@@ -123,8 +224,11 @@ class EngineBridge:
         self._post(("abort", ticket))
 
     def embed(self, inputs: list[list[int]], encoding_format: str, *,
-              on_leave_queue: Callable[[], None] | None = None) -> EmbedTicket:
-        ticket = EmbedTicket(inputs, encoding_format, on_leave_queue)
+              request_id: str = "") -> EmbedTicket:
+        """Admit like a generation (429 when full); the slot frees when the engine thread
+        takes the command off the inbox."""
+        self.gate.reserve_or_raise()
+        ticket = EmbedTicket(inputs, encoding_format, self.gate.release, request_id)
         self._post(("embed", ticket))
         return ticket
 
@@ -167,7 +271,8 @@ class EngineBridge:
             {"add": self._add, "abort": self._abort, "embed": self._embed}[verb](ticket)
         except Exception as exc:                                   # noqa: BLE001
             # Never let one bad command kill the engine thread: fail that request only.
-            log.error("engine command %s failed: %s", verb, traceback.format_exc())
+            log.error("request %s: engine command %s failed: %s", ticket.request_id, verb,
+                      traceback.format_exc())
             if verb == "add" and not ticket.is_finished:
                 self._leave_queue(ticket)
                 ticket.is_finished = True
@@ -182,7 +287,8 @@ class EngineBridge:
         except RequestRefused as exc:              # anything else is a bug: _apply -> Failed (500)
             self._leave_queue(ticket)
             ticket.is_finished = True
-            ticket.events.append(Refused(str(exc), too_long=isinstance(exc, PromptTooLong)))
+            kind = TooLong if isinstance(exc, PromptTooLong) else Invalid
+            ticket.events.append(kind(str(exc)))
             return
         self._live[ticket.engine_id] = ticket
 
@@ -204,7 +310,7 @@ class EngineBridge:
             else:
                 ticket.result = vectors.astype("float32").tolist()
         except Exception as exc:                                   # noqa: BLE001
-            log.error("embed failed: %s", traceback.format_exc())
+            log.error("request %s: embed failed: %s", ticket.request_id, traceback.format_exc())
             ticket.error = f"embedding failed: {exc}"
         ticket.done = True
 
@@ -234,7 +340,10 @@ class EngineBridge:
         if out.finish is not None:
             ticket.is_finished = True
             self._live.pop(out.id, None)
-        ticket.events.append(out)
+        if out.token is None and out.finish == FINISH_DEADLINE:
+            ticket.events.append(expired_event(self.queue.deadline_ms))
+        else:
+            ticket.events.append(out)
 
     def _leave_queue(self, ticket: Ticket | EmbedTicket) -> None:
         """Release the ticket's admission slot, exactly once."""
@@ -244,6 +353,7 @@ class EngineBridge:
 
     def _fail_all(self, message: str) -> None:
         for ticket in list(self._live.values()):
+            log.warning("request %s failed: %s", ticket.request_id, message)
             self._leave_queue(ticket)
             ticket.is_finished = True
             ticket.events.append(Failed(message))

@@ -1,5 +1,6 @@
 """Socket-free bookkeeping for the selectors loop: what a listener and a connection are,
-when each connection must next be looked at, and the timer heap that fires those moments.
+when each connection must next be looked at, the timer heap that fires those moments, and
+the drain's flags and deadline.
 
 `server/loop.py` makes every socket call; this module only decides *when*. Each connection
 has at most one deadline at a time (`connection_deadline`): lingering after an error, a
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, Iterator
 
 from server.http11 import BODY, IDLE, Connection
 from server.limits import HttpLimits
-from server.protocol import App
+from server.protocol import App, Stream, StreamPoll
 
 if TYPE_CHECKING:                       # for annotations only: the loop owns every socket call
     import socket
@@ -100,6 +101,30 @@ def connection_deadline(conn: "ConnState", limits: HttpLimits) -> float | None:
     return deadline
 
 
+def wants_read(conn: ConnState, limits: HttpLimits) -> bool:
+    """Keep reading while a request is being parsed, while lingering (to see the close), and
+    while pipelined input stays under its bound; a stream's socket stays readable, so a
+    client that goes away is noticed at once."""
+    http = conn.http
+    is_parsing = http.state in (IDLE, BODY)
+    return not http.is_eof and (is_parsing or conn.is_lingering
+                                or http.buffered_bytes <= limits.max_pipelined_bytes)
+
+
+def framed_poll(conn: ConnState, poll: StreamPoll) -> bytes:
+    """A stream's poll as the HTTP bytes to send: the head once, the chunks, the end."""
+    parts = []
+    if poll.head is not None and not conn.is_head_sent:
+        parts.append(conn.http.send_head(poll.head))
+        conn.is_head_sent = True
+    if (poll.chunks or poll.done) and not conn.is_head_sent:
+        raise RuntimeError("stream produced body bytes before its head")
+    parts.extend(conn.http.send_data(chunk) for chunk in poll.chunks)
+    if poll.done:
+        parts.append(conn.http.send_end())
+    return b"".join(parts)
+
+
 class TimerHeap:
     """(when, seq, conn) entries; a connection's `timer_at` names its one live entry."""
 
@@ -133,9 +158,50 @@ class TimerHeap:
             yield conn
 
 
+@dataclass
+class Drain:
+    """The drain (chapter 2.6): first SIGTERM or `request_drain()` drains, a second one (or
+    `stop()`) stops at once. The flags may be set from any thread or a signal handler; only
+    the loop thread begins the drain and asks whether it is done."""
+    timeout_s: float
+    is_requested: bool = False
+    is_stop_requested: bool = False
+    deadline_s: float | None = None           # set when the loop begins the drain
+
+    @property
+    def is_draining(self) -> bool:
+        return self.deadline_s is not None
+
+    def on_signal(self) -> None:
+        """Signal context: flip flags only, the loop does the work."""
+        if self.is_requested:
+            self.is_stop_requested = True
+        self.is_requested = True
+
+    def begin(self, now_s: float) -> None:
+        self.deadline_s = now_s + self.timeout_s
+
+    def is_done(self, conns: set[ConnState], now_s: float) -> bool:
+        """No stream or unsent response of a draining listener is left, or time is up."""
+        num_busy = sum(1 for c in conns if c.listener.spec.closes_on_drain
+                       and (c.stream is not None or c.outbuf))
+        if num_busy and now_s >= self.deadline_s:
+            log.warning("drain timeout: cancelling %d open responses", num_busy)
+            return True
+        return num_busy == 0
+
+
 def stream_deadline(conn: ConnState) -> float | None:
     try:
         return conn.stream.next_deadline_s()
     except Exception:
         log.exception("stream.next_deadline_s failed")
         return None
+
+
+def cancel_stream(stream: Stream) -> None:
+    """The client went away or the stream failed: a failing cancel must not stop the loop."""
+    try:
+        stream.cancel()
+    except Exception:
+        log.exception("stream.cancel failed")

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from server.protocol import JSON_CONTENT_TYPE, Response
-from sse import json_bytes
+from server.protocol import JSON_CONTENT_TYPE, Response, json_bytes
 
 
 @dataclass(frozen=True)
@@ -80,3 +79,8 @@ def error_response(err: ApiError, headers: tuple[tuple[str, str], ...] = ()) -> 
     """Render an ApiError as a complete JSON response."""
     all_headers = (JSON_CONTENT_TYPE,) + err.headers + tuple(headers)
     return Response(status=err.status, headers=all_headers, body=json_bytes(err.document()))
+
+
+def internal_error_response() -> Response:
+    """What the loop answers when the application itself raised (a bug): a plain 500."""
+    return error_response(ApiError("internal_error", "internal server error"))

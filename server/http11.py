@@ -13,9 +13,12 @@ One `Connection` serves one TCP connection for its whole life, one request at a 
 
 Pipelined requests stay in the input buffer while a response is produced: the next one is
 parsed only once the current response is finished, so answers always leave in order
-(RFC 9112 9.3.2). Errors never pass silently: bad framing raises `HttpError(kind, message)`
-with a kind from `server/errors.py`, and the loop answers with `send_error`, which ends the
-connection (RFC 9112 9.6: a server that cannot parse a request cannot find the next one).
+(RFC 9112 9.3.2). Errors never pass silently: for bad framing `next_event` returns an
+`HttpError(kind, message)` event that names what went wrong and knows nothing of JSON or
+statuses. The loop
+has the application's error table render it (`server/errors.py`) and hands the rendered
+`Response` to `send_error`, which ends the connection (RFC 9112 9.6: a server that cannot
+parse a request cannot find the next one).
 
 What is deliberately out: trailers are parsed and dropped, transfer codings other than
 `chunked` are 501, `Upgrade` is ignored, and a request's framing is the only thing checked
@@ -23,11 +26,11 @@ here (what a request means is the application's business).
 """
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from http import HTTPStatus
 
-from server.errors import ApiError, error_response
 from server.limits import HttpLimits
 from server.protocol import Request, Response, ResponseHead
 
@@ -54,13 +57,17 @@ _FRAMING_HEADERS = frozenset({"content-length", "transfer-encoding", "connection
 _FRAMING_FIELDS = frozenset({"host", "content-length", "transfer-encoding", "expect", "connection"})
 
 
-class HttpError(Exception):
-    """A request this connection cannot accept. `kind` is a key of server.errors.ERROR_KINDS."""
+@dataclass(frozen=True)
+class HttpError:
+    """An event: a request this connection cannot accept. The application maps `kind`
+    ("malformed_http", "body_too_large", ...) to a status and document (server/errors.py)."""
+    kind: str
+    message: str
 
-    def __init__(self, kind: str, message: str):
-        super().__init__(message)
-        self.kind = kind
-        self.message = message
+
+class _Rejected(Exception):
+    """_Rejected(kind, message), raised deep in the parser; `next_event` returns it as an
+    `HttpError` event."""
 
 
 class ProtocolMisuse(RuntimeError):
@@ -136,15 +143,20 @@ class Connection:
         """A request has started arriving but is not complete (the timeouts care)."""
         return self.state == BODY or (self.state == IDLE and len(self._buf) > 0)
 
-    def next_event(self) -> Request | Interim | None:
-        """The next complete request, an `Interim` to send, or None (need more bytes / busy).
+    def next_event(self) -> Request | Interim | HttpError | None:
+        """The next complete request, an `Interim` to send, an `HttpError` for a request that
+        can never be accepted (answer it with `send_error`), or None (need more bytes / busy)."""
+        try:
+            return self._next_event()
+        except _Rejected as exc:
+            return HttpError(*exc.args)
 
-        Raises HttpError for a request that can never be accepted."""
+    def _next_event(self) -> Request | Interim | None:
         if self.state == IDLE:
             head = self._parse_head()
             if head is None:
                 if self.is_eof and self._buf:
-                    raise HttpError("malformed_http", "connection closed inside a request head")
+                    raise _Rejected("malformed_http", "connection closed inside a request head")
                 return None
             self._start_body(head)
             if head.expects_continue and not self._buf and self._body_expected(head):
@@ -153,7 +165,7 @@ class Connection:
             body = self._read_body()
             if body is None:
                 if self.is_eof:
-                    raise HttpError("malformed_http", "connection closed inside a request body")
+                    raise _Rejected("malformed_http", "connection closed inside a request body")
                 return None
             return self._finish_request(body)
         return None
@@ -170,10 +182,10 @@ class Connection:
         if match is None:
             self._scan_from = len(buf)
             if len(buf) > self.limits.max_header_bytes:
-                raise HttpError("headers_too_large", "request header block too large")
+                raise _Rejected("headers_too_large", "request header block too large")
             return None
         if match.end() > self.limits.max_header_bytes:
-            raise HttpError("headers_too_large", "request header block too large")
+            raise _Rejected("headers_too_large", "request header block too large")
         raw = bytes(buf[:match.start()])
         del buf[:match.end()]
         self._scan_from = 0
@@ -182,7 +194,7 @@ class Connection:
     def _start_body(self, head: _Head) -> None:
         limit = self.limits.max_body_bytes
         if head.content_length is not None and head.content_length > limit:
-            raise HttpError("body_too_large", f"request body exceeds {limit} bytes")
+            raise _Rejected("body_too_large", f"request body exceeds {limit} bytes")
         self._head = head
         self._body = bytearray()
         self._chunk_phase, self._chunk_left, self._trailer_bytes = "size", 0, 0
@@ -215,10 +227,10 @@ class Connection:
                     return None
                 match = _CHUNK_SIZE.fullmatch(line)
                 if match is None:
-                    raise HttpError("malformed_http", "invalid chunk size line")
+                    raise _Rejected("malformed_http", "invalid chunk size line")
                 self._chunk_left = int(match.group(1), 16)
                 if len(self._body) + self._chunk_left > self.limits.max_body_bytes:
-                    raise HttpError("body_too_large",
+                    raise _Rejected("body_too_large",
                                     f"request body exceeds {self.limits.max_body_bytes} bytes")
                 self._chunk_phase = "data" if self._chunk_left else "trailers"
             elif self._chunk_phase == "data":
@@ -233,10 +245,10 @@ class Connection:
             elif self._chunk_phase == "crlf":
                 if len(buf) < 2:
                     if buf[:1] not in (b"", b"\r"):
-                        raise HttpError("malformed_http", "chunk data not followed by CRLF")
+                        raise _Rejected("malformed_http", "chunk data not followed by CRLF")
                     return None
                 if buf[:2] != b"\r\n":
-                    raise HttpError("malformed_http", "chunk data not followed by CRLF")
+                    raise _Rejected("malformed_http", "chunk data not followed by CRLF")
                 del buf[:2]
                 self._chunk_phase = "size"
             else:
@@ -251,15 +263,15 @@ class Connection:
                 return bytes(self._body)
             self._trailer_bytes += len(line) + 2
             if self._trailer_bytes > self.limits.max_header_bytes:
-                raise HttpError("headers_too_large", "trailer section too large")
+                raise _Rejected("headers_too_large", "trailer section too large")
             if _FIELD_LINE.fullmatch(line) is None:
-                raise HttpError("malformed_http", "invalid trailer field")
+                raise _Rejected("malformed_http", "invalid trailer field")
 
     def _take_line(self, max_bytes: int, what: str) -> bytes | None:
         end = self._buf.find(b"\n", 0, max_bytes + 2)
         if end < 0:
             if len(self._buf) > max_bytes + 1:
-                raise HttpError("malformed_http", f"{what} too long")
+                raise _Rejected("malformed_http", f"{what} too long")
             return None
         line = bytes(self._buf[:end])
         del self._buf[:end + 1]
@@ -335,14 +347,14 @@ class Connection:
         self._end_cycle()
         return tail
 
-    def send_error(self, error: HttpError) -> bytes:
-        """The response to a request that failed to parse; the connection ends after it."""
+    def send_error(self, response: Response) -> bytes:
+        """The rendered HttpError for a request that failed to parse; the connection ends."""
         if self.state not in (IDLE, BODY, HANDLING):
             raise ProtocolMisuse(f"send_error in state {self.state}")
         self.state = HANDLING
         self._keep_alive = False
         self._is_head_request = False
-        return self.send_response(error_response(ApiError(error.kind, error.message)))
+        return self.send_response(response)
 
     def _end_cycle(self) -> None:
         self._is_chunked_out = False
@@ -369,20 +381,16 @@ class Connection:
 
 # ---- helpers (pure functions) ------------------------------------------------------------
 
-_REASONS: dict[int, str] = {}
 _UNSAFE_FIELD = re.compile(r"[\r\n\x00]")      # would split a header line: never sent
 
 
+@functools.lru_cache(maxsize=None)
 def _reason(status: int) -> str:
     """RFC 9110 15: the reason phrase (cached; an unknown code gets an empty phrase)."""
-    phrase = _REASONS.get(status)
-    if phrase is None:
-        try:
-            phrase = HTTPStatus(status).phrase
-        except ValueError:
-            phrase = ""
-        _REASONS[status] = phrase
-    return phrase
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return ""
 
 
 def _asks_close(headers) -> bool:
@@ -403,9 +411,9 @@ def _interpret_head(raw: bytes, limits: HttpLimits) -> _Head:
     pairs = _FIELD_LINES.findall(block.decode("latin-1")) if block else []
     num_lines = block.count(b"\n") + 1 if block else 0
     if num_lines > limits.max_header_count:
-        raise HttpError("headers_too_large", f"more than {limits.max_header_count} header fields")
+        raise _Rejected("headers_too_large", f"more than {limits.max_header_count} header fields")
     if len(pairs) != num_lines:                      # some line did not match the grammar
-        raise HttpError("malformed_http", "invalid header field line")
+        raise _Rejected("malformed_http", "invalid header field line")
     headers = tuple((name.lower(), value) for name, value in pairs)
     return _framing(method, path, query, version, headers)
 
@@ -413,10 +421,10 @@ def _interpret_head(raw: bytes, limits: HttpLimits) -> _Head:
 def _parse_request_line(line: bytes) -> tuple[str, str, str, str]:
     match = _REQUEST_LINE.fullmatch(line.decode("latin-1"))
     if match is None:
-        raise HttpError("malformed_http", "invalid request line")
+        raise _Rejected("malformed_http", "invalid request line")
     method, target, version = match.groups()
     if version not in SUPPORTED_VERSIONS:
-        raise HttpError("http_version_not_supported", f"{version} is not supported")
+        raise _Rejected("http_version_not_supported", f"{version} is not supported")
     path, query = _split_target(target)
     return method, path, query, version
 
@@ -434,7 +442,7 @@ def _split_target(target: str) -> tuple[str, str]:
         else:
             target = rest[slash:]
     if not target.startswith("/"):
-        raise HttpError("malformed_http", "invalid request target")
+        raise _Rejected("malformed_http", "invalid request target")
     target = target.split("#", 1)[0]
     path, _, query = target.partition("?")
     return path, query
@@ -447,25 +455,25 @@ def _framing(method, path, query, version, headers) -> _Head:
         if name in _FRAMING_FIELDS:
             fields.setdefault(name, []).append(value)
     if len(fields.get("host", ())) > 1:
-        raise HttpError("malformed_http", "more than one Host header")
+        raise _Rejected("malformed_http", "more than one Host header")
     content_length = _content_length(fields.get("content-length"))
     is_chunked = False
     if "transfer-encoding" in fields:
         if content_length is not None:
-            raise HttpError("malformed_http", "both Content-Length and Transfer-Encoding")
+            raise _Rejected("malformed_http", "both Content-Length and Transfer-Encoding")
         if version == "HTTP/1.0":
-            raise HttpError("malformed_http", "Transfer-Encoding in an HTTP/1.0 request")
+            raise _Rejected("malformed_http", "Transfer-Encoding in an HTTP/1.0 request")
         codings = _tokens(",".join(fields["transfer-encoding"]))
         if codings == ["chunked"]:
             is_chunked = True
         elif "chunked" in codings[:-1]:
-            raise HttpError("malformed_http", "chunked is not the final transfer coding")
+            raise _Rejected("malformed_http", "chunked is not the final transfer coding")
         else:
-            raise HttpError("not_implemented", "only the chunked transfer coding is supported")
+            raise _Rejected("not_implemented", "only the chunked transfer coding is supported")
     expects_continue = False
     if "expect" in fields and version == "HTTP/1.1":
         if _tokens(",".join(fields["expect"])) != ["100-continue"]:
-            raise HttpError("expectation_failed", "only Expect: 100-continue is supported")
+            raise _Rejected("expectation_failed", "only Expect: 100-continue is supported")
         expects_continue = True
     connection = _tokens(",".join(fields.get("connection", ())))
     if version == "HTTP/1.1":
@@ -483,8 +491,8 @@ def _content_length(values: list[str] | None) -> int | None:
         return None
     parts = {part.strip() for value in values for part in value.split(",")}
     if len(parts) != 1:
-        raise HttpError("malformed_http", "conflicting Content-Length values")
+        raise _Rejected("malformed_http", "conflicting Content-Length values")
     (text,) = parts
     if _DIGITS.fullmatch(text) is None:
-        raise HttpError("malformed_http", "invalid Content-Length")
+        raise _Rejected("malformed_http", "invalid Content-Length")
     return int(text)

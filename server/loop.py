@@ -18,27 +18,27 @@ send buffer is over `max_send_buffer_bytes`, and is dropped after `send_timeout_
 progress; pipelined input is held up to `max_pipelined_bytes`; a framing error is answered,
 then the connection half-closes and lingers briefly so the client reads the error.
 
-Timers: each connection's next deadline and the heap that fires it live in
-`server/connstate.py` (socket-free, so they read apart from the I/O).
-
 Drain (first SIGTERM or `request_drain()`): close the listeners marked `closes_on_drain`,
 call `on_drain()` once, keep serving open connections and the health listener, and return
 from `run()` when no stream or unsent response of a draining listener is left, or after
 `drain_timeout_s` (the rest are cancelled). A second signal (or `stop()`) returns at once.
+
+The socket-free bookkeeping — each connection's deadline, the timer heap, what to read,
+how a stream's poll becomes bytes, the drain's flags — lives in `server/connstate.py`.
 """
 from __future__ import annotations
 
 import logging
 import selectors
 import socket
-import threading
 import time
 from typing import Callable
 
-from server.errors import ApiError, error_response
-from server.http11 import BODY, CLOSING, IDLE, Connection, HttpError, Interim
-from server.connstate import (ConnState, Listener, ListenerState, TimerHeap,
-                              connection_deadline, parse_address)
+from server.connstate import (ConnState, Drain, Listener, ListenerState, TimerHeap,
+                              cancel_stream, connection_deadline, framed_poll, parse_address,
+                              wants_read)
+from server.errors import ApiError, error_response, internal_error_response
+from server.http11 import CLOSING, IDLE, Connection, HttpError, Interim
 from server.limits import HttpLimits
 from server.signals import install_stop_signals
 from server.protocol import Request, Response
@@ -79,14 +79,21 @@ class EventLoop:
                  on_drain: Callable[[], None] | None = None,
                  clock: Callable[[], float] = time.monotonic):
         self.limits, self._clock = limits, clock
-        self._handle_signals, self._drain_timeout_s, self._on_drain = (
-            handle_signals, drain_timeout_s, on_drain)
+        self._handle_signals, self._on_drain = handle_signals, on_drain
+        # Plain state first, sockets last: a bind that fails can then close what exists.
+        self._listeners: dict[str, ListenerState] = {}
+        self._conns: set[ConnState] = set()
+        self._streaming: set[ConnState] = set()   # conns with an active Stream
+        self._ready: list[ConnState] = []         # conns with buffered requests left to answer
+        self._timers = TimerHeap()
+        self._drain = Drain(timeout_s=drain_timeout_s)
+        self._wake_pending = False
+        self._accept_retry_s: float | None = None   # when paused listeners try again
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
         for sock in (self._wake_r, self._wake_w):
             sock.setblocking(False)
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
-        self._listeners: dict[str, ListenerState] = {}
         try:
             for spec in listeners:
                 state = ListenerState(spec, _bind(spec.address))
@@ -95,14 +102,6 @@ class EventLoop:
         except BaseException:
             self._close_all()
             raise
-        self._conns: set[ConnState] = set()
-        self._streaming: set[ConnState] = set()   # conns with an active Stream
-        self._ready: list[ConnState] = []         # conns with buffered requests left to answer
-        self._timers = TimerHeap()
-        self._wake_pending = False
-        self._drain_requested = self._stop_requested = False
-        self._drain_deadline_s: float | None = None
-        self._accept_retry_s: float | None = None   # when paused listeners try again
 
     # ---- thread-safe controls ---------------------------------------------------------
 
@@ -121,11 +120,11 @@ class EventLoop:
             pass
 
     def request_drain(self) -> None:
-        self._drain_requested = True
+        self._drain.is_requested = True
         self._poke()
 
     def stop(self) -> None:
-        self._stop_requested = True
+        self._drain.is_stop_requested = True
         self._poke()
 
     def _poke(self) -> None:
@@ -138,13 +137,14 @@ class EventLoop:
 
     def run(self) -> None:
         """Serve until drained or stopped; always closes every socket on the way out."""
-        restore = self._install_signals()
+        restore = (install_stop_signals(self._wake_w.fileno(), self._drain.on_signal)
+                   if self._handle_signals else lambda: None)
         try:
-            while not self._stop_requested:
+            while not self._drain.is_stop_requested:
                 now = self._clock()
-                if self._drain_requested and self._drain_deadline_s is None:
+                if self._drain.is_requested and not self._drain.is_draining:
                     self._begin_drain(now)
-                if self._drain_deadline_s is not None and self._drain_done(now):
+                if self._drain.is_draining and self._drain.is_done(self._conns, now):
                     break
                 for key, mask in self._selector.select(self._select_timeout(now)):
                     self._dispatch(key.data, mask)
@@ -172,23 +172,13 @@ class EventLoop:
         if self._ready:
             return 0.0
         candidates = [t for t in (self._timers.next_due_s(),
-                                  self._drain_deadline_s, self._accept_retry_s) if t is not None]
+                                  self._drain.deadline_s, self._accept_retry_s) if t is not None]
         return max(0.0, min(candidates) - now) if candidates else None
 
-    # ---- signals and drain ------------------------------------------------------------
-
-    def _install_signals(self) -> Callable[[], None]:
-        if not self._handle_signals or threading.current_thread() is not threading.main_thread():
-            return lambda: None
-        return install_stop_signals(self._wake_w.fileno(), self._on_signal)
-
-    def _on_signal(self) -> None:         # a flag only (signal context): the loop does the work
-        if self._drain_requested:
-            self._stop_requested = True
-        self._drain_requested = True
+    # ---- drain ------------------------------------------------------------------------
 
     def _begin_drain(self, now: float) -> None:
-        self._drain_deadline_s = now + self._drain_timeout_s
+        self._drain.begin(now)
         for state in self._listeners.values():
             if state.spec.closes_on_drain and not state.is_closed:
                 self._close_listener(state)
@@ -201,14 +191,6 @@ class EventLoop:
                 self._on_drain()
             except Exception:
                 log.exception("on_drain failed")
-
-    def _drain_done(self, now: float) -> bool:
-        num_busy = sum(1 for c in self._conns if c.listener.spec.closes_on_drain
-                       and (c.stream is not None or c.outbuf))
-        if num_busy and now >= self._drain_deadline_s:
-            log.warning("drain timeout: cancelling %d open responses", num_busy)
-            return True
-        return num_busy == 0
 
     # ---- accept / read / write --------------------------------------------------------
 
@@ -234,7 +216,7 @@ class EventLoop:
             conn = ConnState(sock, state, Connection(limits=self.limits, peer=peer), now)
             state.num_connections += 1
             self._conns.add(conn)
-            if self._drain_deadline_s is not None and state.spec.closes_on_drain:
+            if self._drain.is_draining and state.spec.closes_on_drain:
                 conn.http.request_close()
             self._update(conn)
 
@@ -312,12 +294,11 @@ class EventLoop:
                 break
             if len(conn.outbuf) > self.limits.max_send_buffer_bytes:
                 break                                   # the client is not reading: wait
-            try:
-                event = conn.http.next_event()
-            except HttpError as err:
-                self._fail(conn, err)
-                break
+            event = conn.http.next_event()
             if event is None:
+                break
+            if isinstance(event, HttpError):
+                self._fail(conn, event)
                 break
             if isinstance(event, Interim):
                 self._send(conn, event.data)
@@ -345,7 +326,7 @@ class EventLoop:
             result = conn.listener.spec.app.handle(request)
         except Exception:
             log.exception("app.handle failed for %s %s", request.method, request.path)
-            result = _internal_error()
+            result = internal_error_response()
         if isinstance(result, Response):
             self._send(conn, conn.http.send_response(result))
             conn.phase_started_s = self._clock()
@@ -360,16 +341,7 @@ class EventLoop:
             return self._update(conn)            # backpressure: resumes when writable
         try:
             poll = stream.poll(now)
-            parts = []
-            if poll.head is not None and not conn.is_head_sent:
-                parts.append(conn.http.send_head(poll.head))
-                conn.is_head_sent = True
-            if (poll.chunks or poll.done) and not conn.is_head_sent:
-                raise RuntimeError("stream produced body bytes before its head")
-            parts.extend(conn.http.send_data(chunk) for chunk in poll.chunks)
-            if poll.done:
-                parts.append(conn.http.send_end())
-            self._send(conn, b"".join(parts))          # one write per poll: one packet
+            self._send(conn, framed_poll(conn, poll))  # one write per poll: one packet
         except Exception:
             log.exception("stream poll failed")
             return self._stream_failed(conn, now)
@@ -384,11 +356,11 @@ class EventLoop:
     def _stream_failed(self, conn: ConnState, now: float) -> None:
         stream, head_sent = conn.stream, conn.is_head_sent
         self._end_stream(conn)
-        _cancel(stream)
+        cancel_stream(stream)
         if head_sent or conn.is_closed:
             self._close(conn)                          # mid-body: only a close can tell
             return
-        self._send(conn, conn.http.send_response(_internal_error()))
+        self._send(conn, conn.http.send_response(internal_error_response()))
         self._answer_soon(conn)
         self._update(conn)
 
@@ -399,7 +371,7 @@ class EventLoop:
     def _fail(self, conn: ConnState, err: HttpError) -> None:
         """Answer a framing error, then stop reading requests and close (RFC 9112 9.6)."""
         log.info("%s from %s: %s", err.kind, conn.http.peer, err.message)
-        self._send(conn, conn.http.send_error(err))
+        self._send(conn, conn.http.send_error(error_response(ApiError(err.kind, err.message))))
         self._linger(conn)
 
     def _linger(self, conn: ConnState) -> None:
@@ -443,9 +415,7 @@ class EventLoop:
             if http.is_eof and http.state == IDLE and not http.buffered_bytes:
                 return self._close(conn)               # half-closed client, all answered
         events = selectors.EVENT_WRITE if conn.outbuf else 0
-        is_parsing = http.state in (IDLE, BODY)
-        if not http.is_eof and (is_parsing or conn.is_lingering
-                                or http.buffered_bytes <= self.limits.max_pipelined_bytes):
+        if wants_read(conn, self.limits):
             events |= selectors.EVENT_READ
         if events != conn.events:
             if conn.events == 0:
@@ -491,7 +461,7 @@ class EventLoop:
         if conn.stream is not None:
             stream = conn.stream
             self._end_stream(conn)
-            _cancel(stream)
+            cancel_stream(stream)
         if conn.events:
             self._selector.unregister(conn.sock)
         conn.sock.close()
@@ -513,7 +483,7 @@ class EventLoop:
         state.sock.close()
 
     def _close_all(self) -> None:
-        for conn in list(getattr(self, "_conns", ())):
+        for conn in list(self._conns):
             self._close(conn)
         for state in self._listeners.values():
             if not state.is_closed:
@@ -521,14 +491,3 @@ class EventLoop:
         self._selector.close()
         self._wake_r.close()
         self._wake_w.close()
-
-
-def _cancel(stream) -> None:
-    try:
-        stream.cancel()
-    except Exception:
-        log.exception("stream.cancel failed")
-
-
-def _internal_error() -> Response:
-    return error_response(ApiError("internal_error", "internal server error"))

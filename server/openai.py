@@ -21,10 +21,10 @@ from typing import Any
 
 from engine.api import MAX_TOP_LOGPROBS, SamplingParams
 from server.errors import ApiError
-from sse import MAX_STOP_STRINGS                # OpenAI's limit on `stop` (4)
 
 MAX_MESSAGES = 4096             # a conversation longer than this is abuse, not chat
 MAX_EMBEDDING_INPUTS = 256      # inputs in one /v1/embeddings call
+MAX_STOP_STRINGS = 4            # OpenAI's limit on `stop` sequences
 MAX_STOP_TOKEN_IDS = 64
 MAX_LOGIT_BIAS_ENTRIES = 300    # OpenAI's own bound
 MAX_COMPLETION_LOGPROBS = 5     # legacy /v1/completions `logprobs` is 0..5

@@ -14,11 +14,21 @@ An `App` turns a `Request` into a `Response` or a `Stream`. Nothing here does I/
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
-# The header of every JSON body (documents and errors); bodies come from sse.json_bytes.
+# The header of every JSON body (documents and errors); bodies come from json_bytes.
 JSON_CONTENT_TYPE = ("Content-Type", "application/json")
+
+
+def json_bytes(document: Any) -> bytes:
+    """The one JSON encoding of the server: compact, UTF-8, not ASCII-escaped.
+
+    Every JSON body the server sends (documents, errors, SSE event payloads) goes through
+    here, so they all look alike: `{"a":1,"b":"é"}`. json.dumps never emits a raw newline,
+    so an encoded document is always one SSE `data:` line."""
+    return json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -17,10 +17,9 @@ import threading
 import time
 from dataclasses import dataclass, replace
 
-from engine.api import Engine, load_model, model_name, tune_malloc
-from server.admission import AdmissionGate
+from engine.api import Engine, EngineConfig, load_model, model_name, tune_malloc
 from server.app import ApiApp, HealthApp, ServedModel, ServerState
-from server.bridge import EngineBridge
+from server.bridge import EngineBridge, QueuePolicy
 from server.config import ConfigError, ServeConfig
 from server.loop import EventLoop, Listener
 
@@ -81,12 +80,11 @@ def build(cfg: ServeConfig) -> ServerHandle:
     engine_cfg = cfg.engine
     engine = Engine(model, engine_cfg)
     _log_kv(engine, engine_cfg)
-    bridge = EngineBridge(engine, step_delay_s=cfg.step_delay_s)
+    queue = QueuePolicy(capacity_requests=cfg.queue_capacity, deadline_ms=cfg.queue_deadline_ms)
+    bridge = EngineBridge(engine, queue=queue, step_delay_s=cfg.step_delay_s)
     state = ServerState()
     served = ServedModel(model, cfg.model_id, engine.max_model_len())
-    api = ApiApp(served=served, bridge=bridge, gate=AdmissionGate(cfg.queue_capacity),
-                 state=state, queue_deadline_ms=cfg.queue_deadline_ms,
-                 ping_interval_s=cfg.ping_interval_s)
+    api = ApiApp(served=served, bridge=bridge, state=state, ping_interval_s=cfg.ping_interval_s)
     health = HealthApp(bridge=bridge, state=state)
 
     def on_drain() -> None:              # the loop logs the drain itself
@@ -103,7 +101,7 @@ def build(cfg: ServeConfig) -> ServerHandle:
     return handle
 
 
-def _log_kv(engine, engine_cfg) -> None:
+def _log_kv(engine: Engine, engine_cfg: EngineConfig) -> None:
     log.info("KV cache: %d blocks of %d tokens, %.1f MiB", engine.kv.num_blocks,
              engine_cfg.block_size, engine.kv.nbytes / 2**20)
 

@@ -8,6 +8,7 @@ the handler set. The handler itself only flips flags: all real work happens in t
 from __future__ import annotations
 
 import signal
+import threading
 from typing import Callable
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)   # Kubernetes stops with SIGTERM; Ctrl-C is SIGINT
@@ -16,8 +17,12 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)   # Kubernetes stops with SIGTERM
 def install_stop_signals(wake_fd: int, on_signal: Callable[[], None]) -> Callable[[], None]:
     """Route STOP_SIGNALS to `on_signal()` and wake `wake_fd`; return a function that undoes it.
 
-    Must be called from the main thread (Python delivers signals only there).
+    Python delivers signals only to the main thread: elsewhere (a loop run on a background
+    thread, as in tests) this installs nothing.
     """
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
     def handler(signum, frame):
         on_signal()
 

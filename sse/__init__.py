@@ -1,8 +1,10 @@
 """SSE bytes and streaming text: framing (`event`, `DONE`, `PING`) and `TextStream`.
 
+Framing only: no JSON and no OpenAI limits (those live in `server/`).
+
 Imports nothing from `engine/` or `server/`.
 """
-from sse.framing import DONE, PING, event, json_bytes
-from sse.textstream import MAX_STOP_STRINGS, TextStream
+from sse.framing import DONE, PING, event
+from sse.textstream import TextStream
 
-__all__ = ["DONE", "PING", "event", "json_bytes", "TextStream", "MAX_STOP_STRINGS"]
+__all__ = ["DONE", "PING", "event", "TextStream"]

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import codecs
 
-MAX_STOP_STRINGS = 4   # the OpenAI API allows at most 4 stop sequences
-
 
 class TextStream:
     """Incremental UTF-8 decoding with stop-string hold-back for one generation."""

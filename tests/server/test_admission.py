@@ -1,11 +1,11 @@
-"""The admission gate: bounded, released once per reservation, 429 with Retry-After."""
+"""The admission gate (server/bridge.py): bounded, released once per reservation, 429 with Retry-After."""
 from __future__ import annotations
 
 import threading
 
 import pytest
 
-from server.admission import AdmissionGate, queue_full_error
+from server.bridge import AdmissionGate, queue_full_error
 
 
 def test_gate_admits_up_to_capacity_then_refuses():

@@ -4,27 +4,38 @@ from __future__ import annotations
 import json
 
 from engine.model.loader import load_model
-from server.admission import AdmissionGate
+from engine.api import EngineStats
 from server.app import ApiApp, ServedModel, ServerState
+from server.bridge import EngineBridge, QueuePolicy
 from server.protocol import Request, Response
 
 
-class IdleBridge:
+class StatsOnly:
+    def stats(self) -> EngineStats:
+        return EngineStats()
+
+
+class IdleBridge(EngineBridge):
     """A bridge whose engine thread never runs: whatever is admitted stays queued."""
 
-    def __init__(self):
+    def __init__(self, capacity: int):
+        super().__init__(StatsOnly(), queue=QueuePolicy(capacity_requests=capacity,
+                                                        deadline_ms=1000))
         self.embedded = []
 
-    def embed(self, inputs, encoding_format, *, on_leave_queue=None):
-        self.embedded.append(inputs)
-        return object()
+    def _post(self, command):
+        verb, ticket = command
+        if verb == "embed":
+            self.embedded.append(ticket.inputs)
+        super()._post(command)
 
 
 def test_embeddings_answer_429_with_retry_after_when_the_queue_is_full(succ_model_dir):
     model = load_model(succ_model_dir)
-    gate, bridge = AdmissionGate(1), IdleBridge()
-    app = ApiApp(served=ServedModel(model, "succ", 64), bridge=bridge, gate=gate,
-                 state=ServerState(), queue_deadline_ms=1000, ping_interval_s=15.0)
+    bridge = IdleBridge(capacity=1)
+    gate = bridge.gate
+    app = ApiApp(served=ServedModel(model, "succ", 64), bridge=bridge,
+                 state=ServerState(), ping_interval_s=15.0)
     body = json.dumps({"model": "succ", "input": "ab"}).encode()
     request = Request(method="POST", path="/v1/embeddings", body=body)
     first = app.handle(request)

@@ -7,11 +7,18 @@ import time
 
 import numpy as np
 
+import pytest
+
 from engine.api import (FINISH_DEADLINE, FINISH_LENGTH, EngineStats, GenRequest, PromptTooLong,
                         TokenOut)
-from server.admission import AdmissionGate
-from server.bridge import EngineBridge, Failed, Refused
+from server.bridge import EngineBridge, Expired, Failed, QueuePolicy, TooLong, expired_event
+from server.errors import ApiError
 from tests.polling import wait_for
+
+
+def bridge_for(engine, *, capacity: int = 8, deadline_ms: int = 30_000, **kw) -> EngineBridge:
+    return EngineBridge(engine, queue=QueuePolicy(capacity_requests=capacity,
+                                                  deadline_ms=deadline_ms), **kw)
 
 
 class FakeEngine:
@@ -60,14 +67,15 @@ class FakeEngine:
 
 
 def test_tokens_reach_the_ticket_and_release_the_slot():
-    engine, gate = FakeEngine(), AdmissionGate(1)
-    bridge = EngineBridge(engine)
+    engine = FakeEngine()
+    bridge = bridge_for(engine, capacity=1)
+    gate = bridge.gate
     wakes = []
     bridge.wake = lambda: wakes.append(1)
     bridge.start()
     try:
-        assert gate.try_reserve()
-        ticket = bridge.submit(GenRequest(prompt=(10,), max_tokens=3), on_leave_queue=gate.release)
+        assert gate.waiting == 0                      # submit reserves the one slot
+        ticket = bridge.submit(GenRequest(prompt=(10,), max_tokens=3))
         assert wait_for(lambda: ticket.is_finished and len(ticket.events) == 3)
         assert [e.token for e in ticket.events] == [11, 12, 13]
         assert ticket.events[-1].finish == FINISH_LENGTH
@@ -79,7 +87,7 @@ def test_tokens_reach_the_ticket_and_release_the_slot():
 
 def test_abort_reaches_the_engine():
     engine = FakeEngine()
-    bridge = EngineBridge(engine, step_delay_s=0.01)
+    bridge = bridge_for(engine, step_delay_s=0.01)
     bridge.start()
     try:
         ticket = bridge.submit(GenRequest(prompt=(1,), max_tokens=10_000))
@@ -92,14 +100,14 @@ def test_abort_reaches_the_engine():
 
 
 def test_engine_refusal_becomes_refused_and_frees_the_slot():
-    engine, gate = FakeEngine(running_limit=0), AdmissionGate(2)
-    bridge = EngineBridge(engine)
+    engine = FakeEngine(running_limit=0)
+    bridge = bridge_for(engine, capacity=2)
+    gate = bridge.gate
     bridge.start()
     try:
-        gate.try_reserve()
-        ticket = bridge.submit(GenRequest(prompt=(1,)), on_leave_queue=gate.release)
+        ticket = bridge.submit(GenRequest(prompt=(1,)))
         assert wait_for(lambda: len(ticket.events) == 1)
-        assert ticket.events[0] == Refused("no room", too_long=True) and gate.waiting == 0
+        assert ticket.events[0] == TooLong("no room") and gate.waiting == 0
     finally:
         bridge.stop()
 
@@ -109,12 +117,11 @@ def test_an_engine_bug_in_add_request_is_a_failure_not_a_refusal():
     class Buggy(FakeEngine):
         def add_request(self, req):
             raise ValueError("bug")
-    gate = AdmissionGate(1)
-    bridge = EngineBridge(Buggy())
+    bridge = bridge_for(Buggy(), capacity=1)
+    gate = bridge.gate
     bridge.start()
     try:
-        gate.try_reserve()
-        ticket = bridge.submit(GenRequest(prompt=(1,)), on_leave_queue=gate.release)
+        ticket = bridge.submit(GenRequest(prompt=(1,)))
         assert wait_for(lambda: len(ticket.events) == 1)
         assert isinstance(ticket.events[0], Failed) and gate.waiting == 0
     finally:
@@ -132,15 +139,18 @@ def test_engine_deadline_event_reaches_the_ticket_and_frees_the_slot():
                     del self.seqs[rid]
                     outs.append(TokenOut(id=rid, token=None, finish=FINISH_DEADLINE))
             return outs
-    engine, gate = NeverSchedules(), AdmissionGate(1)
-    bridge = EngineBridge(engine)
+    engine = NeverSchedules()
+    bridge = bridge_for(engine, capacity=1, deadline_ms=50)     # the bridge sets deadline_s
+    gate = bridge.gate
     bridge.start()
     try:
-        assert gate.try_reserve()
-        ticket = bridge.submit(GenRequest(prompt=(1,), deadline_s=time.monotonic() + 0.05),
-                               on_leave_queue=gate.release)
+        assert gate.waiting == 0
+        ticket = bridge.submit(GenRequest(prompt=(1,)))
+        assert ticket.request.deadline_s is not None
         assert wait_for(lambda: ticket.is_finished and len(ticket.events) == 1)
-        assert ticket.events[0].token is None and ticket.events[0].finish == FINISH_DEADLINE
+        # the engine's FINISH_DEADLINE TokenOut crosses the boundary as Expired (503)
+        assert ticket.events[0] == expired_event(50) and isinstance(ticket.events[0], Expired)
+        assert ticket.events[0].error().status == 503
         assert gate.waiting == 0 and not engine.seqs
         assert engine.aborted == []                     # the bridge did not abort it again
     finally:
@@ -151,8 +161,8 @@ def test_embeddings_run_on_the_engine_thread_in_both_formats():
     class SignedEmbeddings(FakeEngine):
         def embed(self, inputs):
             return np.array([[1.0, -2.5]] * len(inputs), dtype=np.float32)
-    bridge = EngineBridge(FakeEngine())
-    signed = EngineBridge(SignedEmbeddings())
+    bridge = bridge_for(FakeEngine())
+    signed = bridge_for(SignedEmbeddings())
     bridge.start()
     signed.start()
     try:
@@ -170,10 +180,10 @@ def test_embeddings_run_on_the_engine_thread_in_both_formats():
 
 
 def test_an_embedding_frees_its_admission_slot_when_the_engine_takes_it():
-    gate = AdmissionGate(1)
-    bridge = EngineBridge(FakeEngine())
-    assert gate.try_reserve()
-    ticket = bridge.embed([[1, 2]], "float", on_leave_queue=gate.release)
+    bridge = bridge_for(FakeEngine(), capacity=1)
+    gate = bridge.gate
+    assert gate.waiting == 0
+    ticket = bridge.embed([[1, 2]], "float")
     assert gate.waiting == 1 and not gate.try_reserve()       # queued: the slot is held
     bridge.start()
     try:
@@ -184,7 +194,7 @@ def test_an_embedding_frees_its_admission_slot_when_the_engine_takes_it():
 
 
 def test_abort_of_a_finished_ticket_posts_nothing():
-    bridge = EngineBridge(FakeEngine())             # not started: commands stay in the inbox
+    bridge = bridge_for(FakeEngine())               # not started: commands stay in the inbox
     ticket = bridge.submit(GenRequest(prompt=(1,), max_tokens=1))
     ticket.is_finished = True
     bridge.abort(ticket)
@@ -193,3 +203,15 @@ def test_abort_of_a_finished_ticket_posts_nothing():
     bridge.abort(ticket)
     bridge.abort(ticket)                            # once only
     assert [verb for verb, _ in bridge._inbox] == ["add", "abort"] and ticket.is_aborted
+
+
+def test_submit_and_embed_answer_429_when_the_queue_is_full():
+    """The bridge is the one queue: a full gate refuses at once, and nothing is queued."""
+    bridge = bridge_for(FakeEngine(), capacity=1)    # not started: the slot stays held
+    bridge.submit(GenRequest(prompt=(1,)))
+    for attempt in (lambda: bridge.submit(GenRequest(prompt=(1,))),
+                    lambda: bridge.embed([[1]], "float")):
+        with pytest.raises(ApiError) as info:
+            attempt()
+        assert info.value.status == 429 and ("Retry-After", "1") in info.value.headers
+    assert [verb for verb, _ in bridge._inbox] == ["add"]
