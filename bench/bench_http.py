@@ -25,8 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from server.loop import EventLoop, Listener           # noqa: E402
-from server.protocol import Response                  # noqa: E402
+from server.http.loop import EventLoop, Listener           # noqa: E402
+from server.http.protocol import Response                  # noqa: E402
 
 MODELS_BODY = json.dumps({"object": "list", "data": [
     {"id": "smol-135m", "object": "model", "created": 1700000000, "owned_by": "tl-serve"}]}).encode()

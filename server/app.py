@@ -20,14 +20,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from engine.api import GenRequest, Model, ModelFormatError, Tokenizer
+from engine.api import (GenRequest, Model, ModelFormatError, PromptTooLong, Tokenizer,
+                        check_context)
 from server import documents as docs
 from server import openai as api
 from server.bridge import EngineBridge
 from server.errors import ApiError, error_response
 from server.metrics import CONTENT_TYPE as METRICS_TYPE
 from server.metrics import ServerMetrics, metrics_text
-from server.protocol import JSON_CONTENT_TYPE, Request, Response, Stream, json_bytes
+from server.http.protocol import JSON_CONTENT_TYPE, Request, Response, Stream, json_bytes
 from server.routes import API_ROUTES, HEALTH_ROUTES, resolve
 from server.streams import EmbedStream, GenerationStream, StreamContext
 from template import ChatFormat, TemplateError, TemplateSyntaxError
@@ -166,15 +167,16 @@ class ApiApp:
     def _generate(self, request: Request, spec: api.GenSpec, prompt: list[int], route: str,
                   id_prefix: str, prompt_param: str, extra: Headers) -> GenerationStream:
         priority = self._headers(request)
-        limit = self.served.max_model_len
-        max_tokens = spec.max_tokens if spec.max_tokens is not None else limit - len(prompt)
-        if len(prompt) + max(max_tokens, 1) > limit:
+        try:                                    # the engine's context rule, one source
+            max_tokens = check_context(len(prompt), spec.max_tokens, self.served.max_model_len)
+        except PromptTooLong as exc:
+            requested = exc.prompt_tokens + exc.completion_tokens
             raise ApiError("context_length_exceeded",
-                           f"This model's maximum context length is {limit} tokens. However, "
-                           f"you requested {len(prompt) + max(max_tokens, 1)} tokens "
-                           f"({len(prompt)} in the {prompt_param}, {max(max_tokens, 1)} for "
-                           "the completion). Please reduce the length of the "
-                           f"{prompt_param} or max_tokens.", param=prompt_param)
+                           f"This model's maximum context length is {exc.max_model_len} tokens. "
+                           f"However, you requested {requested} tokens ({exc.prompt_tokens} in "
+                           f"the {prompt_param}, {exc.completion_tokens} for the completion). "
+                           f"Please reduce the length of the {prompt_param} or max_tokens.",
+                           param=prompt_param) from None
         now = self.clock()
         gen = GenRequest(prompt=tuple(prompt), params=spec.params, seed=spec.seed,
                          max_tokens=max_tokens, stop_ids=spec.stop_ids, priority=priority)

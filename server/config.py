@@ -25,7 +25,7 @@ from engine.api import (PREFIX_CACHE_MODES, PREFIX_CACHE_RULE, SPECULATIVE_METHO
                         SPECULATIVE_RULES, EngineConfig, InvalidConfig, SpeculativeConfig,
                         check_speculative_config, model_name)
 
-from server.connstate import parse_address
+from server.http.connstate import parse_address
 
 ENV_PREFIX = "TL_ENGINE__"
 DEFAULT_MODEL_DIR = "artifacts/models/smol-135m"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from server.protocol import JSON_CONTENT_TYPE, Response, json_bytes
+from server.http.protocol import JSON_CONTENT_TYPE, Response, json_bytes
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ ERROR_KINDS: dict[str, ErrorKind] = {
     "no_capacity": ErrorKind(503, "server_error", "no_capacity"),
     "shutting_down": ErrorKind(503, "server_error", "server_shutting_down"),
     "not_ready": ErrorKind(503, "server_error", "not_ready"),
-    # HTTP framing (server/http11.py)
+    # HTTP framing (server/http/http11.py)
     "malformed_http": ErrorKind(400, "invalid_request_error", "malformed_request"),
     "request_timeout": ErrorKind(408, "invalid_request_error", "request_timeout"),
     "length_required": ErrorKind(411, "invalid_request_error", "length_required"),

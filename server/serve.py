@@ -21,7 +21,7 @@ from engine.api import Engine, EngineConfig, load_model, model_name, tune_malloc
 from server.app import ApiApp, HealthApp, ServedModel, ServerState
 from server.bridge import EngineBridge, QueuePolicy
 from server.config import ConfigError, ServeConfig
-from server.loop import EventLoop, Listener
+from server.http.loop import EventLoop, Listener
 
 log = logging.getLogger("tlserve")
 

@@ -12,7 +12,7 @@ A generation is three small parts, read top to bottom:
    every call; whole ones collect and return one JSON document from `finish`. A new shape
    (several choices, tool-call deltas, the Responses API's typed events) is a new renderer
    in `RENDERERS`, not a new branch.
-3. `GenerationStream` — the thin `server.protocol.Stream` shell the loop polls whenever the
+3. `GenerationStream` — the thin `server.http.protocol.Stream` shell the loop polls whenever the
    engine thread wakes it, and at `next_deadline_s()` (SSE pings). It does head timing,
    pings and metrics. A streamed answer sends its `200` head with the first bytes (or the
    first ping), so a request that never got scheduled is still answered with a proper
@@ -29,7 +29,7 @@ from server import documents as docs
 from server.bridge import EmbedTicket, EngineBridge, Event, Ticket
 from server.errors import ApiError
 from server.openai import GenSpec
-from server.protocol import JSON_CONTENT_TYPE, ResponseHead, StreamPoll, json_bytes
+from server.http.protocol import JSON_CONTENT_TYPE, ResponseHead, StreamPoll, json_bytes
 from sse import DONE, PING, TextStream, event
 
 SSE_HEADERS = (("Content-Type", "text/event-stream; charset=utf-8"),

@@ -14,7 +14,7 @@ limits, `max_batched_tokens` (rows of the forward) and `max_num_seqs` (sequences
    is budget, room in the batch and blocks: each first takes the longest cached prefix of
    its tokens from the radix tree, then allocates blocks for its first piece.
 
-Waiting is not bounded here: the server's admission gate (server/admission.py) is the one
+Waiting is not bounded here: the server's admission queue (server/bridge.py) is the one
 bound on queued requests. A request still waiting past its deadline is expired (`expire`). Order is strict: a waiting request that cannot
 get blocks blocks the ones behind it, so a big high-priority prompt is not starved.
 

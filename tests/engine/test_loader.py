@@ -8,7 +8,6 @@ from functools import partial
 import numpy as np
 import pytest
 
-from engine.errors import ModelFormatError
 from engine.model.loader import load_model
 from engine.formats.quants import GGML_TYPE_BY_NAME, dequantize
 from engine.formats.safetensors import SafetensorsFile

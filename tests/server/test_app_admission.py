@@ -7,7 +7,7 @@ from engine.model.loader import load_model
 from engine.api import EngineStats
 from server.app import ApiApp, ServedModel, ServerState
 from server.bridge import EngineBridge, QueuePolicy
-from server.protocol import Request, Response
+from server.http.protocol import Request, Response
 
 
 class StatsOnly:

@@ -9,7 +9,7 @@ import pytest
 from engine.api import SpeculativeConfig
 from engine.model.loader import model_name
 from server.config import KEYS, ConfigError, ServeConfig
-from server.connstate import parse_address
+from server.http.connstate import parse_address
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -39,7 +39,7 @@ def test_runtime_toml_and_env_overrides():
     cfg = ServeConfig.from_toml(CHAPTER_TOML, env)
     assert cfg.engine.prefill_chunk == 64
     assert cfg.engine.prefix_cache == "none"
-    assert cfg.queue_capacity == 3    # the one queue bound: server/admission.py
+    assert cfg.queue_capacity == 3    # the one queue bound: server/bridge.py
     assert cfg.model_id == "mine" and cfg.step_delay_s == 0.5
     # refused keys and values name the key
     refusals = [

@@ -5,11 +5,11 @@ import json
 
 import pytest
 
-from server.http11 import (CLOSING, CONTINUE_BYTES, HANDLING, IDLE, Connection, HttpError,
+from server.http.http11 import (CLOSING, CONTINUE_BYTES, HANDLING, IDLE, Connection, HttpError,
                            Interim, ProtocolMisuse)
 from server.errors import ApiError, error_response
-from server.limits import HttpLimits
-from server.protocol import Request, Response, ResponseHead
+from server.http.limits import HttpLimits
+from server.http.protocol import Request, Response, ResponseHead
 
 GET = b"GET /v1/models?limit=2 HTTP/1.1\r\nHost: example\r\nX-Request-Id: abc\r\n\r\n"
 POST_CL = (b"POST /v1/completions HTTP/1.1\r\nHost: h\r\nContent-Type: application/json\r\n"

@@ -1,4 +1,4 @@
-"""The seam between the socket loop (`server/loop.py`) and the application (routes, OpenAI).
+"""The seam between the socket loop (`server/http/loop.py`) and the application (routes, OpenAI).
 
 The loop owns sockets and HTTP bytes; the application owns meaning. They meet in four
 values and one protocol:

@@ -13,7 +13,7 @@ at its own deadline, until done). While a stream is active the socket stays regi
 reading, so a client that goes away is noticed at once and the stream is `cancel()`ed — not
 at the next token write (the trap of servers that only notice on write).
 
-Bounds (`server/limits.py`): a stream whose client does not read is not polled while its
+Bounds (`server/http/limits.py`): a stream whose client does not read is not polled while its
 send buffer is over `max_send_buffer_bytes`, and is dropped after `send_timeout_s` without
 progress; pipelined input is held up to `max_pipelined_bytes`; a framing error is answered,
 then the connection half-closes and lingers briefly so the client reads the error.
@@ -24,7 +24,7 @@ from `run()` when no stream or unsent response of a draining listener is left, o
 `drain_timeout_s` (the rest are cancelled). A second signal (or `stop()`) returns at once.
 
 The socket-free bookkeeping — each connection's deadline, the timer heap, what to read,
-how a stream's poll becomes bytes, the drain's flags — lives in `server/connstate.py`.
+how a stream's poll becomes bytes, the drain's flags — lives in `server/http/connstate.py`.
 """
 from __future__ import annotations
 
@@ -34,14 +34,14 @@ import socket
 import time
 from typing import Callable
 
-from server.connstate import (ConnState, Drain, Listener, ListenerState, TimerHeap,
+from server.http.connstate import (ConnState, Drain, Listener, ListenerState, TimerHeap,
                               cancel_stream, connection_deadline, framed_poll, parse_address,
                               wants_read)
 from server.errors import ApiError, error_response, internal_error_response
-from server.http11 import CLOSING, IDLE, Connection, HttpError, Interim
-from server.limits import HttpLimits
-from server.signals import install_stop_signals
-from server.protocol import Request, Response
+from server.http.http11 import CLOSING, IDLE, Connection, HttpError, Interim
+from server.http.limits import HttpLimits
+from server.http.signals import install_stop_signals
+from server.http.protocol import Request, Response
 
 log = logging.getLogger("tlserve.http")
 

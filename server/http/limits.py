@@ -3,7 +3,7 @@
 A server that trusts its clients can be knocked over by one of them: a header that never
 ends, a body of 10 GB, a connection that sends one byte a minute (slowloris), a client that
 asks for a stream and never reads it. `HttpLimits` names each bound once; the sans-IO parser
-(`server/http11.py`) and the loop (`server/loop.py`) read them from here. The statuses come
+(`server/http/http11.py`) and the loop (`server/http/loop.py`) read them from here. The statuses come
 from the one table in `server/errors.py` (kinds in brackets below).
 
 This module is values only: no I/O, no policy beyond the defaults.

@@ -1,6 +1,6 @@
 """Sans-IO HTTP/1.1, server side: received bytes in -> `Request` events; responses -> bytes.
 
-This module contains no I/O whatsoever (the h11 design): `server/loop.py` owns the sockets
+This module contains no I/O whatsoever (the h11 design): `server/http/loop.py` owns the sockets
 and feeds a `Connection` whatever `recv` returned; the `Connection` answers with events and
 with the bytes to send. That makes every framing rule testable by feeding input split at
 every byte offset.
@@ -31,8 +31,8 @@ import re
 from dataclasses import dataclass
 from http import HTTPStatus
 
-from server.limits import HttpLimits
-from server.protocol import Request, Response, ResponseHead
+from server.http.limits import HttpLimits
+from server.http.protocol import Request, Response, ResponseHead
 
 # RFC 9110 5.6.2 token characters (method and header names).
 _TOKEN = rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"

@@ -2,7 +2,7 @@
 when each connection must next be looked at, the timer heap that fires those moments, and
 the drain's flags and deadline.
 
-`server/loop.py` makes every socket call; this module only decides *when*. Each connection
+`server/http/loop.py` makes every socket call; this module only decides *when*. Each connection
 has at most one deadline at a time (`connection_deadline`): lingering after an error, a
 stream's own deadline (pings, queue timeouts), a slow header or body, keep-alive idleness,
 or a client that stopped reading. `TimerHeap` keeps one live entry per connection for its
@@ -18,9 +18,9 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator
 
-from server.http11 import BODY, IDLE, Connection
-from server.limits import HttpLimits
-from server.protocol import App, Stream, StreamPoll
+from server.http.http11 import BODY, IDLE, Connection
+from server.http.limits import HttpLimits
+from server.http.protocol import App, Stream, StreamPoll
 
 if TYPE_CHECKING:                       # for annotations only: the loop owns every socket call
     import socket
@@ -44,7 +44,7 @@ def parse_address(address: str) -> tuple[str, int]:
     """"host:port" -> (host, port); ":8000" -> ("", 8000) (all interfaces); "[::1]:80" ok.
 
     The one parser of listen addresses: the config check (server/config.py) and the bind
-    (server/loop.py) both use it, so an address the config accepts is one the loop binds."""
+    (server/http/loop.py) both use it, so an address the config accepts is one the loop binds."""
     match = LISTEN_ADDRESS.fullmatch(address)
     if not match or int(match["port"]) > MAX_PORT:
         raise ValueError(f"listen address {address!r} is not host:port or :port")

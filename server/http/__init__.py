@@ -1,0 +1,12 @@
+"""HTTP transport: sockets, bytes and HTTP/1.1 framing; no OpenAI meaning.
+
+    loop.py       the selectors loop: the ONE module that calls socket/select; drain
+    connstate.py  per-connection state, deadlines, the timer heap, drain bookkeeping
+    signals.py    SIGTERM/SIGINT wired to the loop's wake-up socket
+    http11.py     sans-IO HTTP/1.1: bytes -> Request / HttpError events; responses -> bytes
+    limits.py     the named HTTP limits (header bytes, body bytes, timeouts)
+    protocol.py   the seam to the application: Request, Response, Stream, App, json_bytes
+
+The application (server/app.py and its helpers) hands this package `App` objects; this
+package never imports the application except `server/errors.py` to render a parse error.
+"""
