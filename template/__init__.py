@@ -12,9 +12,8 @@ No I/O, no numpy, no third-party template library.
 
 from .errors import (TemplateError, TemplateLimitError, TemplateRaised, TemplateRuntimeError,
                      TemplateSecurityError, TemplateSyntaxError, UndefinedValueError)
-from .chat import ChatFormat
 from .evaluator import Limits
-from .template import DEFAULT_TEMPLATE, Template, chat_template_for, prepare_message
+from .template import DEFAULT_TEMPLATE, ChatFormat, Template, chat_template_for, prepare_message
 
 __all__ = [
     "ChatFormat", "DEFAULT_TEMPLATE", "Limits", "Template", "TemplateError", "TemplateLimitError",

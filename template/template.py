@@ -1,8 +1,16 @@
 """`Template`: parse once (lex -> parse -> compile to closures), render many times.
 
-    template = Template.parse(source)          # TemplateSyntaxError here, at model load
+    template = Template.parse(source)          # TemplateSyntaxError here, at start-up
     prompt = template.render_chat(messages, add_generation_prompt=True,
                                   bos_token="<s>", eos_token="</s>")
+
+`ChatFormat` is a model's chat template together with its BOS/EOS strings. The engine hands
+the template over as text (`Model.chat_template`, None when the model ships none); whoever
+serves the model builds one at start-up, so a broken template stops the start-up with its
+line and column instead of failing every request:
+
+    chat = ChatFormat.from_source(model.chat_template, bos_token="<s>", eos_token=None)
+    prompt = chat.render([{"role": "user", "content": "Hi"}])   # a missing string renders ""
 
 `render_chat` prepares the messages as Hugging Face's `apply_chat_template` does before
 rendering: keys whose value is None are dropped, and `reasoning_content`, `thinking` and
@@ -13,6 +21,7 @@ context then holds `messages`, `add_generation_prompt`, `bos_token`, `eos_token`
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 
 from .errors import TemplateSyntaxError
@@ -88,3 +97,23 @@ def chat_template_for(source: str | None, *, limits: Limits | None = None) -> Te
     Call this when a model loads: a broken template raises TemplateSyntaxError there.
     """
     return Template.parse(source if source and source.strip() else DEFAULT_TEMPLATE, limits=limits)
+
+
+@dataclass(frozen=True)
+class ChatFormat:
+    """A model's chat template with its BOS/EOS strings: messages -> prompt text."""
+    template: Template
+    bos_token: str = ""
+    eos_token: str = ""
+
+    @classmethod
+    def from_source(cls, source: str | None, *, bos_token: str | None = None,
+                    eos_token: str | None = None) -> "ChatFormat":
+        """Parse `source` now; None or blank means the plain `DEFAULT_TEMPLATE`."""
+        return cls(chat_template_for(source), bos_token or "", eos_token or "")
+
+    def render(self, messages, *, add_generation_prompt: bool = True) -> str:
+        """Render a list of message mappings (TemplateError propagates to the caller)."""
+        return self.template.render_chat(
+            [dict(m) for m in messages], add_generation_prompt=add_generation_prompt,
+            bos_token=self.bos_token, eos_token=self.eos_token)

@@ -74,7 +74,7 @@ class Model:
     `tokenizer` offers encode/decode/token_bytes, `.eos_token_ids`, `.bos_token`/`.eos_token`;
     `chat_template` is the model's Jinja source as found beside the weights (None: it shipped
     none). The engine never parses it: templates are text, the server's business (it parses
-    the source once at start-up, see template/chat.py). The maths over `config` and
+    the source once at start-up, see template/template.py). The maths over `config` and
     `weights` is `engine/model/llama.py` (`llama.forward(model.config, model.weights, ids)`).
     """
     name: str

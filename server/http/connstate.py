@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Iterator
 
 from server.http.http11 import BODY, IDLE, Connection
 from server.http.limits import HttpLimits
-from server.http.protocol import App, Stream, StreamPoll
+from server.http.protocol import App, Stream
 
 if TYPE_CHECKING:                       # for annotations only: the loop owns every socket call
     import socket
@@ -65,7 +65,7 @@ class ConnState:
     """One accepted socket: its HTTP state, unsent bytes, active stream and timer."""
     __slots__ = ("sock", "http", "listener", "outbuf", "stream", "events", "deadline_s",
                  "timer_at", "phase_started_s", "last_send_s", "is_closed", "is_lingering",
-                 "is_write_shut", "is_head_sent", "in_ready")
+                 "is_write_shut", "in_ready")
 
     def __init__(self, sock, listener: ListenerState, http: Connection, now_s: float):
         self.sock, self.listener, self.http = sock, listener, http
@@ -77,7 +77,7 @@ class ConnState:
         self.phase_started_s = now_s       # when the current wait (idle / head / body) began
         self.last_send_s = now_s
         self.is_closed = self.is_lingering = self.is_write_shut = False
-        self.is_head_sent = self.in_ready = False
+        self.in_ready = False
 
 
 def connection_deadline(conn: "ConnState", limits: HttpLimits) -> float | None:
@@ -109,20 +109,6 @@ def wants_read(conn: ConnState, limits: HttpLimits) -> bool:
     is_parsing = http.state in (IDLE, BODY)
     return not http.is_eof and (is_parsing or conn.is_lingering
                                 or http.buffered_bytes <= limits.max_pipelined_bytes)
-
-
-def framed_poll(conn: ConnState, poll: StreamPoll) -> bytes:
-    """A stream's poll as the HTTP bytes to send: the head once, the chunks, the end."""
-    parts = []
-    if poll.head is not None and not conn.is_head_sent:
-        parts.append(conn.http.send_head(poll.head))
-        conn.is_head_sent = True
-    if (poll.chunks or poll.done) and not conn.is_head_sent:
-        raise RuntimeError("stream produced body bytes before its head")
-    parts.extend(conn.http.send_data(chunk) for chunk in poll.chunks)
-    if poll.done:
-        parts.append(conn.http.send_end())
-    return b"".join(parts)
 
 
 class TimerHeap:

@@ -15,10 +15,9 @@ Pipelined requests stay in the input buffer while a response is produced: the ne
 parsed only once the current response is finished, so answers always leave in order
 (RFC 9112 9.3.2). Errors never pass silently: for bad framing `next_event` returns an
 `HttpError(kind, message)` event that names what went wrong and knows nothing of JSON or
-statuses. The loop
-has the application's error table render it (`server/errors.py`) and hands the rendered
-`Response` to `send_error`, which ends the connection (RFC 9112 9.6: a server that cannot
-parse a request cannot find the next one).
+statuses. The loop has the application's error table render it (`server/errors.py`) and
+hands the rendered `Response` to `send_error`, which ends the connection (RFC 9112 9.6: a
+server that cannot parse a request cannot find the next one).
 
 What is deliberately out: trailers are parsed and dropped, transfer codings other than
 `chunked` are 501, `Upgrade` is ignored, and a request's framing is the only thing checked
@@ -26,13 +25,12 @@ here (what a request means is the application's business).
 """
 from __future__ import annotations
 
-import functools
 import re
 from dataclasses import dataclass
 from http import HTTPStatus
 
 from server.http.limits import HttpLimits
-from server.http.protocol import Request, Response, ResponseHead
+from server.http.protocol import Request, Response, ResponseHead, StreamPoll
 
 # RFC 9110 5.6.2 token characters (method and header names).
 _TOKEN = rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
@@ -347,6 +345,15 @@ class Connection:
         self._end_cycle()
         return tail
 
+    def send_poll(self, poll: StreamPoll) -> bytes:
+        """A stream's poll as bytes: its head once (the first poll that has one), the chunks,
+        the end; body bytes before any head are the stream's bug (ProtocolMisuse)."""
+        parts = [self.send_head(poll.head)] if poll.head and self.state == HANDLING else []
+        parts.extend(self.send_data(chunk) for chunk in poll.chunks)
+        if poll.done:
+            parts.append(self.send_end())
+        return b"".join(parts)
+
     def send_error(self, response: Response) -> bytes:
         """The rendered HttpError for a request that failed to parse; the connection ends."""
         if self.state not in (IDLE, BODY, HANDLING):
@@ -370,7 +377,7 @@ class Connection:
         kept = [(name, value) for name, value in headers if name.lower() not in _FRAMING_HEADERS]
         if _UNSAFE_FIELD.search("".join(name + value for name, value in kept)):
             raise ProtocolMisuse("response header contains CR, LF or NUL")
-        lines = [f"HTTP/1.1 {status} {_reason(status)}\r\n"]
+        lines = [f"HTTP/1.1 {status} {_REASONS.get(status, '')}\r\n"]
         lines.extend(f"{name}: {value}\r\n" for name, value in kept)
         if framing is not None:
             lines.append(f"{framing[0]}: {framing[1]}\r\n")
@@ -382,15 +389,8 @@ class Connection:
 # ---- helpers (pure functions) ------------------------------------------------------------
 
 _UNSAFE_FIELD = re.compile(r"[\r\n\x00]")      # would split a header line: never sent
-
-
-@functools.lru_cache(maxsize=None)
-def _reason(status: int) -> str:
-    """RFC 9110 15: the reason phrase (cached; an unknown code gets an empty phrase)."""
-    try:
-        return HTTPStatus(status).phrase
-    except ValueError:
-        return ""
+# RFC 9110 15: the reason phrase of each status (an unknown code gets an empty phrase).
+_REASONS = {status.value: status.phrase for status in HTTPStatus}
 
 
 def _asks_close(headers) -> bool:

@@ -35,10 +35,10 @@ import time
 from typing import Callable
 
 from server.http.connstate import (ConnState, Drain, Listener, ListenerState, TimerHeap,
-                              cancel_stream, connection_deadline, framed_poll, parse_address,
+                              cancel_stream, connection_deadline, parse_address,
                               wants_read)
 from server.errors import ApiError, error_response, internal_error_response
-from server.http.http11 import CLOSING, IDLE, Connection, HttpError, Interim
+from server.http.http11 import CLOSING, HANDLING, IDLE, Connection, HttpError, Interim
 from server.http.limits import HttpLimits
 from server.http.signals import install_stop_signals
 from server.http.protocol import Request, Response
@@ -331,7 +331,7 @@ class EventLoop:
             self._send(conn, conn.http.send_response(result))
             conn.phase_started_s = self._clock()
             return
-        conn.stream, conn.is_head_sent = result, False
+        conn.stream = result
         self._streaming.add(conn)
         self._poll_stream(conn, self._clock())
 
@@ -341,7 +341,7 @@ class EventLoop:
             return self._update(conn)            # backpressure: resumes when writable
         try:
             poll = stream.poll(now)
-            self._send(conn, framed_poll(conn, poll))  # one write per poll: one packet
+            self._send(conn, conn.http.send_poll(poll))  # one write per poll: one packet
         except Exception:
             log.exception("stream poll failed")
             return self._stream_failed(conn, now)
@@ -354,7 +354,7 @@ class EventLoop:
         self._update(conn)
 
     def _stream_failed(self, conn: ConnState, now: float) -> None:
-        stream, head_sent = conn.stream, conn.is_head_sent
+        stream, head_sent = conn.stream, conn.http.state != HANDLING
         self._end_stream(conn)
         cancel_stream(stream)
         if head_sent or conn.is_closed:

@@ -120,7 +120,7 @@ def test_served_model_template_renders_hand_example():
 
 
 def test_model_render_chat_passes_the_tokenizers_bos_and_eos_strings():
-    """ChatFormat (template/chat.py) renders with the tokenizer's BOS/EOS strings; a missing
+    """ChatFormat (template/template.py) renders with the tokenizer's BOS/EOS strings; a missing
     one (None) renders as ""."""
     from template import ChatFormat
     chat = ChatFormat.from_source("[{{ bos_token }}]{% for m in messages %}{{ m.content }}{% endfor %}"
