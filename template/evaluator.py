@@ -37,15 +37,15 @@ _PYTHON_ERRORS = (TypeError, ValueError, KeyError, IndexError, AttributeError,
                   ZeroDivisionError, OverflowError, RecursionError)
 
 
+# `{% break %}` and `{% continue %}` unwind to their loop as exceptions. Each raise makes a
+# fresh instance: a shared one would collect every raise's traceback on its __traceback__ and
+# keep those frames (and each render's state and output) alive for the life of the process.
 class _BreakLoop(Exception):
     pass
 
 
 class _ContinueLoop(Exception):
     pass
-
-
-_BREAK, _CONTINUE = _BreakLoop(), _ContinueLoop()
 
 
 class RenderState:
@@ -317,13 +317,13 @@ def _scope(node: n.Scope):
 
 def _break(node: n.Break):
     def run(state, out):
-        raise _BREAK
+        raise _BreakLoop()
     return run
 
 
 def _continue(node: n.Continue):
     def run(state, out):
-        raise _CONTINUE
+        raise _ContinueLoop()
     return run
 
 

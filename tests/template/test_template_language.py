@@ -229,3 +229,24 @@ def test_python_type_errors_become_runtime_errors_with_line():
     with pytest.raises(TemplateRuntimeError) as info:
         render("{% for t in tools %}{% endfor %}", tools=None)
     assert info.value.message == "'NoneType' object is not iterable"
+
+
+def test_break_and_continue_keep_nothing_alive_after_a_render():
+    """{% break %} / {% continue %} once raised one shared exception instance, whose
+    __traceback__ grew by every raise and kept each render's frames and output alive."""
+    import gc
+    import tracemalloc
+    source = ("{% for m in messages %}{% if loop.index > 1 %}{% break %}{% endif %}"
+              "{% for c in 'ab' %}{% continue %}{% endfor %}{{ m.content | upper }}{% endfor %}")
+    template = Template.parse(source)
+    messages = [{"content": "x" * 100_000}, {"content": "y"}]
+    template.render({"messages": messages})                 # warm up caches
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    for _ in range(40):
+        assert template.render({"messages": messages}) == "X" * 100_000   # a new string each time
+    gc.collect()
+    grown_bytes = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    assert grown_bytes < 1_000_000, f"{grown_bytes} bytes stayed alive after 40 renders"
