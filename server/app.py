@@ -25,10 +25,11 @@ from engine.api import (GenRequest, Model, ModelFormatError, PromptTooLong, Toke
 from server import documents as docs
 from server import openai as api
 from server.bridge import EngineBridge
-from server.errors import ApiError, error_response
+from server.errors import ApiError, error_response, kind_response
 from server.metrics import CONTENT_TYPE as METRICS_TYPE
 from server.metrics import ServerMetrics, metrics_text
-from server.http.protocol import JSON_CONTENT_TYPE, Request, Response, Stream, json_bytes
+from server.documents import JSON_CONTENT_TYPE, json_bytes
+from server.http.protocol import Request, Response, Stream
 from server.routes import API_ROUTES, HEALTH_ROUTES, resolve
 from server.streams import EmbedStream, GenerationStream, StreamContext
 from template import ChatFormat, TemplateError, TemplateSyntaxError
@@ -120,6 +121,8 @@ class ApiApp:
                          "embeddings": self.embeddings, "tokenize": self.tokenize,
                          "detokenize": self.detokenize, "models": self.models,
                          "model": self.model, "healthz": health_ok}
+
+    error = staticmethod(kind_response)  # App.error: the document of an error the transport found
 
     def handle(self, request: Request) -> Response | Stream:
         rid = request_id(request)
@@ -255,6 +258,8 @@ class HealthApp:
     def __init__(self, *, bridge: EngineBridge, state: ServerState):
         self.bridge, self.state = bridge, state
         self.handlers = {"healthz": health_ok, "readyz": self.readyz, "metrics": self.metrics}
+
+    error = staticmethod(kind_response)  # App.error: the document of an error the transport found
 
     def handle(self, request: Request) -> Response:
         rid = request_id(request)

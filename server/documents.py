@@ -9,9 +9,24 @@ order of the streamed chunks follow the OpenAI API reference (chapter 2.4):
 """
 from __future__ import annotations
 
+import json
 import os
 import time
 from dataclasses import dataclass
+from typing import Any
+
+# The header of every JSON body (documents and errors); bodies come from json_bytes.
+JSON_CONTENT_TYPE = ("Content-Type", "application/json")
+
+
+def json_bytes(document: Any) -> bytes:
+    """The one JSON encoding of the server: compact, UTF-8, not ASCII-escaped.
+
+    Every JSON body the server sends (documents, errors, SSE event payloads) goes through
+    here, so they all look alike: `{"a":1,"b":"é"}`. json.dumps never emits a raw newline,
+    so an encoded document is always one SSE `data:` line."""
+    return json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
 
 OWNED_BY = "tl-serve"
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from server.http.protocol import JSON_CONTENT_TYPE, Response, json_bytes
+from server.documents import JSON_CONTENT_TYPE, json_bytes
+from server.http.protocol import Response
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,7 @@ def error_response(err: ApiError, headers: tuple[tuple[str, str], ...] = ()) -> 
     return Response(status=err.status, headers=all_headers, body=json_bytes(err.document()))
 
 
-def internal_error_response() -> Response:
-    """What the loop answers when the application itself raised (a bug): a plain 500."""
-    return error_response(ApiError("internal_error", "internal server error"))
+def kind_response(kind: str, message: str, headers: tuple[tuple[str, str], ...] = ()) -> Response:
+    """The document for an error kind the transport found (`App.error`): a framing error
+    kind from server/http/http11.py, or "internal_error" when the application raised."""
+    return error_response(ApiError(kind, message), headers)

@@ -29,7 +29,8 @@ from server import documents as docs
 from server.bridge import EmbedTicket, EngineBridge, Event, Ticket
 from server.errors import ApiError
 from server.openai import GenSpec
-from server.http.protocol import JSON_CONTENT_TYPE, ResponseHead, StreamPoll, json_bytes
+from server.documents import JSON_CONTENT_TYPE, json_bytes
+from server.http.protocol import ResponseHead, StreamPoll
 from sse import DONE, PING, TextStream, event
 
 SSE_HEADERS = (("Content-Type", "text/event-stream; charset=utf-8"),

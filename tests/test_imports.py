@@ -6,6 +6,8 @@
 - template/ and sse/ import neither engine nor server nor cli (nor each other);
 - server/ and cli/ reach the engine only through its facade, `engine.api`;
 - server/ never imports cli/, and nothing imports the entry script;
+- the transport (server/http/) imports nothing of the application (the rest of server/),
+  nor the engine, template or sse: the App renders the errors the transport finds;
 - no import cycle between modules anywhere (imports under `if TYPE_CHECKING:` are for type
   checkers only and do not count; imports inside functions do).
 
@@ -32,6 +34,7 @@ ALLOWED = {
     ENTRY: {"engine", "template", "sse", "server", "cli"},
 }
 FACADE = "engine.api"          # the one engine module server/ and cli/ may import
+TRANSPORT = "server.http"      # sockets and HTTP bytes: knows no OpenAI meaning
 
 
 def module_name(path: Path) -> str:
@@ -113,6 +116,13 @@ def test_server_and_cli_reach_the_engine_only_through_its_facade(graph):
               for target in targets
               if target.split(".")[0] == "engine" and target not in (FACADE, "engine")]
     assert not broken, "engine internals used outside the engine:\n" + "\n".join(sorted(broken))
+
+
+def test_the_transport_imports_nothing_of_the_application(graph):
+    broken = [f"{name} imports {target}" for name, targets in graph.items()
+              if name.startswith(TRANSPORT) for target in targets
+              if not target.startswith(TRANSPORT)]
+    assert not broken, "server/http/ reaching into the application:\n" + "\n".join(sorted(broken))
 
 
 def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:

@@ -8,5 +8,6 @@
     protocol.py   the seam to the application: Request, Response, Stream, App, json_bytes
 
 The application (server/app.py and its helpers) hands this package `App` objects; this
-package never imports the application except `server/errors.py` to render a parse error.
+package never imports the application: errors it finds (bad framing, an App that raised)
+are rendered by the App (`App.error`). It knows no JSON.
 """

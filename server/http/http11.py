@@ -15,9 +15,9 @@ Pipelined requests stay in the input buffer while a response is produced: the ne
 parsed only once the current response is finished, so answers always leave in order
 (RFC 9112 9.3.2). Errors never pass silently: for bad framing `next_event` returns an
 `HttpError(kind, message)` event that names what went wrong and knows nothing of JSON or
-statuses. The loop has the application's error table render it (`server/errors.py`) and
-hands the rendered `Response` to `send_error`, which ends the connection (RFC 9112 9.6: a
-server that cannot parse a request cannot find the next one).
+statuses. The loop has the application render it (`App.error`, through the one table in
+`server/errors.py`) and hands the `Response` to `send_error`, which ends the connection
+(RFC 9112 9.6: a server that cannot parse a request cannot find the next one).
 
 What is deliberately out: trailers are parsed and dropped, transfer codings other than
 `chunked` are 501, `Upgrade` is ignored, and a request's framing is the only thing checked
@@ -58,7 +58,7 @@ _FRAMING_FIELDS = frozenset({"host", "content-length", "transfer-encoding", "exp
 @dataclass(frozen=True)
 class HttpError:
     """An event: a request this connection cannot accept. The application maps `kind`
-    ("malformed_http", "body_too_large", ...) to a status and document (server/errors.py)."""
+    ("malformed_http", "body_too_large", ...) to a status and document (`App.error`)."""
     kind: str
     message: str
 

@@ -37,13 +37,13 @@ from typing import Callable
 from server.http.connstate import (ConnState, Drain, Listener, ListenerState, TimerHeap,
                               cancel_stream, connection_deadline, parse_address,
                               wants_read)
-from server.errors import ApiError, error_response, internal_error_response
 from server.http.http11 import CLOSING, HANDLING, IDLE, Connection, HttpError, Interim
 from server.http.limits import HttpLimits
 from server.http.signals import install_stop_signals
 from server.http.protocol import Request, Response
 
 log = logging.getLogger("tlserve.http")
+INTERNAL_ERROR = "internal_error"     # the error kind an App renders when it raised itself
 
 RECV_BYTES = 64 * 1024          # one recv; big enough for a pipelined burst or a body chunk
 LISTEN_BACKLOG = 1024
@@ -326,7 +326,7 @@ class EventLoop:
             result = conn.listener.spec.app.handle(request)
         except Exception:
             log.exception("app.handle failed for %s %s", request.method, request.path)
-            result = internal_error_response()
+            result = conn.listener.spec.app.error(INTERNAL_ERROR, "Internal server error.")
         if isinstance(result, Response):
             self._send(conn, conn.http.send_response(result))
             conn.phase_started_s = self._clock()
@@ -360,7 +360,8 @@ class EventLoop:
         if head_sent or conn.is_closed:
             self._close(conn)                          # mid-body: only a close can tell
             return
-        self._send(conn, conn.http.send_response(internal_error_response()))
+        response = conn.listener.spec.app.error(INTERNAL_ERROR, "Internal server error.")
+        self._send(conn, conn.http.send_response(response))
         self._answer_soon(conn)
         self._update(conn)
 
@@ -371,7 +372,7 @@ class EventLoop:
     def _fail(self, conn: ConnState, err: HttpError) -> None:
         """Answer a framing error, then stop reading requests and close (RFC 9112 9.6)."""
         log.info("%s from %s: %s", err.kind, conn.http.peer, err.message)
-        self._send(conn, conn.http.send_error(error_response(ApiError(err.kind, err.message))))
+        self._send(conn, conn.http.send_error(conn.listener.spec.app.error(err.kind, err.message)))
         self._linger(conn)
 
     def _linger(self, conn: ConnState) -> None:

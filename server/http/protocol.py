@@ -10,26 +10,13 @@ values and one protocol:
   timeouts), and calls `cancel()` as soon as the client goes away;
 * `StreamPoll` / `ResponseHead` — what a poll found ready.
 
-An `App` turns a `Request` into a `Response` or a `Stream`. Nothing here does I/O.
+An `App` turns a `Request` into a `Response` or a `Stream`, and renders the errors the
+transport finds. Nothing here does I/O or knows JSON.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from typing import Any, Protocol
-
-# The header of every JSON body (documents and errors); bodies come from json_bytes.
-JSON_CONTENT_TYPE = ("Content-Type", "application/json")
-
-
-def json_bytes(document: Any) -> bytes:
-    """The one JSON encoding of the server: compact, UTF-8, not ASCII-escaped.
-
-    Every JSON body the server sends (documents, errors, SSE event payloads) goes through
-    here, so they all look alike: `{"a":1,"b":"é"}`. json.dumps never emits a raw newline,
-    so an encoded document is always one SSE `data:` line."""
-    return json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-
+from typing import Protocol
 
 @dataclass(frozen=True, kw_only=True)
 class Request:
@@ -87,3 +74,8 @@ class Stream(Protocol):
 class App(Protocol):
     def handle(self, request: Request) -> Response | Stream:
         """Answer one request. Must not block: long work becomes a `Stream`."""
+
+    def error(self, kind: str, message: str) -> Response:
+        """Render an error the transport found: an `HttpError` kind ("malformed_http",
+        "body_too_large", ...) or "internal_error" when `handle` or a stream raised. The
+        application owns the document and the status; the transport only sends it."""

@@ -9,6 +9,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from server.errors import kind_response
 from server.http.limits import HttpLimits
 from server.http.loop import EventLoop, Listener
 from server.http.protocol import Response, ResponseHead, StreamPoll
@@ -32,6 +33,8 @@ class EchoApp:
             return self.streams[request.path[len("/stream/"):]]
         body = f"{request.method} {request.path} {request.body.decode()}".encode()
         return Response(status=200, headers=(("Content-Type", "text/plain"),), body=body)
+
+    error = staticmethod(kind_response)      # the server's own error documents
 
 
 class ScriptedStream:

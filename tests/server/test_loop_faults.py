@@ -174,6 +174,7 @@ SIGNAL_SCRIPT = textwrap.dedent("""
     sys.path.insert(0, {repo!r})
     from server.http.loop import EventLoop, Listener
     from server.http.protocol import StreamPoll, ResponseHead
+    from server.errors import kind_response
 
     class Forever:
         def poll(self, now_s): return StreamPoll(head=ResponseHead(status=200))
@@ -181,6 +182,7 @@ SIGNAL_SCRIPT = textwrap.dedent("""
         def cancel(self): print("cancelled", flush=True)
 
     class App:
+        error = staticmethod(kind_response)
         def handle(self, request): return Forever()
 
     loop = EventLoop([Listener("api", "127.0.0.1:0", App(), True)], handle_signals=True,

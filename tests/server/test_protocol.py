@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from server.http.protocol import json_bytes
+from server.documents import json_bytes
 from sse import event
 
 
