@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from engine.core.engine import Engine, check_context
 from engine.core.sampler import sample
+from engine.core.snapshot import (BLOCK_CACHED, BLOCK_FREE, BLOCK_SHARED, BLOCK_USED,
+                                  EngineSnapshot, StepRecord)
 from engine.core.speculative import SPECULATIVE_RULES
 from engine.core.speculative import check_config as check_speculative_config
 from engine.errors import InvalidConfig, InvalidRequest, ModelFormatError, PromptTooLong, RequestRefused
@@ -27,6 +29,7 @@ from engine.types import (FINISH_DEADLINE, FINISH_LENGTH, FINISH_STOP, MAX_TOP_L
                           GenRequest, RequestId, SamplingParams, SpeculativeConfig, TokenOut)
 
 __all__ = [
+    "BLOCK_CACHED", "BLOCK_FREE", "BLOCK_SHARED", "BLOCK_USED", "EngineSnapshot", "StepRecord",
     "Engine", "EngineConfig", "EngineStats", "FINISH_DEADLINE", "FINISH_LENGTH", "FINISH_STOP",
     "GenRequest", "InvalidConfig", "InvalidRequest", "MAX_TOP_LOGPROBS", "Model", "ModelConfig",
     "ModelFormatError", "PREFIX_CACHE_MODES", "PREFIX_CACHE_RULE", "PromptTooLong", "RequestId",

@@ -40,6 +40,7 @@ from engine.model.spec import Model
 from engine.core.runner import Chunk, ModelRunner
 from engine.core.scheduler import Scheduled, Scheduler
 from engine.core.sequence import Sequence
+from engine.core.snapshot import EngineSnapshot, StepRecord, build_snapshot, step_record
 from engine.core import speculative
 
 SEED_BITS = 63
@@ -90,6 +91,8 @@ class Engine:
         self._steps_total = 0
         self._spec_draft_tokens = 0
         self._spec_accepted_tokens = 0
+        self.record_steps = False          # True: each step leaves a StepRecord in last_step
+        self.last_step: StepRecord | None = None
 
     # ----------------------------------------------------------------- requests
 
@@ -127,6 +130,8 @@ class Engine:
 
     def step(self) -> list[TokenOut]:
         """Expire, schedule, run one batched forward, sample; one TokenOut per produced token."""
+        if self.record_steps:
+            self.last_step, start_s = None, self.clock()    # None: a step without a batch
         outs = [TokenOut(id=s.id, token=None, finish=FINISH_DEADLINE)
                 for s in self.scheduler.expire(self.clock())]
         for out in outs:
@@ -140,14 +145,19 @@ class Engine:
         if not plan.scheduled:
             return outs
         self._steps_total += 1
+        scheduled_s = self.clock() if self.record_steps else 0.0
         chunks = [self._chunk(item) for item in plan.scheduled]
         logits = self.runner.forward(chunks)                                   # [R, V]
+        forward_s = self.clock() if self.record_steps else 0.0
         argmax = sampler.greedy_tokens(logits)                                 # [R], for plain-greedy rows
         row = 0
         for item, chunk in zip(plan.scheduled, chunks):
             end = row + chunk.num_logits
             outs.extend(self._postprocess(item, logits[row:end], argmax[row:end]))
             row = end
+        if self.record_steps:
+            times_s = (start_s, scheduled_s, forward_s, self.clock())
+            self.last_step = step_record(self._steps_total, times_s, plan)
         return outs
 
     @staticmethod
@@ -237,6 +247,10 @@ class Engine:
             pooled = llama.hidden_states(mc, w, list(ids)).mean(axis=0)         # [T, d] -> [d]
             out[i] = pooled / max(float(np.linalg.norm(pooled)), 1e-12)
         return out
+
+    def snapshot(self) -> EngineSnapshot:
+        """The KV pool, running and waiting sequences and radix tree, in ids and counts."""
+        return build_snapshot(self.scheduler.running, self.scheduler.waiting, self.blocks)
 
     def stats(self) -> EngineStats:
         sch, blocks = self.scheduler, self.blocks
