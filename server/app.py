@@ -25,12 +25,14 @@ from engine.api import (GenRequest, Model, ModelFormatError, PromptTooLong, Toke
 from server import documents as docs
 from server import openai as api
 from server.bridge import EngineBridge
+from server.engine_view import EngineView, snapshot_document
 from server.errors import ApiError, error_response, kind_response
 from server.metrics import CONTENT_TYPE as METRICS_TYPE
 from server.metrics import ServerMetrics, metrics_text
 from server.documents import JSON_CONTENT_TYPE, json_bytes
 from server.http.protocol import Request, Response, Stream
 from server.routes import API_ROUTES, HEALTH_ROUTES, resolve
+from server.static import CHAT_PAGE, ENGINE_PAGE, StaticFiles
 from server.streams import EmbedStream, GenerationStream, StreamContext
 from template import ChatFormat, TemplateError, TemplateSyntaxError
 
@@ -109,8 +111,10 @@ class ApiApp:
     """The OpenAI v1 API listener."""
 
     def __init__(self, *, served: ServedModel, bridge: EngineBridge, state: ServerState,
-                 ping_interval_s: float, clock: Callable[[], float] = time.monotonic):
+                 ping_interval_s: float, clock: Callable[[], float] = time.monotonic,
+                 web: StaticFiles | None = None):
         self.served, self.bridge, self.state = served, bridge, state
+        self.web = web or StaticFiles.load()
         self.clock = clock
         metrics = state.metrics
         self.stream_ctx = StreamContext(
@@ -120,7 +124,9 @@ class ApiApp:
         self.handlers = {"chat": self.chat, "completions": self.completions,
                          "embeddings": self.embeddings, "tokenize": self.tokenize,
                          "detokenize": self.detokenize, "models": self.models,
-                         "model": self.model, "healthz": health_ok}
+                         "model": self.model, "healthz": health_ok,
+                         "page": lambda *_: self.web.response(CHAT_PAGE),
+                         "static": lambda _, params, __: self.web.response(params["name"])}
 
     error = staticmethod(kind_response)  # App.error: the document of an error the transport found
 
@@ -255,9 +261,13 @@ def health_ok(request: Request, params: Params, extra: Headers) -> Response:
 class HealthApp:
     """The health listener: liveness, readiness, metrics. Stays up during a drain."""
 
-    def __init__(self, *, bridge: EngineBridge, state: ServerState):
+    def __init__(self, *, bridge: EngineBridge, state: ServerState,
+                 web: StaticFiles | None = None):
         self.bridge, self.state = bridge, state
-        self.handlers = {"healthz": health_ok, "readyz": self.readyz, "metrics": self.metrics}
+        self.web = web or StaticFiles.load()
+        self.handlers = {"healthz": health_ok, "readyz": self.readyz, "metrics": self.metrics,
+                         "engine_page": self.engine_page, "engine_snapshot": self.engine_snapshot,
+                         "static": lambda _, params, __: self.web.response(params["name"])}
 
     error = staticmethod(kind_response)  # App.error: the document of an error the transport found
 
@@ -280,5 +290,19 @@ class HealthApp:
         text = metrics_text(self.bridge.stats, self.state.metrics)
         return Response(status=200, headers=(("Content-Type", METRICS_TYPE),),
                         body=text.encode("utf-8"))
+
+    def _view(self) -> EngineView:
+        if self.bridge.view is None:
+            raise ApiError("engine_view_off", "The engine view is turned off on this server "
+                                              "([engine].engine_view = false).")
+        return self.bridge.view
+
+    def engine_page(self, request: Request, params: Params, extra: Headers) -> Response:
+        self._view()
+        return self.web.response(ENGINE_PAGE)
+
+    def engine_snapshot(self, request: Request, params: Params, extra: Headers) -> Response:
+        latest = self._view().latest       # published by the engine thread, read as one value
+        return json_response(200, snapshot_document(latest), (("Cache-Control", "no-store"),))
 
 

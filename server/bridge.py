@@ -42,7 +42,9 @@ from typing import Callable, ClassVar, Union
 
 from engine.api import (FINISH_DEADLINE, Engine, EngineStats, GenRequest, PromptTooLong,
                         RequestRefused, TokenOut)
+from server.engine_view import EngineView
 from server.errors import ApiError
+from server.trace import TraceWriter
 
 log = logging.getLogger("tlserve.bridge")
 
@@ -148,7 +150,8 @@ class Ticket:
     """One generation request as both threads see it."""
 
     __slots__ = ("request", "request_id", "events", "engine_id", "is_aborted", "is_scheduled",
-                 "is_finished", "on_leave_queue", "scheduled_s", "first_token_s", "last_token_s")
+                 "is_finished", "on_leave_queue", "scheduled_s", "first_token_s", "last_token_s",
+                 "queued_s")
 
     def __init__(self, request: GenRequest, on_leave_queue: Callable[[], None] | None,
                  request_id: str = ""):
@@ -163,6 +166,7 @@ class Ticket:
         self.scheduled_s: float | None = None
         self.first_token_s: float | None = None
         self.last_token_s: float | None = None
+        self.queued_s = 0.0                     # admitted at (bridge clock), for the trace
 
 
 class EmbedTicket:
@@ -186,7 +190,8 @@ class EngineBridge:
     """Owns the engine thread. Public methods are thread-safe unless noted."""
 
     def __init__(self, engine: Engine, *, queue: QueuePolicy, step_delay_s: float = 0.0,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, view: EngineView | None = None,
+                 tracer: TraceWriter | None = None):
         self._engine = engine
         self._clock = clock                     # the engine's clock: deadlines are compared there
         self.queue = queue
@@ -199,6 +204,11 @@ class EngineBridge:
         self._live: dict[int, Ticket] = {}      # engine id -> ticket (engine thread only)
         self.wake: Callable[[], None] = lambda: None
         self.stats: EngineStats = engine.stats()  # latest snapshot, replaced atomically
+        # The engine view and the step trace (both None: the engine records nothing extra).
+        self.view, self.tracer = view, tracer
+        engine.record_steps = view is not None or tracer is not None
+        if view is not None:
+            view.update(engine, self.stats, stepped=False)    # a first picture, before start
 
     # -- loop-thread side --------------------------------------------------------------
 
@@ -210,8 +220,10 @@ class EngineBridge:
         """Admit the request (or raise the 429 ApiError now) and queue it for the engine,
         with the queue deadline counted from this moment."""
         self.gate.reserve_or_raise()
-        deadline_s = self._clock() + self.queue.deadline_ms / 1000.0
+        queued_s = self._clock()
+        deadline_s = queued_s + self.queue.deadline_ms / 1000.0
         ticket = Ticket(replace(request, deadline_s=deadline_s), self.gate.release, request_id)
+        ticket.queued_s = queued_s
         self._post(("add", ticket))
         return ticket
 
@@ -260,6 +272,8 @@ class EngineBridge:
             if stepped:
                 self._step()
             self.stats = self._engine.stats()
+            if self.view is not None:
+                self.view.update(self._engine, self.stats, stepped)
             self.wake()
             if stepped and self._step_delay_s:
                 time.sleep(self._step_delay_s)
@@ -291,11 +305,15 @@ class EngineBridge:
             ticket.events.append(kind(str(exc)))
             return
         self._live[ticket.engine_id] = ticket
+        if self.tracer is not None:
+            self.tracer.queued(ticket.engine_id, ticket.request_id, ticket.queued_s)
 
     def _abort(self, ticket: Ticket) -> None:
         if ticket.engine_id is not None and ticket.engine_id in self._live:
             self._engine.abort(ticket.engine_id)
             del self._live[ticket.engine_id]
+            if self.tracer is not None:
+                self.tracer.finished(ticket.engine_id, "aborted", self._clock())
         self._leave_queue(ticket)
         ticket.is_finished = True
 
@@ -323,6 +341,8 @@ class EngineBridge:
             self._fail_all(f"engine step failed: {exc}")
             return
         now = self._clock()
+        if self.tracer is not None:
+            self.tracer.step(self._engine.last_step, outs, now)
         for out in outs:
             ticket = self._live.get(out.id)
             if ticket is not None:
@@ -373,4 +393,6 @@ class EngineBridge:
                 self._leave_queue(ticket)
                 ticket.events.append(Failed("the server is stopping"))
         self._inbox = []
+        if self.tracer is not None:
+            self.tracer.close(self._clock())
         self.wake()

@@ -46,6 +46,9 @@ class ServeConfig:
     step_delay_s: float = 0.0                  # slows each engine step (fault tests only)
     drain_timeout_s: float = 30.0              # in-flight streams get this long on SIGTERM
     ping_interval_s: float = 15.0              # SSE ": ping" after this long without a token
+    engine_view: bool = True                   # /engine and /engine/snapshot on the health port
+    trace_file: str = ""                       # Chrome trace-event JSON of the steps; "" = off
+    trace_max_mib: int = 64                    # the trace file stops (and says so) at this size
 
     def __post_init__(self):
         if not self.model_id:
@@ -122,6 +125,9 @@ KEYS: dict[str, Key] = {
     "step_delay_s": Key(float, _non_negative, "a number >= 0"),
     "drain_timeout_s": Key(float, _non_negative, "a number >= 0"),
     "ping_interval_s": Key(float, lambda v: v > 0, "a number > 0"),
+    "engine_view": Key(bool, lambda v: True, "true or false"),
+    "trace_file": _ANY,
+    "trace_max_mib": Key(int, _positive, "an integer >= 1"),
     "speculative": Key(str, lambda v: v in ("", "none") + SPECULATIVE_METHODS,
                        f'{SPECULATIVE_RULES["method"]} or "none" (or a [engine.speculative] table)'),
 }
@@ -134,7 +140,8 @@ SPECULATIVE_KEYS: dict[str, Key] = {name: Key(kind, lambda v: True, SPECULATIVE_
 ENGINE_FIELDS = ("prefill_chunk", "block_size", "kv_cache_mib", "num_kv_blocks",
                  "max_num_seqs", "max_batched_tokens", "max_model_len", "prefix_cache")
 SERVE_FIELDS = ("model_dir", "model_id", "http_listen", "health_listen", "queue_capacity",
-                "queue_deadline_ms", "step_delay_s", "drain_timeout_s", "ping_interval_s")
+                "queue_deadline_ms", "step_delay_s", "drain_timeout_s", "ping_interval_s",
+                "engine_view", "trace_file", "trace_max_mib")
 
 def _checked(name: str, key: Key, value: Any) -> Any:
     kind_ok = (isinstance(value, key.kind) and not (key.kind is int and isinstance(value, bool))

@@ -31,6 +31,7 @@ ERROR_KINDS: dict[str, ErrorKind] = {
     "unsupported_parameter": ErrorKind(422, "invalid_request_error", "unsupported_parameter"),
     "model_not_found": ErrorKind(404, "invalid_request_error", "model_not_found"),
     "kv_handle_not_found": ErrorKind(404, "invalid_request_error", "kv_handle_not_found"),
+    "engine_view_off": ErrorKind(404, "invalid_request_error", "engine_view_disabled"),
     # routing
     "route_not_found": ErrorKind(404, "invalid_request_error", "not_found"),
     "method_not_allowed": ErrorKind(405, "invalid_request_error", "method_not_allowed"),

@@ -36,12 +36,17 @@ API_ROUTES: tuple[Route, ...] = (
     Route("GET", "/v1/models", "models"),
     Route("GET", "/v1/models/{model}", "model"),
     Route("GET", "/healthz", "healthz"),
+    Route("GET", "/", "page"),                          # the chat page (server/web/)
+    Route("GET", "/static/{name}", "static"),
 )
 
 HEALTH_ROUTES: tuple[Route, ...] = (
     Route("GET", "/healthz", "healthz"),
     Route("GET", "/readyz", "readyz"),
     Route("GET", "/metrics", "metrics"),
+    Route("GET", "/engine", "engine_page"),             # the engine view (server/web/)
+    Route("GET", "/engine/snapshot", "engine_snapshot"),
+    Route("GET", "/static/{name}", "static"),
 )
 
 

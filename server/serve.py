@@ -21,6 +21,8 @@ from engine.api import Engine, EngineConfig, load_model, model_name, tune_malloc
 from server.app import ApiApp, HealthApp, ServedModel, ServerState
 from server.bridge import EngineBridge, QueuePolicy
 from server.config import ConfigError, ServeConfig
+from server.engine_view import EngineView
+from server.trace import TraceWriter
 from server.http.loop import EventLoop, Listener
 
 log = logging.getLogger("tlserve")
@@ -81,7 +83,9 @@ def build(cfg: ServeConfig) -> ServerHandle:
     engine = Engine(model, engine_cfg)
     _log_kv(engine, engine_cfg)
     queue = QueuePolicy(capacity_requests=cfg.queue_capacity, deadline_ms=cfg.queue_deadline_ms)
-    bridge = EngineBridge(engine, queue=queue, step_delay_s=cfg.step_delay_s)
+    bridge = EngineBridge(engine, queue=queue, step_delay_s=cfg.step_delay_s,
+                          view=EngineView() if cfg.engine_view else None,
+                          tracer=_tracer(cfg))
     state = ServerState()
     served = ServedModel(model, cfg.model_id, engine.max_model_len())
     api = ApiApp(served=served, bridge=bridge, state=state, ping_interval_s=cfg.ping_interval_s)
@@ -99,6 +103,13 @@ def build(cfg: ServeConfig) -> ServerHandle:
                           loop=loop, bridge=bridge, state=state)
     log.info("listening: API on %s, health on %s", handle.http_addr, handle.health_addr)
     return handle
+
+
+def _tracer(cfg: ServeConfig) -> TraceWriter | None:
+    if not cfg.trace_file:
+        return None
+    log.info("step trace: writing %s (at most %d MiB)", cfg.trace_file, cfg.trace_max_mib)
+    return TraceWriter(cfg.trace_file, cfg.trace_max_mib * 2**20, origin_s=time.monotonic())
 
 
 def _log_kv(engine: Engine, engine_cfg: EngineConfig) -> None:
@@ -142,6 +153,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="API port on all interfaces; overrides [engine].http_listen")
     p.add_argument("--health-port", type=int, metavar="N",
                    help="health/metrics port on all interfaces; overrides [engine].health_listen")
+    p.add_argument("--trace-file", metavar="PATH",
+                   help="write a Chrome trace-event JSON of the engine steps and requests "
+                        "(Perfetto, chrome://tracing); overrides [engine].trace_file")
     p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"),
                    help="logging verbosity (default INFO: one line per start-up phase)")
     return p.parse_args(argv)
@@ -160,6 +174,8 @@ def config_from_args(args: argparse.Namespace, env=None) -> ServeConfig:
         overrides["http_listen"] = f":{args.port}"
     if args.health_port is not None:
         overrides["health_listen"] = f":{args.health_port}"
+    if args.trace_file:
+        overrides["trace_file"] = args.trace_file
     return replace(cfg, **overrides) if overrides else cfg
 
 

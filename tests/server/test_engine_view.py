@@ -1,0 +1,85 @@
+"""GET /engine/snapshot on the health port: bounded, ids and counts only, live, switchable."""
+from __future__ import annotations
+
+import json
+import threading
+
+import requests
+
+from engine.api import EngineSnapshot, EngineStats
+from engine.core.snapshot import (MAX_SEGMENT_BLOCKS, MAX_SEQ_BLOCKS, MAX_SNAPSHOT_BLOCKS,
+                                  MAX_SNAPSHOT_SEGMENTS, MAX_SNAPSHOT_SEQS, MAX_SNAPSHOT_WAITING,
+                                  RadixSegment, SeqView, WaitingView)
+from server.engine_view import (HISTORY_BUCKETS, MAX_SNAPSHOT_BYTES, HistoryBucket,
+                                ViewSnapshot, snapshot_document)
+from server.documents import json_bytes
+from tests.e2e.helpers import TIMEOUT_S, chat_body, post, running_server
+from tests.polling import wait_for
+
+SECRET = "zebra-canary"          # prompt text that must never show in the snapshot
+
+
+def snapshot(handle) -> dict:
+    r = requests.get(handle.health_url + "/engine/snapshot", timeout=TIMEOUT_S)
+    assert r.status_code == 200 and r.headers["Content-Type"].startswith("application/json")
+    return r.json()
+
+
+def test_snapshot_follows_a_request_and_never_shows_its_text(succ_model_dir):
+    with running_server(succ_model_dir, step_delay_s=0.02, engine=_small_pool()) as handle:
+        idle = snapshot(handle)
+        assert idle["blocks"]["states"] == "f" * 64 and idle["running"] == []
+        body = chat_body(SECRET * 3, max_tokens=60, temperature=0)
+        worker = threading.Thread(target=post, args=(handle, "/v1/chat/completions", body))
+        worker.start()
+        busy = wait_for(lambda: (s := snapshot(handle))["running"] and s, TIMEOUT_S)
+        assert busy, "the request never showed as running"
+        seq = busy["running"][0]
+        assert seq["prompt_tokens"] == len(SECRET) * 3 and seq["num_blocks"] >= 3
+        assert busy["blocks"]["states"].count("u") == seq["num_blocks"] == len(seq["blocks"])
+        assert all(busy["blocks"]["states"][b] == "u" for b in seq["blocks"])
+        raw = requests.get(handle.health_url + "/engine/snapshot", timeout=TIMEOUT_S).text
+        assert SECRET not in raw and "zebra" not in raw
+        worker.join(TIMEOUT_S)
+        done = wait_for(lambda: (s := snapshot(handle))["blocks"]["used"] == 0 and s, TIMEOUT_S)
+        assert done, "the blocks never came back"
+        assert "u" not in done["blocks"]["states"] and done["radix"]       # prompt now cached
+        assert done["radix"][0]["refs"][0] == 0
+        steps = sum(b["steps"] for b in done["history"])
+        assert steps == done["stats"]["steps_total"] >= 60
+        assert sum(b["decode_rows"] for b in done["history"]) >= 59
+
+
+def test_the_engine_view_can_be_turned_off(succ_model_dir):
+    with running_server(succ_model_dir, engine_view=False) as handle:
+        for path in ("/engine", "/engine/snapshot"):
+            r = requests.get(handle.health_url + path, timeout=TIMEOUT_S)
+            assert r.status_code == 404, path
+            assert r.json()["error"]["code"] == "engine_view_disabled"
+            assert "engine_view = false" in r.json()["error"]["message"]
+        assert handle.bridge.view is None and not handle.bridge._engine.record_steps
+
+
+def test_the_document_is_bounded_under_the_caps():
+    seqs = tuple(SeqView(10**6 + i, 100, 10**5, 10**5, 10**5, 10**5,
+                         tuple(range(10**5, 10**5 + MAX_SEQ_BLOCKS))) for i in range(MAX_SNAPSHOT_SEQS))
+    waiting = tuple(WaitingView(10**6 + i, -100, 10**5, 10**5) for i in range(MAX_SNAPSHOT_WAITING))
+    segments = tuple(RadixSegment(10**5 + i, 10**5 + i - 1, 10**4,
+                                  tuple(range(10**5, 10**5 + MAX_SEGMENT_BLOCKS)),
+                                  (999,) * MAX_SEGMENT_BLOCKS) for i in range(MAX_SNAPSHOT_SEGMENTS))
+    snap = EngineSnapshot(num_blocks=10**6, block_size=16, block_states="s" * MAX_SNAPSHOT_BLOCKS,
+                          running=seqs, waiting=waiting, radix=segments, num_running=10**6,
+                          num_waiting=10**6, num_radix_nodes=10**6)
+    history = tuple(HistoryBucket(start_s=i * 0.5, steps=10**6, batch_tokens=10**9,
+                                  prefill_rows=10**6, decode_rows=10**6, preemptions=10**6,
+                                  prompt_tokens=10**9, prefix_hit_tokens=10**8)
+                    for i in range(HISTORY_BUCKETS + 1))
+    document = snapshot_document(ViewSnapshot(10**6, snap, EngineStats(), history))
+    size = len(json_bytes(document))
+    assert 100_000 < size <= MAX_SNAPSHOT_BYTES, size
+    assert json.loads(json_bytes(document))["num_running"] == 10**6
+
+
+def _small_pool():
+    from engine.api import EngineConfig
+    return EngineConfig(num_kv_blocks=64, block_size=16)
