@@ -2,6 +2,7 @@
 against the offline engine, and `GET /v1/models` against the stdlib server.
 
     python bench/serve_load.py [--quick] [--max-tokens 128] [--concurrency 1,16,64]
+                               [--trace-file PATH] [--no-engine-view]
 
 1. Streams: N client threads each send one streaming chat request (a ~64-token prompt,
    `ignore_eos`, temperature 0) to the real server (smol-135m) and time every SSE chunk:
@@ -12,7 +13,9 @@ against the offline engine, and `GET /v1/models` against the stdlib server.
    answering the same bytes, measured in one run by bench/bench_http.py's client process;
    target >= 2x.
 
-Prints a table, then one JSON line per case. Never run by the tests.
+`--trace-file PATH` serves with the step trace on, `--no-engine-view` with the engine view
+off (the engine then records nothing per step): run once with and once without to see what
+each costs. Prints a table, then one JSON line per case. Never run by the tests.
 """
 from __future__ import annotations
 
@@ -138,6 +141,10 @@ def main(argv=None) -> int:
     p.add_argument("--concurrency", default="1,16,64")
     p.add_argument("--models-seconds", type=float, default=3.0)
     p.add_argument("--quick", action="store_true", help="32 tokens, concurrency 1,16, 1.5 s")
+    p.add_argument("--trace-file", metavar="PATH", default="",
+                   help="serve with the step trace written here (measures its cost)")
+    p.add_argument("--no-engine-view", action="store_true",
+                   help="serve with [engine].engine_view = false")
     p.add_argument("--stream-client", nargs=4, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.stream_client:
@@ -149,7 +156,9 @@ def main(argv=None) -> int:
     levels = [int(x) for x in args.concurrency.split(",")]
     engine_cfg = EngineConfig()          # the served default: 64 streams fit without preemption
     rows = []
-    handle = spawn(ServeConfig.for_model(args.model_dir, engine=engine_cfg))
+    handle = spawn(ServeConfig.for_model(args.model_dir, engine=engine_cfg,
+                                         trace_file=args.trace_file,
+                                         engine_view=not args.no_engine_view))
     try:
         run_streams(handle, 2, 4)                                   # warm-up
         rows += [run_streams(handle, n, args.max_tokens) for n in levels]
@@ -171,6 +180,8 @@ def main(argv=None) -> int:
                   f"{r.get('ttft_p99_s', ''):>10}{r.get('itl_p50_s', ''):>9}{r.get('itl_p99_s', ''):>9}")
     for r in rows:
         print(json.dumps(r))
+    print(json.dumps({"case": "settings", "trace_file": args.trace_file,
+                      "engine_view": not args.no_engine_view}))
     return 0
 
 

@@ -302,7 +302,9 @@ class HealthApp:
         return self.web.response(ENGINE_PAGE)
 
     def engine_snapshot(self, request: Request, params: Params, extra: Headers) -> Response:
-        latest = self._view().latest       # published by the engine thread, read as one value
+        view = self._view()
+        view.asked()
+        latest = view.latest               # published by the engine thread, read as one value
         return json_response(200, snapshot_document(latest), (("Cache-Control", "no-store"),))
 
 

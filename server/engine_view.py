@@ -5,7 +5,9 @@ calls `EngineView.update(engine, stats, stepped)`, which folds the last `StepRec
 minute of history (`HISTORY_BUCKETS` buckets of `HISTORY_BUCKET_S`) and, at most every
 `PUBLISH_INTERVAL_S` (and always when the engine goes idle), publishes a new frozen
 `ViewSnapshot` by replacing one attribute -- the same way the bridge publishes `stats`.
-The loop thread only reads `latest` and renders it (`snapshot_document`).
+The loop thread only reads `latest` and renders it (`snapshot_document`), and marks that
+someone is looking (`asked`): while nobody has looked for `VIEWER_GONE_S`, a busy engine
+builds no snapshot at all (the history, a few additions per step, is always kept).
 
 What is in it: block states, ids, counts, priorities and block numbers (engine/core/
 snapshot.py). Never prompt or output text, never token ids: those belong to other users.
@@ -23,6 +25,7 @@ from engine.api import Engine, EngineSnapshot, EngineStats, StepRecord
 HISTORY_BUCKET_S = 0.5              # one plot point per half second
 HISTORY_BUCKETS = 120               # ... for the last minute
 PUBLISH_INTERVAL_S = 0.1            # snapshots while busy: 10 a second (the page polls 4)
+VIEWER_GONE_S = 2.0                 # no snapshot asked for this long: build none while busy
 MAX_SNAPSHOT_BYTES = 512 * 1024     # the JSON document's bound under the snapshot caps
 
 
@@ -56,6 +59,7 @@ class EngineView:
         self._current = HistoryBucket(start_s=self._bucket_start(clock()))
         self._last_stats = EngineStats()
         self._published_s = float("-inf")
+        self._asked_s = float("-inf")               # written by the loop thread (one float)
         self.latest: ViewSnapshot | None = None
 
     def _bucket_start(self, now_s: float) -> float:
@@ -68,11 +72,16 @@ class EngineView:
             self._count(engine.last_step, stats)
         self._last_stats = stats
         busy = stepped and engine.has_work()           # idle: always show the final state
-        if busy and now_s - self._published_s < PUBLISH_INTERVAL_S:
+        unwatched = now_s - self._asked_s > VIEWER_GONE_S
+        if busy and (unwatched or now_s - self._published_s < PUBLISH_INTERVAL_S):
             return
         self._published_s = now_s
         self.latest = ViewSnapshot(now_s, engine.snapshot(), stats,
                                    tuple(self._history) + (self._current,))
+
+    def asked(self) -> None:
+        """Loop thread: a viewer fetched a snapshot (keeps fresh ones coming while busy)."""
+        self._asked_s = self._clock()
 
     def _roll(self, now_s: float) -> None:
         start_s = self._bucket_start(now_s)

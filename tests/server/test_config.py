@@ -125,3 +125,20 @@ def test_for_model_and_names():
         with pytest.raises(ConfigError, match="http_listen"):
             ServeConfig.from_toml(f'[engine]\nhttp_listen = "{address}"\n', {})
     assert ServeConfig.from_toml('[engine]\nhttp_listen = "[::1]:80"\n', {}).http_listen
+
+
+def test_engine_view_and_trace_keys_from_the_table_the_env_and_the_command_line():
+    from server.serve import config_from_args, parse_args
+    cfg = ServeConfig.from_toml('[engine]\nengine_view = false\ntrace_file = "t.json"\n'
+                                "trace_max_mib = 8\n", env={})
+    assert (cfg.engine_view, cfg.trace_file, cfg.trace_max_mib) == (False, "t.json", 8)
+    cfg = ServeConfig.from_toml("", env={"TL_ENGINE__ENGINE_VIEW": "false",
+                                         "TL_ENGINE__TRACE_FILE": "x.json"})
+    assert cfg.engine_view is False and cfg.trace_file == "x.json"
+    assert ServeConfig.from_toml("", env={}).engine_view is True
+    for text, named in (("[engine]\nengine_view = 1\n", "engine_view"),
+                        ("[engine]\ntrace_max_mib = 0\n", "trace_max_mib")):
+        with pytest.raises(ConfigError, match=named):
+            ServeConfig.from_toml(text, env={})
+    args = parse_args(["--trace-file", "run.json"])
+    assert config_from_args(args, env={}).trace_file == "run.json"

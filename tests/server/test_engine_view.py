@@ -83,3 +83,39 @@ def test_the_document_is_bounded_under_the_caps():
 def _small_pool():
     from engine.api import EngineConfig
     return EngineConfig(num_kv_blocks=64, block_size=16)
+
+
+class FakeEngine:
+    """What EngineView reads: last_step, has_work(), snapshot() (counted)."""
+
+    def __init__(self):
+        self.last_step, self.busy, self.snapshots = None, True, 0
+
+    def has_work(self) -> bool:
+        return self.busy
+
+    def snapshot(self):
+        self.snapshots += 1
+        return self.snapshots
+
+
+def test_a_busy_engine_builds_snapshots_only_while_someone_looks():
+    from server.engine_view import PUBLISH_INTERVAL_S, VIEWER_GONE_S, EngineView
+    now = [1000.0]
+    engine, view = FakeEngine(), EngineView(clock=lambda: now[0])
+    view.update(engine, EngineStats(), stepped=False)              # the first picture
+    assert engine.snapshots == 1
+    for _ in range(50):                                           # busy, nobody looking
+        now[0] += PUBLISH_INTERVAL_S
+        view.update(engine, EngineStats(steps_total=1), stepped=True)
+    assert engine.snapshots == 1
+    view.asked()
+    now[0] += PUBLISH_INTERVAL_S
+    view.update(engine, EngineStats(), stepped=True)
+    view.update(engine, EngineStats(), stepped=True)              # throttled: same instant
+    assert engine.snapshots == 2 and view.latest.engine == 2
+    now[0] += VIEWER_GONE_S + 1
+    view.update(engine, EngineStats(), stepped=True)              # the viewer left
+    engine.busy = False
+    view.update(engine, EngineStats(), stepped=True)              # idle: the final state
+    assert engine.snapshots == 3

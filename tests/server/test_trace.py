@@ -95,6 +95,14 @@ def test_a_preempted_request_queues_again_and_the_cap_ends_the_file_clearly(tmp_
         "decode", "finish"]
     assert events[-1]["args"]["reason"] == "stop" and events[-1]["ts"] == 53000.0
 
+    stopped = tmp_path / "stopped.json"
+    trace = TraceWriter(str(stopped), max_bytes=1 << 20, origin_s=0.0)
+    trace.queued(3, "req-b", 0.5)
+    trace.close(now_s=2.0)                           # the server stops with it still queued
+    assert [(e["name"], e["ts"]) for e in tracks(events_of(stopped))[(2, 4)]] == [
+        ("queued", 500000.0), ("finish", 2000000.0)]
+    assert events_of(stopped)[-1]["args"]["reason"] == "server stopped"
+
     capped = tmp_path / "capped.json"
     cap_bytes = 8 * 1024
     trace = TraceWriter(str(capped), max_bytes=cap_bytes, origin_s=0.0)
