@@ -18,6 +18,8 @@ from engine.core.snapshot import (BLOCK_CACHED, BLOCK_FREE, BLOCK_SHARED, BLOCK_
 from engine.core.speculative import SPECULATIVE_RULES
 from engine.core.speculative import check_config as check_speculative_config
 from engine.errors import InvalidConfig, InvalidRequest, ModelFormatError, PromptTooLong, RequestRefused
+from engine.grammar.compile import GrammarCache, GrammarSpec, ToolCallFormat, schema_spec
+from engine.grammar.errors import GrammarError, GrammarInvalid, GrammarUnsupported
 from engine.kv.blocks import PREFIX_CACHE_RULE, check_prefix_cache
 from engine.memory import tune_malloc
 from engine.model.llama import generate as generate_dense
@@ -31,9 +33,10 @@ from engine.types import (FINISH_DEADLINE, FINISH_LENGTH, FINISH_STOP, MAX_TOP_L
 __all__ = [
     "BLOCK_CACHED", "BLOCK_FREE", "BLOCK_SHARED", "BLOCK_USED", "EngineSnapshot", "StepRecord",
     "Engine", "EngineConfig", "EngineStats", "FINISH_DEADLINE", "FINISH_LENGTH", "FINISH_STOP",
-    "GenRequest", "InvalidConfig", "InvalidRequest", "MAX_TOP_LOGPROBS", "Model", "ModelConfig",
+    "GenRequest", "GrammarCache", "GrammarError", "GrammarInvalid", "GrammarSpec", "GrammarUnsupported",
+    "InvalidConfig", "InvalidRequest", "MAX_TOP_LOGPROBS", "Model", "ModelConfig",
     "ModelFormatError", "PREFIX_CACHE_MODES", "PREFIX_CACHE_RULE", "PromptTooLong", "RequestId",
     "RequestRefused", "SPECULATIVE_METHODS", "SPECULATIVE_RULES", "SamplingParams",
-    "SpeculativeConfig", "Tokenizer", "TokenOut", "check_context", "check_prefix_cache",
-    "check_speculative_config", "generate_dense", "load_model", "model_name", "sample", "tune_malloc",
+    "SpeculativeConfig", "Tokenizer", "TokenOut", "ToolCallFormat", "check_context", "check_prefix_cache",
+    "check_speculative_config", "generate_dense", "load_model", "model_name", "sample", "schema_spec", "tune_malloc",
 ]

@@ -48,6 +48,7 @@ class GenRequest:
     stop_ids: tuple[int, ...] = ()  # extra stop token ids (the model's EOS ids always stop unless ignore_eos)
     priority: int = 0              # higher runs first; FCFS within a priority
     deadline_s: float | None = None  # engine-clock time by which it must be scheduled, else FINISH_DEADLINE
+    grammar: object | None = None  # an engine.grammar Grammar (compiled, immutable): constrained decoding
 
 
 @dataclass(frozen=True, kw_only=True)

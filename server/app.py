@@ -20,8 +20,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from engine.api import (GenRequest, Model, ModelFormatError, PromptTooLong, Tokenizer,
-                        check_context)
+from engine.api import (GenRequest, GrammarCache, Model, ModelFormatError, PromptTooLong,
+                        Tokenizer, check_context)
 from server import documents as docs
 from server import openai as api
 from server.bridge import EngineBridge
@@ -34,6 +34,7 @@ from server.http.protocol import Request, Response, Stream
 from server.routes import API_ROUTES, HEALTH_ROUTES, resolve
 from server.static import CHAT_PAGE, ENGINE_PAGE, StaticFiles
 from server.streams import EmbedStream, GenerationStream, StreamContext
+from server.structured import compile_structured
 from template import ChatFormat, TemplateError, TemplateSyntaxError
 
 log = logging.getLogger("tlserve.app")
@@ -64,6 +65,7 @@ class ServedModel:
         self.tokenizer: Tokenizer = model.tokenizer
         self.max_model_len = max_model_len
         self.created = int(time.time())
+        self.grammars = GrammarCache()          # structured outputs, compiled once per schema
         try:
             self.chat = ChatFormat.from_source(model.chat_template,
                                                bos_token=self.tokenizer.bos_token,
@@ -186,9 +188,11 @@ class ApiApp:
                            f"the {prompt_param}, {exc.completion_tokens} for the completion). "
                            f"Please reduce the length of the {prompt_param} or max_tokens.",
                            param=prompt_param) from None
+        grammar = compile_structured(self.served.grammars, spec.structured) if spec.structured else None
         now = self.clock()
         gen = GenRequest(prompt=tuple(prompt), params=spec.params, seed=spec.seed,
-                         max_tokens=max_tokens, stop_ids=spec.stop_ids, priority=priority)
+                         max_tokens=max_tokens, stop_ids=spec.stop_ids, priority=priority,
+                         grammar=grammar)
         # Admission: a slot in the bridge's queue, or the 429 ApiError raised right here.
         ticket = self.bridge.submit(gen, request_id=_request_id_of(extra))
         return GenerationStream(ctx=self.stream_ctx, ticket=ticket, spec=spec,

@@ -5,7 +5,8 @@ Every body is checked before it reaches the template, the tokenizer or the engin
 * a value out of range or of the wrong type      -> 400 `invalid_request_error`, `param` = field
 * a real OpenAI field this engine does not serve -> 422 `unsupported_parameter`
   (`n` > 1, `echo`, `best_of` > 1, `suffix`, content as an array of parts, `tools`,
-  `tool_choice`, `response_format`)
+  `tool_choice`)
+* `response_format`, `guided_*`, `structured_outputs`: server/structured.py
 * unknown fields                                 -> ignored (clients send many)
 
 The served-model check (404 `model_not_found`) and the context check (400
@@ -21,6 +22,7 @@ from typing import Any
 
 from engine.api import MAX_TOP_LOGPROBS, SamplingParams
 from server.errors import ApiError
+from server.structured import Structured, parse_structured
 
 MAX_MESSAGES = 4096             # a conversation longer than this is abuse, not chat
 MAX_EMBEDDING_INPUTS = 256      # inputs in one /v1/embeddings call
@@ -30,7 +32,7 @@ MAX_LOGIT_BIAS_ENTRIES = 300    # OpenAI's own bound
 MAX_COMPLETION_LOGPROBS = 5     # legacy /v1/completions `logprobs` is 0..5
 DEFAULT_COMPLETION_MAX_TOKENS = 16   # /v1/completions default (OpenAI's)
 ROLES = frozenset({"system", "user", "assistant", "developer", "tool"})
-UNSUPPORTED_IF_PRESENT = ("tools", "tool_choice", "response_format", "functions",
+UNSUPPORTED_IF_PRESENT = ("tools", "tool_choice", "functions",
                           "function_call", "suffix")
 _MISSING = object()
 
@@ -51,6 +53,7 @@ class GenSpec:
     include_usage: bool = False
     logprobs: bool = False
     top_logprobs: int = 0
+    structured: Structured | None = None        # a grammar the output must follow
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -239,7 +242,7 @@ def _common(doc: dict, kind: str, *, default_max: int | None, logprobs: bool,
                 seed=seed, stop=_stop(doc), stream=stream, include_usage=include_usage,
                 stop_ids=() if stop_ids is None else _token_ids(stop_ids, "stop_token_ids",
                                                                limit=MAX_STOP_TOKEN_IDS),
-                logprobs=logprobs, top_logprobs=top_logprobs)
+                logprobs=logprobs, top_logprobs=top_logprobs, structured=parse_structured(doc))
 
 
 # --- chat ------------------------------------------------------------------------------------

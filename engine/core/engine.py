@@ -42,6 +42,8 @@ from engine.core.scheduler import Scheduled, Scheduler
 from engine.core.sequence import Sequence
 from engine.core.snapshot import EngineSnapshot, StepRecord, build_snapshot, step_record
 from engine.core import speculative
+from engine.core.guided import sample_guided
+from engine.grammar.constraint import Guides
 
 SEED_BITS = 63
 
@@ -85,6 +87,7 @@ class Engine:
             drafter = self._drafts
         self.scheduler = Scheduler(config, self.blocks, drafter)
         self.eos_ids = frozenset(int(t) for t in mc.eos_token_ids)
+        self.guides = Guides(model.tokenizer, mc.vocab_size, self.eos_ids)      # grammars' run time
         self._seqs: dict[RequestId, Sequence] = {}
         self._next_id = 0
         self._last_batch_tokens = 0
@@ -105,6 +108,8 @@ class Engine:
             raise PromptTooLong("prompt does not fit in the KV cache")
         seed = req.seed if req.seed is not None else self.rng.getrandbits(SEED_BITS)
         seq = Sequence(self._next_id, req, seed=seed, arrival=self._next_id, eos_ids=self.eos_ids)
+        if req.grammar is not None:
+            seq.constraint = self.guides.constraint(req.grammar)
         self.scheduler.add(seq)
         self._seqs[seq.id] = seq
         self._next_id += 1
@@ -194,8 +199,13 @@ class Engine:
         """Sample one token; `argmax` is the row's raw argmax, the answer for plain greedy."""
         params = seq.req.params
         suppress = seq.suppress_ids()
-        if sampler.is_plain_greedy(params, suppress):
+        guide = seq.constraint
+        if sampler.is_plain_greedy(params, suppress) and (guide is None or guide.allows(argmax)):
             result = sampler.greedy_result(argmax)
+        elif guide is not None:
+            result = sample_guided(logits_row, params, guide, seed=seq.seed, sample_index=seq.num_generated,
+                                   output_counts=seq.output_counts, prompt_tokens=seq.prompt_set,
+                                   suppress_ids=suppress)
         else:
             prompt_set = seq.prompt_set if params.repetition_penalty != 1.0 else frozenset()
             result = sampler.sample(logits_row, params, seed=seq.seed, sample_index=seq.num_generated,
@@ -204,7 +214,7 @@ class Engine:
         token = result.token
         seq.append(token)
         finish = None
-        if token in seq.eos_ids or token in seq.stop_ids:
+        if token in seq.eos_ids or token in seq.stop_ids or (guide is not None and guide.finished):
             finish = FINISH_STOP
         elif seq.num_generated >= seq.req.max_tokens or len(seq.tokens) >= self._max_model_len:
             finish = FINISH_LENGTH

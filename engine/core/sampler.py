@@ -164,7 +164,7 @@ PROB_FILTERS: tuple[Callable[[np.ndarray, SamplingParams], None], ...] = (
     _filter_top_k, _filter_top_p, _filter_min_p)
 
 
-def _softmax64(x: np.ndarray) -> np.ndarray:
+def softmax64(x: np.ndarray) -> np.ndarray:
     z = x.astype(np.float64)                                            # [V]
     z -= z.max()
     np.exp(z, out=z)
@@ -185,15 +185,18 @@ def processed_probs(logits_row: np.ndarray, params: SamplingParams, *,
         probs = np.zeros(logits.shape[0], dtype=np.float64)
         probs[int(np.argmax(logits))] = 1.0
         return probs
-    probs = _softmax64(logits / np.float32(params.temperature))         # [V]
+    probs = softmax64(logits / np.float32(params.temperature))         # [V]
     for keep in PROB_FILTERS:
         keep(probs, params)
     return probs / probs.sum()
 
 
-def draw(probs: np.ndarray, *, seed: int, sample_index: int) -> int:
-    """Inverse-CDF draw over probs [V] in id order; a pure function of (seed, sample_index)."""
-    u = np.random.default_rng([int(seed) & (2**63 - 1), int(sample_index)]).random()
+def draw(probs: np.ndarray, *, seed: int, sample_index: int, stream: int = 0) -> int:
+    """Inverse-CDF draw over probs [V] in id order; a pure function of (seed, sample_index).
+
+    `stream` > 0 gives an independent uniform for the same position (guided.py's redraw)."""
+    key = [int(seed) & (2**63 - 1), int(sample_index)] + ([int(stream)] if stream else [])
+    u = np.random.default_rng(key).random()
     cum = np.cumsum(probs)                                              # [V]
     pos = int(np.searchsorted(cum, u * cum[-1], side="right"))
     if pos >= probs.shape[0] or probs[pos] == 0.0:                      # rounding at the very top

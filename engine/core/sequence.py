@@ -21,7 +21,7 @@ class Sequence:
     __slots__ = ("id", "req", "tokens", "num_prompt", "num_computed", "blocks", "seed",
                  "arrival", "num_generated", "output_counts", "radix_node",
                  "num_committed_blocks", "was_scheduled", "stop_ids", "eos_ids",
-                 "_prompt_set")
+                 "_prompt_set", "constraint")
 
     def __init__(self, seq_id: int, req: GenRequest, *, seed: int, arrival: int,
                  eos_ids: frozenset[int]):
@@ -41,6 +41,7 @@ class Sequence:
         self.stop_ids = frozenset(int(t) for t in req.stop_ids)
         self.eos_ids = frozenset() if req.params.ignore_eos else eos_ids
         self._prompt_set = None
+        self.constraint = None                       # engine.grammar Constraint, set by the engine
 
     @property
     def sort_key(self) -> tuple[int, int]:
@@ -67,6 +68,8 @@ class Sequence:
         self.tokens.append(token)
         self.num_generated += 1
         self.output_counts[token] = self.output_counts.get(token, 0) + 1
+        if self.constraint is not None:
+            self.constraint.advance(token)
 
     def reset_for_recompute(self) -> None:
         """After preemption: nothing cached any more; prompt + output will be prefilled."""

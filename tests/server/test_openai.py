@@ -51,7 +51,7 @@ def test_out_of_range_values_are_400_naming_the_field(fields, param):
 
 @pytest.mark.parametrize("fields, param", [
     ({"n": 2}, "n"), ({"tools": []}, "tools"), ({"tool_choice": "auto"}, "tool_choice"),
-    ({"response_format": {"type": "json_object"}}, "response_format"),
+    ({"response_format": {"type": "json_object"}, "guided_regex": "a+"}, "guided_regex"),
     ({"messages": [{"role": "user", "content": [{"type": "text", "text": "x"}]}]},
      "messages[0].content"),
 ])

@@ -1,0 +1,10 @@
+"""The grammar room: constrained decoding for structured outputs (JSON Schema, regex, tool calls).
+
+A schema or a regex compiles once to a `Grammar` (`json_schema.py`, `regex_subset.py` ->
+`expr.py`'s expressions -> `automaton.py`'s recursive character automaton). At run time a
+`Matcher` (`automaton.py`) steps the automaton over bytes (UTF-8 assembled into characters,
+a stack of rule frames for nesting), `vocab.py` walks the vocabulary's token bytes in sorted
+order to find every token the automaton accepts (the mask), and `constraint.py` is the
+per-sequence cursor the sampler consults: check the sampled token first, build the mask
+only when it is rejected. The server reaches all of this through `engine/api.py`.
+"""

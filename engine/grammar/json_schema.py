@@ -1,0 +1,320 @@
+"""JSON Schema -> grammar expressions: what the output may be, written as JSON text.
+
+Served keywords (anything else is `GrammarUnsupported`, naming the keyword and its path):
+`type` (a name or a list), `properties`, `required`, `additionalProperties` (false, true or
+a schema), `enum`, `const`, `anyOf`, `oneOf` (as anyOf: the branches should not overlap),
+`allOf` with one member, `items`, `prefixItems`, `minItems`, `maxItems`, `uniqueItems:
+false`, `minLength`, `maxLength`, `pattern` (regex_subset.py; a search, as JSON Schema
+says, unless anchored), `format` (date, time, date-time, uuid), `minimum`, `maximum`,
+`exclusiveMinimum`, `exclusiveMaximum` (integers; a bounded `number` is written as an
+integer of the interval), `$ref` to `#`, `#/$defs/...`, `#/definitions/...` (recursion
+included), `nullable: true`, and the annotations (title, description, default, ...).
+
+The grammar writes a subset of what the schema allows, never more: properties in the
+schema's order, no property that is not declared unless `additionalProperties` allows it
+explicitly, bounded whitespace. Every sentence of the grammar validates.
+"""
+from __future__ import annotations
+
+import json
+import math
+
+from engine.grammar import charset, expr as ex, jsontext as jt, regex_subset
+from engine.grammar.errors import GrammarInvalid, GrammarUnsupported
+
+ANNOTATIONS = frozenset({"title", "description", "default", "examples", "$schema", "$id",
+                         "$comment", "readOnly", "writeOnly", "deprecated", "$defs",
+                         "definitions", "discriminator"})
+KEYWORDS = {
+    "any": {"type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "nullable"},
+    "object": {"properties", "required", "additionalProperties"},
+    "array": {"items", "prefixItems", "minItems", "maxItems", "uniqueItems"},
+    "string": {"minLength", "maxLength", "pattern", "format"},
+    "number": {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"},
+}
+SERVED = frozenset().union(*KEYWORDS.values()) | ANNOTATIONS
+TYPES = ("object", "array", "string", "number", "integer", "boolean", "null")
+FORMATS = {
+    "date": r"[12]\d{3}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\d|30)"
+            r"|02-(?:0[1-9]|1\d|2[0-8]))",
+    "time": r"(?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d(?:\.\d{1,6})?(?:Z|[+-](?:[01]\d|2[0-3]):[0-5]\d)",
+    "uuid": r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}",
+}
+FORMATS["date-time"] = FORMATS["date"] + "T" + FORMATS["time"]
+SHARED_CHAR_ABOVE = 4           # a maxLength above this repeats a call, not the expression
+_SEP = ex.seq(jt.WS, ex.lit(","), jt.WS)
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+class SchemaCompiler:
+    """One schema document -> named rules; `value(schema, path)` is the expression of a value."""
+
+    def __init__(self, root):
+        self.root = root
+        self.rules: dict[str, tuple] = {}
+        self._count = 0
+
+    def fresh(self, stem: str, e: tuple) -> tuple:
+        self._count += 1
+        name = f"{stem}#{self._count}"
+        self.rules[name] = e
+        return ex.ref(name)
+
+    # -- dispatch
+    def value(self, s, path: str) -> tuple:
+        if s is True or s == {}:
+            return self.any_value()
+        if s is False:
+            raise GrammarInvalid(f"the schema at {path} is false: no value can satisfy it", path=path)
+        if not isinstance(s, dict):
+            raise GrammarInvalid(f"the schema at {path} must be an object or a boolean", path=path)
+        for key in s:
+            if key not in SERVED and not (key == "uniqueItems" and s[key] is False):
+                raise GrammarUnsupported(f"the JSON Schema keyword '{key}' at {path} is not supported",
+                                         path=f"{path}.{key}", keyword=key)
+        if s.get("nullable") is True:
+            rest = {k: v for k, v in s.items() if k != "nullable"}
+            return ex.alt(self.value(rest, path), ex.lit("null"))
+        if "$ref" in s:
+            return self.reference(s["$ref"], f"{path}.$ref")
+        if "allOf" in s:
+            members = s["allOf"]
+            if not isinstance(members, list) or len(members) != 1:
+                raise GrammarUnsupported(f"'allOf' at {path} is supported with one member only",
+                                         path=f"{path}.allOf", keyword="allOf")
+            return self.value(members[0], f"{path}.allOf[0]")
+        if "const" in s:
+            return jt.literal(s["const"])
+        if "enum" in s:
+            return self.enum(s, path)
+        for key in ("anyOf", "oneOf"):
+            if key in s:
+                subs = s[key]
+                if not isinstance(subs, list) or not subs:
+                    raise GrammarInvalid(f"'{key}' at {path} must be a non-empty list", path=path, keyword=key)
+                return ex.alt(*(self.value(sub, f"{path}.{key}[{i}]") for i, sub in enumerate(subs)))
+        return ex.alt(*(self.typed(t, s, path) for t in self.types(s, path)))
+
+    def types(self, s: dict, path: str) -> list[str]:
+        t = s.get("type")
+        if t is None:
+            implied = [name for name in ("object", "array", "string", "number")
+                       if KEYWORDS[name] & s.keys()]
+            return ["integer" if name == "number" else name for name in implied] or list(TYPES)
+        names = t if isinstance(t, list) else [t]
+        if not names or any(n not in TYPES for n in names):
+            raise GrammarInvalid(f"'type' at {path} must be one of {', '.join(TYPES)} or a list of them",
+                                 path=f"{path}.type", keyword="type")
+        return names
+
+    def typed(self, t: str, s: dict, path: str) -> tuple:
+        if t == "object":
+            return self.object(s, path)
+        if t == "array":
+            return self.array(s, path)
+        if t == "string":
+            return self.string(s, path)
+        if t in ("integer", "number"):
+            return self.number(s, path, integer=t == "integer")
+        return ex.lit("null") if t == "null" else ex.alt(ex.lit("true"), ex.lit("false"))
+
+    def enum(self, s: dict, path: str) -> tuple:
+        values = s["enum"]
+        if not isinstance(values, list) or not values:
+            raise GrammarInvalid(f"'enum' at {path} must be a non-empty list", path=f"{path}.enum", keyword="enum")
+        if "type" in s:
+            allowed = set(self.types(s, path))
+            values = [v for v in values if _json_type(v) in allowed
+                      or (_json_type(v) == "integer" and "number" in allowed)]
+            if not values:
+                raise GrammarInvalid(f"no 'enum' value at {path} has the schema's type", path=path, keyword="enum")
+        return ex.alt(*(jt.literal(v) for v in values))
+
+    def reference(self, target, path: str) -> tuple:
+        if not isinstance(target, str) or not target.startswith("#"):
+            raise GrammarUnsupported(f"only local references ('#...') are supported at {path}",
+                                     path=path, keyword="$ref")
+        if target not in self.rules:
+            node = self.root
+            for part in [p for p in target[1:].split("/") if p]:
+                part = part.replace("~1", "/").replace("~0", "~")
+                if not isinstance(node, dict) or part not in node:
+                    raise GrammarInvalid(f"'$ref' {target!r} at {path} does not resolve", path=path, keyword="$ref")
+                node = node[part]
+            self.rules[target] = ex.EMPTY                      # placeholder: recursion finds the name
+            self.rules[target] = self.value(node, target)
+        return ex.ref(target)
+
+    def any_value(self) -> tuple:
+        if "any" not in self.rules:
+            self.rules["any"] = ex.EMPTY
+            member = ex.seq(jt.string(), jt.WS, ex.lit(":"), jt.WS, ex.ref("any"))
+            obj = ex.seq(ex.lit("{"), jt.WS, ex.opt(ex.seq(member, ex.star(ex.seq(_SEP, member)))), jt.WS, ex.lit("}"))
+            arr = ex.seq(ex.lit("["), jt.WS, ex.opt(ex.seq(ex.ref("any"), ex.star(ex.seq(_SEP, ex.ref("any"))))),
+                         jt.WS, ex.lit("]"))
+            self.rules["any"] = ex.alt(obj, arr, jt.string(), jt.NUMBER, ex.lit("true"), ex.lit("false"),
+                                       ex.lit("null"))
+        return ex.ref("any")
+
+    # -- objects
+    def object(self, s: dict, path: str) -> tuple:
+        props = s.get("properties", {})
+        required = s.get("required", [])
+        if not isinstance(props, dict):
+            raise GrammarInvalid(f"'properties' at {path} must be an object", path=f"{path}.properties")
+        if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
+            raise GrammarInvalid(f"'required' at {path} must be a list of strings", path=f"{path}.required")
+        extra = s.get("additionalProperties", False if props or required else True)
+        if not isinstance(extra, (bool, dict)):
+            raise GrammarInvalid(f"'additionalProperties' at {path} must be a boolean or a schema",
+                                 path=f"{path}.additionalProperties")
+        names = list(props) + [r for r in required if r not in props]
+        for r in required:
+            if r not in props and extra is False:
+                raise GrammarInvalid(f"required property {r!r} at {path} is not allowed by the schema",
+                                     path=f"{path}.required")
+        members = []
+        for name in names:
+            sub = props[name] if name in props else extra
+            members.append((name in required, ex.seq(jt.literal(name), jt.WS, ex.lit(":"), jt.WS,
+                                                     self.value(sub, f"{path}.properties.{name}"))))
+        tail = None
+        if extra is not False:
+            member = ex.seq(self.key_not_in(names, path), jt.WS, ex.lit(":"), jt.WS,
+                            self.value(extra, f"{path}.additionalProperties"))
+            tail = member
+        body = self._ordered_members(members, tail)
+        return ex.seq(ex.lit("{"), jt.WS, body, jt.WS, ex.lit("}"))
+
+    def _ordered_members(self, members: list[tuple[bool, tuple]], tail) -> tuple:
+        """Members in order, optional ones may be skipped, commas only between written ones."""
+        after = ex.star(ex.seq(_SEP, tail)) if tail is not None else ex.EMPTY   # something written
+        first = ex.opt(ex.seq(tail, after)) if tail is not None else ex.EMPTY    # nothing yet
+        for is_required, member in reversed(members):
+            after_ref = self.fresh("obj.after", after)
+            first_ref = self.fresh("obj.first", first)
+            with_sep = ex.seq(_SEP, member, after_ref)
+            after = with_sep if is_required else ex.alt(with_sep, after_ref)
+            took = ex.seq(member, after_ref)
+            first = took if is_required else ex.alt(took, first_ref)
+        return first
+
+    def key_not_in(self, names: list[str], path: str) -> tuple:
+        """A JSON string key that is none of `names` (so an extra member cannot shadow one)."""
+        plain = charset.minus(charset.ANY, charset.union(charset.chars('"\\/'), ((0, 0x1F),)))
+        for n in names:
+            if any(not charset.contains(plain, ord(c)) for c in n):
+                raise GrammarUnsupported(f"property name {n!r} at {path} cannot be combined with "
+                                         "additionalProperties", path=path, keyword="additionalProperties")
+        rest = ex.star(jt.json_chars(charset.minus(charset.ANY, charset.chars("/"))))
+        return ex.seq(ex.lit('"'), self._not_in(names, "", rest), ex.lit('"'))
+
+    def _not_in(self, names: list[str], prefix: str, rest: tuple) -> tuple:
+        live = [n for n in names if n.startswith(prefix)]
+        if not live:
+            return rest
+        nexts = sorted({n[len(prefix)] for n in live if len(n) > len(prefix)})
+        parts = [] if prefix in names else [ex.EMPTY]
+        other = charset.minus(charset.ANY, charset.chars("".join(nexts) + "/"))
+        parts.append(ex.seq(jt.json_chars(other), rest))
+        parts.extend(ex.seq(ex.lit(c), self._not_in(names, prefix + c, rest)) for c in nexts)
+        return ex.alt(*parts)
+
+    # -- arrays
+    def array(self, s: dict, path: str) -> tuple:
+        prefix = s.get("prefixItems", [])
+        items = s.get("items", True)
+        if not isinstance(prefix, list):
+            raise GrammarInvalid(f"'prefixItems' at {path} must be a list", path=f"{path}.prefixItems")
+        lo, hi = self._count_bounds(s, "minItems", "maxItems", path)
+        if items is False:
+            hi = len(prefix) if hi is None else min(hi, len(prefix))
+        if hi is not None and lo > hi:
+            raise GrammarInvalid(f"no array at {path} can satisfy its item bounds", path=path)
+        elems = [self.value(p, f"{path}.prefixItems[{i}]") for i, p in enumerate(prefix)]
+        item = None if items is False else self.value(items, f"{path}.items")
+        body = ex.EMPTY if item is None or hi is not None else ex.star(ex.seq(_SEP, item))
+        top = hi if hi is not None else max(lo, len(prefix), 1)
+        for i in reversed(range(1, top)):
+            e = elems[i] if i < len(elems) else item
+            step = ex.seq(_SEP, e, body)
+            body = step if i < lo else ex.alt(step, ex.EMPTY)
+        first = elems[0] if elems else item
+        content = ex.EMPTY if top == 0 or first is None else ex.seq(first, body)
+        if lo == 0 and top > 0:
+            content = ex.alt(content, ex.EMPTY)
+        return ex.seq(ex.lit("["), jt.WS, content, jt.WS, ex.lit("]"))
+
+    @staticmethod
+    def _count_bounds(s: dict, lo_key: str, hi_key: str, path: str) -> tuple[int, int | None]:
+        lo, hi = s.get(lo_key, 0), s.get(hi_key)
+        for key, v in ((lo_key, lo), (hi_key, hi)):
+            if v is not None and (not _is_int(v) or v < 0):
+                raise GrammarInvalid(f"'{key}' at {path} must be a non-negative integer",
+                                     path=f"{path}.{key}", keyword=key)
+        if max(lo, hi or 0) > regex_subset.MAX_REPEAT:
+            raise GrammarUnsupported(f"'{lo_key}'/'{hi_key}' at {path} above {regex_subset.MAX_REPEAT}",
+                                     path=path, keyword=hi_key if hi else lo_key)
+        return lo, hi
+
+    # -- scalars
+    def string(self, s: dict, path: str) -> tuple:
+        lo, hi = self._count_bounds(s, "minLength", "maxLength", path)
+        if hi is not None and lo > hi:
+            raise GrammarInvalid(f"minLength > maxLength at {path}", path=path, keyword="minLength")
+        fmt, pattern = s.get("format"), s.get("pattern")
+        if fmt is not None and fmt not in FORMATS:
+            raise GrammarUnsupported(f"the string format {fmt!r} at {path} is not supported "
+                                     f"(served: {', '.join(sorted(FORMATS))})", path=f"{path}.format", keyword="format")
+        if (fmt or pattern) and ("minLength" in s or "maxLength" in s or (fmt and pattern)):
+            raise GrammarUnsupported(f"combining pattern/format with each other or with lengths at {path} "
+                                     "is not supported", path=path, keyword="pattern" if pattern else "format")
+        if fmt is not None:
+            return ex.seq(ex.lit('"'), regex_subset.full_match(FORMATS[fmt]), ex.lit('"'))
+        if pattern is not None:
+            if not isinstance(pattern, str):
+                raise GrammarInvalid(f"'pattern' at {path} must be a string", path=f"{path}.pattern")
+            e, anchored_start, anchored_end = regex_subset.parse(pattern, jt.json_chars, f"{path}.pattern")
+            free = ex.star(jt.STRING_CHAR)
+            return ex.seq(ex.lit('"'), ex.EMPTY if anchored_start else free, e,
+                          ex.EMPTY if anchored_end else free, ex.lit('"'))
+        if hi is not None and hi > SHARED_CHAR_ABOVE:          # one call per character, not a copy
+            self.rules.setdefault("string.char", jt.STRING_CHAR)
+            return ex.seq(ex.lit('"'), ex.rep(ex.ref("string.char"), lo, hi), ex.lit('"'))
+        return jt.string(lo, hi)
+
+    def number(self, s: dict, path: str, *, integer: bool) -> tuple:
+        bounds = {k: s[k] for k in KEYWORDS["number"] if k in s}
+        for k, v in bounds.items():
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise GrammarInvalid(f"'{k}' at {path} must be a number", path=f"{path}.{k}", keyword=k)
+        if not bounds:
+            return jt.INTEGER if integer else jt.NUMBER
+        los = ([math.ceil(bounds["minimum"])] if "minimum" in bounds else []) + \
+            ([math.floor(bounds["exclusiveMinimum"]) + 1] if "exclusiveMinimum" in bounds else [])
+        his = ([math.floor(bounds["maximum"])] if "maximum" in bounds else []) + \
+            ([math.ceil(bounds["exclusiveMaximum"]) - 1] if "exclusiveMaximum" in bounds else [])
+        lo, hi = (max(los) if los else None), (min(his) if his else None)
+        if lo is not None and hi is not None and lo > hi:
+            raise GrammarUnsupported(f"no integer lies within the bounds at {path}", path=path,
+                                     keyword="minimum" if "minimum" in bounds else "exclusiveMinimum")
+        return jt.int_range(lo, hi)
+
+
+def _json_type(v) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "boolean"
+    if _is_int(v):
+        return "integer"
+    return {float: "number", str: "string", list: "array", dict: "object"}.get(type(v), "?")
+
+
+def canonical(schema) -> str:
+    """The cache key of a schema: its compact JSON text. Keys keep their order: the order of
+    `properties` is the order the output writes them in."""
+    return json.dumps(schema, separators=(",", ":"), ensure_ascii=False)
