@@ -29,6 +29,7 @@ from server.errors import ApiError, error_response, kind_response
 from server.metrics import CONTENT_TYPE as METRICS_TYPE
 from server.metrics import ServerMetrics, metrics_text
 from server.documents import JSON_CONTENT_TYPE, json_bytes
+from server.messages import for_template
 from server.http.protocol import Request, Response, Stream
 from server.routes import API_ROUTES, HEALTH_ROUTES, resolve
 from server.streams import EmbedStream, GenerationStream, StreamContext
@@ -72,7 +73,8 @@ class ServedModel:
 
     def render(self, messages: tuple[dict, ...], *, add_generation_prompt: bool = True) -> str:
         try:
-            return self.chat.render(messages, add_generation_prompt=add_generation_prompt)
+            prepared = for_template(messages, self.chat.template.iterates_content_parts)
+            return self.chat.render(prepared, add_generation_prompt=add_generation_prompt)
         except TemplateError as exc:
             raise ApiError("template_error", exc.message, param="messages") from None
 

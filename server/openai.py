@@ -4,7 +4,7 @@ Every body is checked before it reaches the template, the tokenizer or the engin
 
 * a value out of range or of the wrong type      -> 400 `invalid_request_error`, `param` = field
 * a real OpenAI field this engine does not serve -> 422 `unsupported_parameter`
-  (`n` > 1, `echo`, `best_of` > 1, `suffix`, content as an array of parts, `tools`,
+  (`n` > 1, `echo`, `best_of` > 1, `suffix`, image/audio/file content parts, `tools`,
   `tool_choice`, `response_format`)
 * unknown fields                                 -> ignored (clients send many)
 
@@ -21,6 +21,7 @@ from typing import Any
 
 from engine.api import MAX_TOP_LOGPROBS, SamplingParams
 from server.errors import ApiError
+from server.messages import check_content
 
 MAX_MESSAGES = 4096             # a conversation longer than this is abuse, not chat
 MAX_EMBEDDING_INPUTS = 256      # inputs in one /v1/embeddings call
@@ -253,13 +254,9 @@ def _message(i: int, m: Any) -> dict:
         raise bad(f"{where}.role", f"{role!r} is not a valid role; expected one of "
                                    f"{', '.join(sorted(ROLES))}.")
     content = m.get("content")
-    if isinstance(content, list):
-        raise unsupported(f"{where}.content", "Content as an array of parts is not supported; "
-                                              "send a string.")
     if content is None and role == "assistant":
         content = ""
-    if not isinstance(content, str):
-        raise bad(f"{where}.content", f"'{where}.content' must be a string.")
+    content = check_content(f"{where}.content", content)     # a string or text parts
     if m.get("tool_calls") is not None:
         raise unsupported(f"{where}.tool_calls", "Tool calls are not supported.")
     out = {k: v for k, v in m.items() if v is not None}

@@ -108,8 +108,8 @@ BAD_REQUESTS = [
     ("/v1/completions", {"model": "succ", "prompt": "a", "echo": True}, 422, "echo",
      "unsupported_parameter"),
     ("/v1/chat/completions", {"model": "succ", "messages": [
-        {"role": "user", "content": [{"type": "text", "text": "a"}]}]}, 422,
-     "messages[0].content", "unsupported_parameter"),
+        {"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]}]}, 422,
+     "messages[0].content[0].type", "unsupported_parameter"),
     ("/v1/chat/completions", chat_body("a", tools=[{"type": "function"}]), 422, "tools",
      "unsupported_parameter"),
     ("/v1/chat/completions", chat_body("a", model="gpt-4o"), 404, "model", "model_not_found"),

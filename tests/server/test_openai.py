@@ -52,8 +52,9 @@ def test_out_of_range_values_are_400_naming_the_field(fields, param):
 @pytest.mark.parametrize("fields, param", [
     ({"n": 2}, "n"), ({"tools": []}, "tools"), ({"tool_choice": "auto"}, "tool_choice"),
     ({"response_format": {"type": "json_object"}}, "response_format"),
-    ({"messages": [{"role": "user", "content": [{"type": "text", "text": "x"}]}]},
-     "messages[0].content"),
+    ({"messages": [{"role": "user", "content": [{"type": "text", "text": "x"},
+                                                {"type": "image_url", "image_url": {}}]}]},
+     "messages[0].content[1].type"),
 ])
 def test_unsupported_values_are_422(fields, param):
     err = refused(parse_chat, chat(**fields))
