@@ -24,12 +24,13 @@ from engine.model.spec import Model, ModelConfig
 from engine.tokenizer.base import Tokenizer
 from engine.types import (FINISH_DEADLINE, FINISH_LENGTH, FINISH_STOP, MAX_TOP_LOGPROBS,
                           PREFIX_CACHE_MODES, SPECULATIVE_METHODS, EngineConfig, EngineStats,
-                          GenRequest, RequestId, SamplingParams, SpeculativeConfig, TokenOut)
+                          GenRequest, PromptLogprobs, RequestId, SamplingParams,
+                          SpeculativeConfig, TokenOut)
 
 __all__ = [
     "Engine", "EngineConfig", "EngineStats", "FINISH_DEADLINE", "FINISH_LENGTH", "FINISH_STOP",
     "GenRequest", "InvalidConfig", "InvalidRequest", "MAX_TOP_LOGPROBS", "Model", "ModelConfig",
-    "ModelFormatError", "PREFIX_CACHE_MODES", "PREFIX_CACHE_RULE", "PromptTooLong", "RequestId",
+    "ModelFormatError", "PREFIX_CACHE_MODES", "PromptLogprobs", "PREFIX_CACHE_RULE", "PromptTooLong", "RequestId",
     "RequestRefused", "SPECULATIVE_METHODS", "SPECULATIVE_RULES", "SamplingParams",
     "SpeculativeConfig", "Tokenizer", "TokenOut", "check_context", "check_prefix_cache",
     "check_speculative_config", "generate_dense", "load_model", "model_name", "sample", "tune_malloc",

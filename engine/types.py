@@ -48,6 +48,11 @@ class GenRequest:
     stop_ids: tuple[int, ...] = ()  # extra stop token ids (the model's EOS ids always stop unless ignore_eos)
     priority: int = 0              # higher runs first; FCFS within a priority
     deadline_s: float | None = None  # engine-clock time by which it must be scheduled, else FINISH_DEADLINE
+    # Score the prompt: None = off; k = each prompt token's logprob plus the top-k
+    # (0..MAX_TOP_LOGPROBS) at every position, as `PromptLogprobs` events. Such a request
+    # takes no cached prefix blocks (every position must be computed). With max_tokens 0 it
+    # ends after its prompt (TokenOut(token=None, finish="length")), sampling nothing.
+    prompt_logprobs: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,6 +62,19 @@ class TokenOut:
     logprob: float = 0.0
     top_logprobs: tuple[tuple[int, float], ...] = ()
     finish: str | None = None      # None while the request goes on
+
+
+@dataclass(frozen=True, kw_only=True)
+class PromptLogprobs:
+    """Scores of prompt tokens start .. start+len-1 (start >= 1: token 0 has no context),
+    from the log-softmax of the raw logits at the position before each token. One event
+    per prefill chunk; `complete` on the one that reaches the end of the prompt."""
+    id: RequestId
+    start: int
+    tokens: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    top_logprobs: tuple[tuple[tuple[int, float], ...], ...]     # best first, per token
+    complete: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -32,7 +32,7 @@ from server.documents import JSON_CONTENT_TYPE, json_bytes
 from server.messages import for_template
 from server.http.protocol import Request, Response, Stream
 from server.routes import API_ROUTES, HEALTH_ROUTES, resolve
-from server.streams import EmbedStream, GenerationStream, StreamContext
+from server.streams import Echo, EmbedStream, GenerationStream, StreamContext
 from template import ChatFormat, TemplateError, TemplateSyntaxError
 
 log = logging.getLogger("tlserve.app")
@@ -155,23 +155,49 @@ class ApiApp:
         spec = api.parse_chat(request.body)
         self._check_model(spec.model)
         prompt = self.served.encode(self.served.render(spec.messages))
-        return self._generate(request, spec, prompt, "chat", "chatcmpl", "messages", extra)
+        return self._generate(request, spec, [prompt], "chat", "chatcmpl", "messages", extra)
 
     def completions(self, request: Request, params: Params, extra: Headers) -> GenerationStream:
         spec = api.parse_completion(request.body)
         self._check_model(spec.model)
-        if isinstance(spec.prompt, tuple):
-            self.served.check_token_ids(spec.prompt, "prompt")
-            prompt = list(spec.prompt)
-        else:
-            prompt = self.served.encode(spec.prompt)
-        if not prompt:
-            raise api.bad("prompt", "The prompt must contain at least one token.")
-        return self._generate(request, spec, prompt, "completions", "cmpl", "prompt", extra)
+        prompts = []
+        for prompt in spec.prompts:
+            if isinstance(prompt, tuple):
+                self.served.check_token_ids(prompt, "prompt")
+            ids = list(prompt) if isinstance(prompt, tuple) else self.served.encode(prompt)
+            if not ids:
+                raise api.bad("prompt", "The prompt must contain at least one token.")
+            prompts.append(ids)
+        echoes = None
+        if spec.echo:
+            echoes = [Echo(p if isinstance(p, str) else self.served.tokenizer.decode(list(p)),
+                           ids[0], spec.logprobs) for p, ids in zip(spec.prompts, prompts)]
+        return self._generate(request, spec, prompts, "completions", "cmpl", "prompt", extra,
+                              echoes)
 
-    def _generate(self, request: Request, spec: api.GenSpec, prompt: list[int], route: str,
-                  id_prefix: str, prompt_param: str, extra: Headers) -> GenerationStream:
+    def _generate(self, request: Request, spec: api.GenSpec, prompts: list[list[int]],
+                  route: str, id_prefix: str, prompt_param: str, extra: Headers,
+                  echoes: list[Echo] | None = None) -> GenerationStream:
+        """One engine request per choice (one per prompt); the whole answer or none of it:
+        a refusal or a 429 on a later choice aborts the earlier ones."""
         priority = self._headers(request)
+        requests = [self._gen_request(spec, prompt, prompt_param, priority) for prompt in prompts]
+        now = self.clock()
+        tickets = []
+        try:
+            for gen in requests:        # admission: a slot each in the bridge's queue, or 429
+                tickets.append(self.bridge.submit(gen, request_id=_request_id_of(extra)))
+        except ApiError:
+            for ticket in tickets:
+                self.bridge.abort(ticket)
+            raise
+        return GenerationStream(ctx=self.stream_ctx, tickets=tickets, spec=spec,
+                                header=docs.Header.new(id_prefix, self.served.id),
+                                prompt_tokens=sum(map(len, prompts)), route=route,
+                                headers=extra, arrival_s=now, echoes=echoes)
+
+    def _gen_request(self, spec: api.GenSpec, prompt: list[int], prompt_param: str,
+                     priority: int) -> GenRequest:
         try:                                    # the engine's context rule, one source
             max_tokens = check_context(len(prompt), spec.max_tokens, self.served.max_model_len)
         except PromptTooLong as exc:
@@ -182,15 +208,10 @@ class ApiApp:
                            f"the {prompt_param}, {exc.completion_tokens} for the completion). "
                            f"Please reduce the length of the {prompt_param} or max_tokens.",
                            param=prompt_param) from None
-        now = self.clock()
-        gen = GenRequest(prompt=tuple(prompt), params=spec.params, seed=spec.seed,
-                         max_tokens=max_tokens, stop_ids=spec.stop_ids, priority=priority)
-        # Admission: a slot in the bridge's queue, or the 429 ApiError raised right here.
-        ticket = self.bridge.submit(gen, request_id=_request_id_of(extra))
-        return GenerationStream(ctx=self.stream_ctx, ticket=ticket, spec=spec,
-                                header=docs.Header.new(id_prefix, self.served.id),
-                                prompt_tokens=len(prompt), route=route, headers=extra,
-                                arrival_s=now)
+        scored = spec.top_logprobs if spec.echo and spec.logprobs else None
+        return GenRequest(prompt=tuple(prompt), params=spec.params, seed=spec.seed,
+                          max_tokens=max_tokens, stop_ids=spec.stop_ids, priority=priority,
+                          prompt_logprobs=scored)
 
     def _check_model(self, model: str) -> None:
         if model != self.served.id:

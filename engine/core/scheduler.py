@@ -163,6 +163,8 @@ class Scheduler:
     def _take_cached_prefix(self, seq: Sequence) -> None:
         """Start from the longest cached prefix; at least one token is always computed."""
         max_blocks = (len(seq.tokens) - 1) // self.blocks.block_size
+        if seq.scores_prompt:              # prompt scoring needs every position's logits
+            max_blocks = 0
         blocks, node = self.blocks.match_prefix(seq.tokens, max_blocks)
         seq.blocks = blocks
         seq.radix_node = node

@@ -105,7 +105,7 @@ BAD_REQUESTS = [
     ("/v1/chat/completions", chat_body("a", stop=["1", "2", "3", "4", "5"]), 400, "stop", None),
     ("/v1/chat/completions", {"model": "succ"}, 400, "messages", None),
     ("/v1/chat/completions", chat_body("a", n=2), 422, "n", "unsupported_parameter"),
-    ("/v1/completions", {"model": "succ", "prompt": "a", "echo": True}, 422, "echo",
+    ("/v1/completions", {"model": "succ", "prompt": "a", "suffix": "z"}, 422, "suffix",
      "unsupported_parameter"),
     ("/v1/chat/completions", {"model": "succ", "messages": [
         {"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]}]}, 422,
