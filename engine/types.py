@@ -53,6 +53,10 @@ class GenRequest:
     # takes no cached prefix blocks (every position must be computed). With max_tokens 0 it
     # ends after its prompt (TokenOut(token=None, finish="length")), sampling nothing.
     prompt_logprobs: int | None = None
+    # A fork (the 2nd..n-th choice of one prompt): while a running sequence is still
+    # computing the whole KV blocks this prompt shares with it, wait, then take them from
+    # the prefix cache (shared, not copied; the partial tail block is recomputed).
+    wait_for_prefix: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -13,6 +13,7 @@ Drain (chapter 2.6) flips `ServerState.is_draining`: new API requests get 503, `
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import re
@@ -89,6 +90,17 @@ class ServedModel:
         vocab = self.tokenizer.vocab_size
         if any(t >= vocab for t in ids):
             raise api.bad(param, f"Token ids must be below the vocabulary size {vocab}.")
+
+
+def choice_seed(seed: int | None, choice: int) -> int | None:
+    """The sample stream of choice `choice` of a request seeded `seed`: choice 0 keeps the
+    seed (so it is the n = 1 answer), choice j > 0 takes the first 63 bits of
+    sha256(f"{seed}/{j}"), reproducible and unrelated to the neighbouring seeds. Unseeded
+    requests stay unseeded (the engine draws one seed per choice)."""
+    if seed is None or choice == 0:
+        return seed
+    digest = hashlib.sha256(f"{seed}/{choice}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
 
 
 def request_id(request: Request) -> str:
@@ -169,19 +181,22 @@ class ApiApp:
                 raise api.bad("prompt", "The prompt must contain at least one token.")
             prompts.append(ids)
         echoes = None
-        if spec.echo:
+        if spec.echo:                           # one per choice: prompt i's n choices
             echoes = [Echo(p if isinstance(p, str) else self.served.tokenizer.decode(list(p)),
-                           ids[0], spec.logprobs) for p, ids in zip(spec.prompts, prompts)]
+                           ids[0], spec.logprobs) for p, ids in zip(spec.prompts, prompts)
+                      for _ in range(spec.n)]
         return self._generate(request, spec, prompts, "completions", "cmpl", "prompt", extra,
                               echoes)
 
     def _generate(self, request: Request, spec: api.GenSpec, prompts: list[list[int]],
                   route: str, id_prefix: str, prompt_param: str, extra: Headers,
                   echoes: list[Echo] | None = None) -> GenerationStream:
-        """One engine request per choice (one per prompt); the whole answer or none of it:
-        a refusal or a 429 on a later choice aborts the earlier ones."""
+        """One engine request per choice (`n` per prompt; choice index = prompt * n + j, as
+        OpenAI numbers them); the whole answer or none of it: a refusal or a 429 on a later
+        choice aborts the earlier ones."""
         priority = self._headers(request)
-        requests = [self._gen_request(spec, prompt, prompt_param, priority) for prompt in prompts]
+        requests = [self._gen_request(spec, prompt, prompt_param, priority, j)
+                    for prompt in prompts for j in range(spec.n)]
         now = self.clock()
         tickets = []
         try:
@@ -197,7 +212,9 @@ class ApiApp:
                                 headers=extra, arrival_s=now, echoes=echoes)
 
     def _gen_request(self, spec: api.GenSpec, prompt: list[int], prompt_param: str,
-                     priority: int) -> GenRequest:
+                     priority: int, choice: int) -> GenRequest:
+        """Choice 0 is exactly the n = 1 request; the others are forks of it: their own
+        seed (`choice_seed`) and they wait to share the prompt's KV blocks."""
         try:                                    # the engine's context rule, one source
             max_tokens = check_context(len(prompt), spec.max_tokens, self.served.max_model_len)
         except PromptTooLong as exc:
@@ -209,9 +226,10 @@ class ApiApp:
                            f"Please reduce the length of the {prompt_param} or max_tokens.",
                            param=prompt_param) from None
         scored = spec.top_logprobs if spec.echo and spec.logprobs else None
-        return GenRequest(prompt=tuple(prompt), params=spec.params, seed=spec.seed,
-                          max_tokens=max_tokens, stop_ids=spec.stop_ids, priority=priority,
-                          prompt_logprobs=scored)
+        return GenRequest(prompt=tuple(prompt), params=spec.params,
+                          seed=choice_seed(spec.seed, choice), max_tokens=max_tokens,
+                          stop_ids=spec.stop_ids, priority=priority, prompt_logprobs=scored,
+                          wait_for_prefix=choice > 0)
 
     def _check_model(self, model: str) -> None:
         if model != self.served.id:

@@ -4,7 +4,7 @@ Every body is checked before it reaches the template, the tokenizer or the engin
 
 * a value out of range or of the wrong type      -> 400 `invalid_request_error`, `param` = field
 * a real OpenAI field this engine does not serve -> 422 `unsupported_parameter`
-  (`n` > 1, `best_of` > 1, `suffix`, image/audio/file content parts, `tools`,
+  (`best_of` > 1, `suffix`, image/audio/file content parts, `tools`,
   `tool_choice`, `response_format`)
 * unknown fields                                 -> ignored (clients send many)
 
@@ -30,6 +30,7 @@ MAX_STOP_TOKEN_IDS = 64
 MAX_LOGIT_BIAS_ENTRIES = 300    # OpenAI's own bound
 MAX_COMPLETION_LOGPROBS = MAX_TOP_LOGPROBS   # /v1/completions `logprobs`: 0..20 (vLLM's bound)
 MAX_COMPLETION_PROMPTS = 64     # prompts in one /v1/completions call (one choice each)
+MAX_CHOICES = 8                 # `n`: choices per prompt (each one engine sequence)
 DEFAULT_COMPLETION_MAX_TOKENS = 16   # /v1/completions default (OpenAI's)
 ROLES = frozenset({"system", "user", "assistant", "developer", "tool"})
 UNSUPPORTED_IF_PRESENT = ("tools", "tool_choice", "response_format", "functions",
@@ -45,6 +46,7 @@ class GenSpec:
     messages: tuple[dict, ...] = ()             # chat: [{"role", "content", ...}]
     prompts: tuple[str | tuple[int, ...], ...] = ()   # completion: texts or token ids
     echo: bool = False                          # completion: the prompt text (and scores) first
+    n: int = 1                                  # choices per prompt
     max_tokens: int | None = None               # None: up to the context limit
     params: SamplingParams = SamplingParams()
     seed: int | None = None
@@ -189,9 +191,6 @@ def _refuse_unsupported(doc: dict) -> None:
     for name in UNSUPPORTED_IF_PRESENT:
         if doc.get(name) is not None:
             raise unsupported(name, f"'{name}' is not supported by this server.")
-    n = integer(doc, "n", 1, 1)
-    if n > 1:
-        raise unsupported("n", "Only n = 1 is supported.")
 
 
 def _stream_flags(doc: dict) -> tuple[bool, bool]:
@@ -237,7 +236,7 @@ def _common(doc: dict, kind: str, *, default_max: int | None, logprobs: bool,
     if seed is not None and not _is_int(seed):
         raise bad("seed", f"{seed!r} is not valid for 'seed': expected an integer.")
     stop_ids = doc.get("stop_token_ids")
-    return dict(kind=kind, model=model_name(doc),
+    return dict(kind=kind, model=model_name(doc), n=integer(doc, "n", 1, 1, MAX_CHOICES),
                 max_tokens=_max_tokens(doc, default_max, least_max),
                 params=_sampling(doc, logprobs=logprobs, top_logprobs=top_logprobs),
                 seed=seed, stop=_stop(doc), stream=stream, include_usage=include_usage,

@@ -104,7 +104,7 @@ BAD_REQUESTS = [
     ("/v1/chat/completions", chat_body("a", max_tokens=0), 400, "max_tokens", None),
     ("/v1/chat/completions", chat_body("a", stop=["1", "2", "3", "4", "5"]), 400, "stop", None),
     ("/v1/chat/completions", {"model": "succ"}, 400, "messages", None),
-    ("/v1/chat/completions", chat_body("a", n=2), 422, "n", "unsupported_parameter"),
+    ("/v1/chat/completions", chat_body("a", n=9), 400, "n", None),
     ("/v1/completions", {"model": "succ", "prompt": "a", "suffix": "z"}, 422, "suffix",
      "unsupported_parameter"),
     ("/v1/chat/completions", {"model": "succ", "messages": [

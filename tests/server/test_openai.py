@@ -7,7 +7,7 @@ import pytest
 
 from server import documents as docs
 from server.errors import ApiError
-from server.openai import (MAX_COMPLETION_PROMPTS, parse_chat, parse_completion,
+from server.openai import (MAX_CHOICES, MAX_COMPLETION_PROMPTS, parse_chat, parse_completion,
                            parse_detokenize, parse_embeddings, parse_priority, parse_tokenize)
 
 
@@ -36,7 +36,7 @@ def refused(parse, body: bytes) -> ApiError:
                                             "top_logprobs"),
     ({"seed": "1"}, "seed"), ({"stream": "yes"}, "stream"),
     ({"stream_options": {"include_usage": True}}, "stream_options"),
-    ({"n": 0}, "n"), ({"min_p": 2}, "min_p"), ({"top_k": -2}, "top_k"),
+    ({"n": 0}, "n"), ({"n": MAX_CHOICES + 1}, "n"), ({"min_p": 2}, "min_p"), ({"top_k": -2}, "top_k"),
     ({"repetition_penalty": 0}, "repetition_penalty"), ({"min_tokens": -1}, "min_tokens"),
     ({"stop_token_ids": [-1]}, "stop_token_ids"), ({"model": 5}, "model"),
     ({"messages": []}, "messages"), ({"messages": [{"role": "robot", "content": "x"}]},
@@ -50,7 +50,7 @@ def test_out_of_range_values_are_400_naming_the_field(fields, param):
 
 
 @pytest.mark.parametrize("fields, param", [
-    ({"n": 2}, "n"), ({"tools": []}, "tools"), ({"tool_choice": "auto"}, "tool_choice"),
+    ({"functions": []}, "functions"), ({"tools": []}, "tools"), ({"tool_choice": "auto"}, "tool_choice"),
     ({"response_format": {"type": "json_object"}}, "response_format"),
     ({"messages": [{"role": "user", "content": [{"type": "text", "text": "x"},
                                                 {"type": "image_url", "image_url": {}}]}]},
