@@ -17,7 +17,9 @@ from engine.core.snapshot import (BLOCK_CACHED, BLOCK_FREE, BLOCK_SHARED, BLOCK_
                                   EngineSnapshot, StepRecord)
 from engine.core.speculative import SPECULATIVE_RULES
 from engine.core.speculative import check_config as check_speculative_config
-from engine.errors import InvalidConfig, InvalidRequest, ModelFormatError, PromptTooLong, RequestRefused
+from engine.errors import (InvalidConfig, InvalidRequest, ModelFormatError, PromptTooLong,
+                           RequestRefused)
+from engine.grammar.automaton import Grammar
 from engine.grammar.compile import GrammarCache, GrammarSpec, ToolCallFormat, schema_spec
 from engine.grammar.errors import GrammarError, GrammarInvalid, GrammarUnsupported
 from engine.kv.blocks import PREFIX_CACHE_RULE, check_prefix_cache
@@ -28,15 +30,18 @@ from engine.model.spec import Model, ModelConfig
 from engine.tokenizer.base import Tokenizer
 from engine.types import (FINISH_DEADLINE, FINISH_LENGTH, FINISH_STOP, MAX_TOP_LOGPROBS,
                           PREFIX_CACHE_MODES, SPECULATIVE_METHODS, EngineConfig, EngineStats,
-                          GenRequest, RequestId, SamplingParams, SpeculativeConfig, TokenOut)
+                          GenRequest, PromptLogprobs, RequestId, SamplingParams,
+                          SpeculativeConfig, TokenOut)
 
 __all__ = [
-    "BLOCK_CACHED", "BLOCK_FREE", "BLOCK_SHARED", "BLOCK_USED", "EngineSnapshot", "StepRecord",
-    "Engine", "EngineConfig", "EngineStats", "FINISH_DEADLINE", "FINISH_LENGTH", "FINISH_STOP",
-    "GenRequest", "GrammarCache", "GrammarError", "GrammarInvalid", "GrammarSpec", "GrammarUnsupported",
-    "InvalidConfig", "InvalidRequest", "MAX_TOP_LOGPROBS", "Model", "ModelConfig",
-    "ModelFormatError", "PREFIX_CACHE_MODES", "PREFIX_CACHE_RULE", "PromptTooLong", "RequestId",
-    "RequestRefused", "SPECULATIVE_METHODS", "SPECULATIVE_RULES", "SamplingParams",
-    "SpeculativeConfig", "Tokenizer", "TokenOut", "ToolCallFormat", "check_context", "check_prefix_cache",
-    "check_speculative_config", "generate_dense", "load_model", "model_name", "sample", "schema_spec", "tune_malloc",
+    "BLOCK_CACHED", "BLOCK_FREE", "BLOCK_SHARED", "BLOCK_USED", "check_context",
+    "check_prefix_cache", "check_speculative_config", "Engine", "EngineConfig",
+    "EngineSnapshot", "EngineStats", "FINISH_DEADLINE", "FINISH_LENGTH", "FINISH_STOP",
+    "generate_dense", "GenRequest", "Grammar", "GrammarCache", "GrammarError", "GrammarInvalid",
+    "GrammarSpec", "GrammarUnsupported", "InvalidConfig", "InvalidRequest", "load_model",
+    "MAX_TOP_LOGPROBS", "Model", "model_name", "ModelConfig", "ModelFormatError",
+    "PREFIX_CACHE_MODES", "PREFIX_CACHE_RULE", "PromptLogprobs", "PromptTooLong", "RequestId",
+    "RequestRefused", "sample", "SamplingParams", "schema_spec", "SPECULATIVE_METHODS",
+    "SPECULATIVE_RULES", "SpeculativeConfig", "StepRecord", "Tokenizer", "TokenOut",
+    "ToolCallFormat", "tune_malloc",
 ]

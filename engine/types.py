@@ -49,6 +49,15 @@ class GenRequest:
     priority: int = 0              # higher runs first; FCFS within a priority
     deadline_s: float | None = None  # engine-clock time by which it must be scheduled, else FINISH_DEADLINE
     grammar: object | None = None  # an engine.grammar Grammar (compiled, immutable): constrained decoding
+    # Score the prompt: None = off; k = each prompt token's logprob plus the top-k
+    # (0..MAX_TOP_LOGPROBS) at every position, as `PromptLogprobs` events. Such a request
+    # takes no cached prefix blocks (every position must be computed). With max_tokens 0 it
+    # ends after its prompt (TokenOut(token=None, finish="length")), sampling nothing.
+    prompt_logprobs: int | None = None
+    # A fork (the 2nd..n-th choice of one prompt): while a running sequence is still
+    # computing the whole KV blocks this prompt shares with it, wait, then take them from
+    # the prefix cache (shared, not copied; the partial tail block is recomputed).
+    wait_for_prefix: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,6 +67,19 @@ class TokenOut:
     logprob: float = 0.0
     top_logprobs: tuple[tuple[int, float], ...] = ()
     finish: str | None = None      # None while the request goes on
+
+
+@dataclass(frozen=True, kw_only=True)
+class PromptLogprobs:
+    """Scores of prompt tokens start .. start+len-1 (start >= 1: token 0 has no context),
+    from the log-softmax of the raw logits at the position before each token. One event
+    per prefill chunk; `complete` on the one that reaches the end of the prompt."""
+    id: RequestId
+    start: int
+    tokens: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    top_logprobs: tuple[tuple[tuple[int, float], ...], ...]     # best first, per token
+    complete: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -13,6 +13,7 @@ Drain (chapter 2.6) flips `ServerState.is_draining`: new API requests get 503, `
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import re
@@ -20,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from engine.api import (GenRequest, GrammarCache, Model, ModelFormatError, PromptTooLong,
+from engine.api import (GenRequest, Grammar, GrammarCache, Model, ModelFormatError, PromptTooLong,
                         Tokenizer, check_context)
 from server import documents as docs
 from server import openai as api
@@ -30,10 +31,11 @@ from server.errors import ApiError, error_response, kind_response
 from server.metrics import CONTENT_TYPE as METRICS_TYPE
 from server.metrics import ServerMetrics, metrics_text
 from server.documents import JSON_CONTENT_TYPE, json_bytes
+from server.messages import for_template
 from server.http.protocol import Request, Response, Stream
 from server.routes import API_ROUTES, HEALTH_ROUTES, resolve
 from server.static import CHAT_PAGE, ENGINE_PAGE, StaticFiles
-from server.streams import EmbedStream, GenerationStream, StreamContext
+from server.streams import Echo, EmbedStream, GenerationStream, StreamContext
 from server.structured import compile_structured
 from template import ChatFormat, TemplateError, TemplateSyntaxError
 
@@ -76,7 +78,8 @@ class ServedModel:
 
     def render(self, messages: tuple[dict, ...], *, add_generation_prompt: bool = True) -> str:
         try:
-            return self.chat.render(messages, add_generation_prompt=add_generation_prompt)
+            prepared = for_template(messages, self.chat.template.iterates_content_parts)
+            return self.chat.render(prepared, add_generation_prompt=add_generation_prompt)
         except TemplateError as exc:
             raise ApiError("template_error", exc.message, param="messages") from None
 
@@ -91,6 +94,17 @@ class ServedModel:
         vocab = self.tokenizer.vocab_size
         if any(t >= vocab for t in ids):
             raise api.bad(param, f"Token ids must be below the vocabulary size {vocab}.")
+
+
+def choice_seed(seed: int | None, choice: int) -> int | None:
+    """The sample stream of choice `choice` of a request seeded `seed`: choice 0 keeps the
+    seed (so it is the n = 1 answer), choice j > 0 takes the first 63 bits of
+    sha256(f"{seed}/{j}"), reproducible and unrelated to the neighbouring seeds. Unseeded
+    requests stay unseeded (the engine draws one seed per choice)."""
+    if seed is None or choice == 0:
+        return seed
+    digest = hashlib.sha256(f"{seed}/{choice}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
 
 
 def request_id(request: Request) -> str:
@@ -161,23 +175,56 @@ class ApiApp:
         spec = api.parse_chat(request.body)
         self._check_model(spec.model)
         prompt = self.served.encode(self.served.render(spec.messages))
-        return self._generate(request, spec, prompt, "chat", "chatcmpl", "messages", extra)
+        return self._generate(request, spec, [prompt], "chat", "chatcmpl", "messages", extra)
 
     def completions(self, request: Request, params: Params, extra: Headers) -> GenerationStream:
         spec = api.parse_completion(request.body)
         self._check_model(spec.model)
-        if isinstance(spec.prompt, tuple):
-            self.served.check_token_ids(spec.prompt, "prompt")
-            prompt = list(spec.prompt)
-        else:
-            prompt = self.served.encode(spec.prompt)
-        if not prompt:
-            raise api.bad("prompt", "The prompt must contain at least one token.")
-        return self._generate(request, spec, prompt, "completions", "cmpl", "prompt", extra)
+        prompts = []
+        for prompt in spec.prompts:
+            if isinstance(prompt, tuple):
+                self.served.check_token_ids(prompt, "prompt")
+            ids = list(prompt) if isinstance(prompt, tuple) else self.served.encode(prompt)
+            if not ids:
+                raise api.bad("prompt", "The prompt must contain at least one token.")
+            prompts.append(ids)
+        echoes = None
+        if spec.echo:                           # one per choice: prompt i's n choices
+            echoes = [Echo(p if isinstance(p, str) else self.served.tokenizer.decode(list(p)),
+                           ids[0], spec.logprobs) for p, ids in zip(spec.prompts, prompts)
+                      for _ in range(spec.n)]
+        return self._generate(request, spec, prompts, "completions", "cmpl", "prompt", extra,
+                              echoes)
 
-    def _generate(self, request: Request, spec: api.GenSpec, prompt: list[int], route: str,
-                  id_prefix: str, prompt_param: str, extra: Headers) -> GenerationStream:
+    def _generate(self, request: Request, spec: api.GenSpec, prompts: list[list[int]],
+                  route: str, id_prefix: str, prompt_param: str, extra: Headers,
+                  echoes: list[Echo] | None = None) -> GenerationStream:
+        """One engine request per choice (`n` per prompt; choice index = prompt * n + j, as
+        OpenAI numbers them); the whole answer or none of it: a refusal or a 429 on a later
+        choice aborts the earlier ones."""
         priority = self._headers(request)
+        grammar = (compile_structured(self.served.grammars, spec.structured)
+                   if spec.structured else None)        # compiled once, shared by every choice
+        requests = [self._gen_request(spec, prompt, prompt_param, priority, j, grammar)
+                    for prompt in prompts for j in range(spec.n)]
+        now = self.clock()
+        tickets = []
+        try:
+            for gen in requests:        # admission: a slot each in the bridge's queue, or 429
+                tickets.append(self.bridge.submit(gen, request_id=_request_id_of(extra)))
+        except ApiError:
+            for ticket in tickets:
+                self.bridge.abort(ticket)
+            raise
+        return GenerationStream(ctx=self.stream_ctx, tickets=tickets, spec=spec,
+                                header=docs.Header.new(id_prefix, self.served.id),
+                                prompt_tokens=sum(map(len, prompts)), route=route,
+                                headers=extra, arrival_s=now, echoes=echoes)
+
+    def _gen_request(self, spec: api.GenSpec, prompt: list[int], prompt_param: str,
+                     priority: int, choice: int, grammar: Grammar | None) -> GenRequest:
+        """Choice 0 is exactly the n = 1 request; the others are forks of it: their own
+        seed (`choice_seed`) and they wait to share the prompt's KV blocks."""
         try:                                    # the engine's context rule, one source
             max_tokens = check_context(len(prompt), spec.max_tokens, self.served.max_model_len)
         except PromptTooLong as exc:
@@ -188,17 +235,11 @@ class ApiApp:
                            f"the {prompt_param}, {exc.completion_tokens} for the completion). "
                            f"Please reduce the length of the {prompt_param} or max_tokens.",
                            param=prompt_param) from None
-        grammar = compile_structured(self.served.grammars, spec.structured) if spec.structured else None
-        now = self.clock()
-        gen = GenRequest(prompt=tuple(prompt), params=spec.params, seed=spec.seed,
-                         max_tokens=max_tokens, stop_ids=spec.stop_ids, priority=priority,
-                         grammar=grammar)
-        # Admission: a slot in the bridge's queue, or the 429 ApiError raised right here.
-        ticket = self.bridge.submit(gen, request_id=_request_id_of(extra))
-        return GenerationStream(ctx=self.stream_ctx, ticket=ticket, spec=spec,
-                                header=docs.Header.new(id_prefix, self.served.id),
-                                prompt_tokens=len(prompt), route=route, headers=extra,
-                                arrival_s=now)
+        scored = spec.top_logprobs if spec.echo and spec.logprobs else None
+        return GenRequest(prompt=tuple(prompt), params=spec.params,
+                          seed=choice_seed(spec.seed, choice), max_tokens=max_tokens,
+                          stop_ids=spec.stop_ids, priority=priority, prompt_logprobs=scored,
+                          wait_for_prefix=choice > 0, grammar=grammar)
 
     def _check_model(self, model: str) -> None:
         if model != self.served.id:

@@ -40,8 +40,8 @@ from collections import deque
 from dataclasses import dataclass, replace
 from typing import Callable, ClassVar, Union
 
-from engine.api import (FINISH_DEADLINE, Engine, EngineStats, GenRequest, PromptTooLong,
-                        RequestRefused, TokenOut)
+from engine.api import (FINISH_DEADLINE, Engine, EngineStats, GenRequest, PromptLogprobs,
+                        PromptTooLong, RequestRefused, TokenOut)
 from server.engine_view import EngineView
 from server.errors import ApiError
 from server.trace import TraceWriter
@@ -87,7 +87,7 @@ class Expired(_Ending):
     KIND: ClassVar[str] = "no_capacity"
 
 
-Event = Union[TokenOut, TooLong, Invalid, Failed, Expired]
+Event = Union[TokenOut, PromptLogprobs, TooLong, Invalid, Failed, Expired]
 
 
 # ---- admission: the one waiting queue -----------------------------------------------------
@@ -346,11 +346,17 @@ class EngineBridge:
         for out in outs:
             ticket = self._live.get(out.id)
             if ticket is not None:
-                if not ticket.is_scheduled and out.token is not None:
+                if not ticket.is_scheduled and (isinstance(out, PromptLogprobs)
+                                                or out.token is not None):
                     ticket.scheduled_s = started_s
                 self._deliver(ticket, out, now)
 
-    def _deliver(self, ticket: Ticket, out: TokenOut, now: float) -> None:
+    def _deliver(self, ticket: Ticket, out: TokenOut | PromptLogprobs, now: float) -> None:
+        if isinstance(out, PromptLogprobs):     # a scored prefill chunk: scheduled, no token
+            ticket.is_scheduled = True
+            self._leave_queue(ticket)
+            ticket.events.append(out)
+            return
         if out.token is not None:
             ticket.is_scheduled = True
             ticket.first_token_s = ticket.first_token_s or now

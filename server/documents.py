@@ -56,20 +56,20 @@ class Header:
 # --- chat ------------------------------------------------------------------------------------
 
 def chat_completion(h: Header, text: str, finish: str, use: dict,
-                    logprobs: list | None = None) -> dict:
+                    logprobs: list | None = None, *, index: int = 0) -> dict:
     return {"id": h.id, "object": "chat.completion", "created": h.created, "model": h.model,
             "system_fingerprint": None,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+            "choices": [{"index": index, "message": {"role": "assistant", "content": text},
                          "logprobs": None if logprobs is None else {"content": logprobs},
                          "finish_reason": finish}],
             "usage": use}
 
 
 def chat_chunk(h: Header, delta: dict, finish: str | None = None,
-               logprobs: list | None = None) -> dict:
+               logprobs: list | None = None, *, index: int = 0) -> dict:
     return {"id": h.id, "object": "chat.completion.chunk", "created": h.created,
             "model": h.model, "system_fingerprint": None,
-            "choices": [{"index": 0, "delta": delta,
+            "choices": [{"index": index, "delta": delta,
                          "logprobs": None if logprobs is None else {"content": logprobs},
                          "finish_reason": finish}]}
 
@@ -88,10 +88,10 @@ def chat_logprob_entry(text: str, raw: bytes, logprob: float,
 # --- completions -----------------------------------------------------------------------------
 
 def completion(h: Header, text: str, finish: str | None, use: dict | None,
-               logprobs: dict | None = None) -> dict:
+               logprobs: dict | None = None, *, index: int = 0) -> dict:
     doc = {"id": h.id, "object": "text_completion", "created": h.created, "model": h.model,
            "system_fingerprint": None,
-           "choices": [{"index": 0, "text": text, "logprobs": logprobs,
+           "choices": [{"index": index, "text": text, "logprobs": logprobs,
                         "finish_reason": finish}]}
     if use is not None:
         doc["usage"] = use
@@ -103,16 +103,35 @@ def completion_usage_chunk(h: Header, use: dict) -> dict:
             "system_fingerprint": None, "choices": [], "usage": use}
 
 
-def completion_logprobs(entries: list[tuple[str, float, list[tuple[str, bytes, float]]]],
+def merge_choices(documents: list[dict]) -> dict:
+    """One document per choice (same header) -> one document with every choice, by index."""
+    merged = dict(documents[0])
+    merged["choices"] = sorted((c for d in documents for c in d["choices"]),
+                               key=lambda c: c["index"])
+    return merged
+
+
+def _best_by_text(top: list[tuple[str, bytes, float]]) -> dict[str, float]:
+    """The legacy top list is keyed by token text; tokens that decode alike (lone UTF-8
+    bytes all read "\ufffd") keep the best logprob, as the list is best first."""
+    out: dict[str, float] = {}
+    for text, _, logprob in top:
+        out.setdefault(text, logprob)
+    return out
+
+
+def completion_logprobs(entries: list[tuple[str, float | None, list | None]],
                         start_offset: int = 0) -> dict:
-    """Legacy logprobs: tokens, token_logprobs, top_logprobs, text_offset."""
+    """Legacy logprobs: tokens, token_logprobs, top_logprobs, text_offset. An echoed
+    prompt's first token has no logprob and no top list (None: JSON null)."""
     offsets, offset = [], start_offset
     for text, _, _ in entries:
         offsets.append(offset)
         offset += len(text)
     return {"tokens": [t for t, _, _ in entries],
             "token_logprobs": [lp for _, lp, _ in entries],
-            "top_logprobs": [{t: lp for t, _, lp in top} for _, _, top in entries],
+            "top_logprobs": [None if top is None else _best_by_text(top)
+                             for _, _, top in entries],
             "text_offset": offsets}
 
 

@@ -4,8 +4,7 @@ Every body is checked before it reaches the template, the tokenizer or the engin
 
 * a value out of range or of the wrong type      -> 400 `invalid_request_error`, `param` = field
 * a real OpenAI field this engine does not serve -> 422 `unsupported_parameter`
-  (`n` > 1, `echo`, `best_of` > 1, `suffix`, content as an array of parts, `tools`,
-  `tool_choice`)
+  (`best_of` > 1, `suffix`, image/audio/file content parts, `tools`, `tool_choice`)
 * `response_format`, `guided_*`, `structured_outputs`: server/structured.py
 * unknown fields                                 -> ignored (clients send many)
 
@@ -22,6 +21,7 @@ from typing import Any
 
 from engine.api import MAX_TOP_LOGPROBS, SamplingParams
 from server.errors import ApiError
+from server.messages import check_content
 from server.structured import Structured, parse_structured
 
 MAX_MESSAGES = 4096             # a conversation longer than this is abuse, not chat
@@ -29,7 +29,9 @@ MAX_EMBEDDING_INPUTS = 256      # inputs in one /v1/embeddings call
 MAX_STOP_STRINGS = 4            # OpenAI's limit on `stop` sequences
 MAX_STOP_TOKEN_IDS = 64
 MAX_LOGIT_BIAS_ENTRIES = 300    # OpenAI's own bound
-MAX_COMPLETION_LOGPROBS = 5     # legacy /v1/completions `logprobs` is 0..5
+MAX_COMPLETION_LOGPROBS = MAX_TOP_LOGPROBS   # /v1/completions `logprobs`: 0..20 (vLLM's bound)
+MAX_COMPLETION_PROMPTS = 64     # prompts in one /v1/completions call (one choice each)
+MAX_CHOICES = 8                 # `n`: choices per prompt (each one engine sequence)
 DEFAULT_COMPLETION_MAX_TOKENS = 16   # /v1/completions default (OpenAI's)
 ROLES = frozenset({"system", "user", "assistant", "developer", "tool"})
 UNSUPPORTED_IF_PRESENT = ("tools", "tool_choice", "functions",
@@ -43,7 +45,9 @@ class GenSpec:
     kind: str                                   # "chat" | "completion"
     model: str
     messages: tuple[dict, ...] = ()             # chat: [{"role", "content", ...}]
-    prompt: str | tuple[int, ...] = ""          # completion: text, or token ids
+    prompts: tuple[str | tuple[int, ...], ...] = ()   # completion: texts or token ids
+    echo: bool = False                          # completion: the prompt text (and scores) first
+    n: int = 1                                  # choices per prompt
     max_tokens: int | None = None               # None: up to the context limit
     params: SamplingParams = SamplingParams()
     seed: int | None = None
@@ -189,9 +193,6 @@ def _refuse_unsupported(doc: dict) -> None:
     for name in UNSUPPORTED_IF_PRESENT:
         if doc.get(name) is not None:
             raise unsupported(name, f"'{name}' is not supported by this server.")
-    n = integer(doc, "n", 1, 1)
-    if n > 1:
-        raise unsupported("n", "Only n = 1 is supported.")
 
 
 def _stream_flags(doc: dict) -> tuple[bool, bool]:
@@ -224,20 +225,21 @@ def _sampling(doc: dict, *, logprobs: bool, top_logprobs: int) -> SamplingParams
     )
 
 
-def _max_tokens(doc: dict, default: int | None) -> int | None:
+def _max_tokens(doc: dict, default: int | None, least: int = 1) -> int | None:
     value = integer(doc, "max_completion_tokens", None, 1)
-    return integer(doc, "max_tokens", default, 1) if value is None else value
+    return integer(doc, "max_tokens", default, least) if value is None else value
 
 
 def _common(doc: dict, kind: str, *, default_max: int | None, logprobs: bool,
-            top_logprobs: int) -> dict:
+            top_logprobs: int, least_max: int = 1) -> dict:
     _refuse_unsupported(doc)
     stream, include_usage = _stream_flags(doc)
     seed = doc.get("seed")
     if seed is not None and not _is_int(seed):
         raise bad("seed", f"{seed!r} is not valid for 'seed': expected an integer.")
     stop_ids = doc.get("stop_token_ids")
-    return dict(kind=kind, model=model_name(doc), max_tokens=_max_tokens(doc, default_max),
+    return dict(kind=kind, model=model_name(doc), n=integer(doc, "n", 1, 1, MAX_CHOICES),
+                max_tokens=_max_tokens(doc, default_max, least_max),
                 params=_sampling(doc, logprobs=logprobs, top_logprobs=top_logprobs),
                 seed=seed, stop=_stop(doc), stream=stream, include_usage=include_usage,
                 stop_ids=() if stop_ids is None else _token_ids(stop_ids, "stop_token_ids",
@@ -256,13 +258,9 @@ def _message(i: int, m: Any) -> dict:
         raise bad(f"{where}.role", f"{role!r} is not a valid role; expected one of "
                                    f"{', '.join(sorted(ROLES))}.")
     content = m.get("content")
-    if isinstance(content, list):
-        raise unsupported(f"{where}.content", "Content as an array of parts is not supported; "
-                                              "send a string.")
     if content is None and role == "assistant":
         content = ""
-    if not isinstance(content, str):
-        raise bad(f"{where}.content", f"'{where}.content' must be a string.")
+    content = check_content(f"{where}.content", content)     # a string or text parts
     if m.get("tool_calls") is not None:
         raise unsupported(f"{where}.tool_calls", "Tool calls are not supported.")
     out = {k: v for k, v in m.items() if v is not None}
@@ -293,30 +291,42 @@ def parse_chat(body: bytes) -> GenSpec:
 
 # --- completions -----------------------------------------------------------------------------
 
-def _prompt(doc: dict) -> str | tuple[int, ...]:
-    v = doc.get("prompt", _MISSING)
+def _one_prompt(v: Any) -> str | tuple[int, ...] | None:
     if isinstance(v, str):
         return v
     if isinstance(v, list) and v and all(_is_int(t) for t in v):
         return _token_ids(v, "prompt")
-    if isinstance(v, list) and len(v) == 1:
-        return v[0] if isinstance(v[0], str) else _token_ids(v[0], "prompt")
-    if isinstance(v, list) and len(v) > 1:
-        raise unsupported("prompt", "Only one prompt per request is supported.")
-    raise bad("prompt", "'prompt' must be a string, a list of token ids, or a list of one of them.")
+    return None
+
+
+def _prompts(doc: dict) -> tuple[str | tuple[int, ...], ...]:
+    """A string, token ids, or a list of either: one choice per prompt, in order."""
+    v = doc.get("prompt", _MISSING)
+    one = _one_prompt(v)
+    if one is not None:
+        return (one,)
+    many = tuple(_one_prompt(x) for x in v) if isinstance(v, list) and v else (None,)
+    if any(x is None for x in many):
+        raise bad("prompt", "'prompt' must be a string, a list of token ids, or a non-empty "
+                            "list of strings or of token-id lists.")
+    if len(many) > MAX_COMPLETION_PROMPTS:
+        raise bad("prompt", f"'prompt' allows at most {MAX_COMPLETION_PROMPTS} prompts.")
+    return many
 
 
 def parse_completion(body: bytes) -> GenSpec:
     doc = load_json_object(body)
-    if boolean(doc, "echo"):
-        raise unsupported("echo", "'echo' is not supported.")
     if integer(doc, "best_of", 1, 1) > 1:
         raise unsupported("best_of", "Only best_of = 1 is supported.")
-    prompt = _prompt(doc)
+    prompts = _prompts(doc)
+    echo = boolean(doc, "echo")
     n_logprobs = integer(doc, "logprobs", None, 0, MAX_COMPLETION_LOGPROBS)
-    return GenSpec(prompt=prompt, **_common(
-        doc, "completion", default_max=DEFAULT_COMPLETION_MAX_TOKENS,
-        logprobs=n_logprobs is not None, top_logprobs=n_logprobs or 0))
+    common = _common(doc, "completion", default_max=DEFAULT_COMPLETION_MAX_TOKENS,
+                     logprobs=n_logprobs is not None, top_logprobs=n_logprobs or 0, least_max=0)
+    if common["max_tokens"] == 0 and not echo:
+        raise bad("max_tokens", "'max_tokens' 0 is only allowed with 'echo': true (score the "
+                                "prompt without sampling).")
+    return GenSpec(prompts=prompts, echo=echo, **common)
 
 
 # --- embeddings, tokenize --------------------------------------------------------------------

@@ -21,10 +21,10 @@ A generation is three small parts, read top to bottom:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
-from engine.api import FINISH_LENGTH, FINISH_STOP, TokenOut, Tokenizer
+from engine.api import FINISH_LENGTH, FINISH_STOP, PromptLogprobs, TokenOut, Tokenizer
 from server import documents as docs
 from server.bridge import EmbedTicket, EngineBridge, Event, Ticket
 from server.errors import ApiError
@@ -51,19 +51,31 @@ class StreamContext:
 
 @dataclass(frozen=True)
 class TokenLogprob:
-    """One sampled token's logprobs, before an output shape is chosen."""
+    """One token's logprobs, before an output shape is chosen. An echoed prompt's first
+    token has none (`logprob` and `top` None: nothing precedes it)."""
     text: str
     raw: bytes
-    logprob: float
-    top: tuple[tuple[str, bytes, float], ...]     # (text, bytes, logprob), best first
+    logprob: float | None
+    top: tuple[tuple[str, bytes, float], ...] | None  # (text, bytes, logprob), best first
 
 
 @dataclass(frozen=True)
 class Piece:
-    """Text that is safe to send, for one engine event; `finish` is set on the last piece."""
+    """Text that is safe to send, for one engine event; `finish` is set on the last piece.
+    `index` is the choice's; `prompt` holds an echoed prompt's scored tokens."""
     text: str
     logprob: TokenLogprob | None = None
     finish: str | None = None
+    index: int = 0
+    prompt: tuple[TokenLogprob, ...] = ()
+
+
+@dataclass(frozen=True)
+class Echo:
+    """`echo: true`: the prompt's text goes first; with logprobs, its scores too."""
+    text: str
+    first_token: int                            # the scored prompt's unscored first token
+    scored: bool                                # the engine scores the prompt (PromptLogprobs)
 
 
 def _finish_reason(engine_finish: str | None) -> str:
@@ -74,18 +86,25 @@ class GenerationText:
     """The text of one generation (one choice), one engine event at a time."""
 
     def __init__(self, *, tokenizer: Tokenizer, stop: tuple[str, ...], logprobs: bool,
-                 top_logprobs: int, on_stop: Callable[[], None]):
+                 top_logprobs: int, on_stop: Callable[[], None], index: int = 0,
+                 echo: Echo | None = None):
         self._tokenizer = tokenizer
         self._text = TextStream(stop)
         self._logprobs, self._top_logprobs = logprobs, top_logprobs
         self._on_stop = on_stop                 # a stop string ends the request in the engine
+        self.index = index
+        self._echo = echo                       # sent once, before the first completion text
+        self._prompt: list[TokenLogprob] = []
         self.completion_tokens = 0
 
-    def feed(self, ev: Event) -> Piece | ApiError:
+    def feed(self, ev: Event) -> Piece | ApiError | None:
+        if isinstance(ev, PromptLogprobs):
+            return self._scored_prompt(ev)
         if not isinstance(ev, TokenOut):
             return ev.error()                   # refused, failed or expired
         if ev.token is None:                    # the finish alone (length, stop)
-            return Piece(self._text.finish(), finish=_finish_reason(ev.finish))
+            return Piece(self._echo_text() + self._text.finish(),
+                         finish=_finish_reason(ev.finish), index=self.index)
         self.completion_tokens += 1
         is_stop_token = ev.finish == FINISH_STOP    # EOS / a stop id: its text is never sent
         raw = b"" if is_stop_token else self._tokenizer.token_bytes(ev.token)
@@ -97,17 +116,37 @@ class GenerationText:
         elif ev.finish is not None:
             text += self._text.finish()
             finish = _finish_reason(ev.finish)
-        entry = None if (is_stop_token or not self._logprobs) else self._logprob(ev, raw)
-        return Piece(text, entry, finish)
+        entry = None if (is_stop_token or not self._logprobs) else self._logprob(
+            raw, ev.logprob, ev.top_logprobs)
+        return Piece(self._echo_text() + text, entry, finish, self.index)
 
-    def _logprob(self, ev: TokenOut, raw: bytes) -> TokenLogprob:
-        def text_of(b: bytes) -> str:
-            return b.decode("utf-8", errors="replace")
+    def _echo_text(self) -> str:
+        text, self._echo = ("" if self._echo is None else self._echo.text), None
+        return text
+
+    def _scored_prompt(self, ev: PromptLogprobs) -> Piece | None:
+        """Collect the prompt's scores; the echo (text and scores) once they are complete."""
+        if self._echo is None or not self._echo.scored:
+            return None
+        if not self._prompt:
+            raw = self._tokenizer.token_bytes(self._echo.first_token)
+            self._prompt.append(TokenLogprob(_text_of(raw), raw, None, None))
+        for token, logprob, top in zip(ev.tokens, ev.logprobs, ev.top_logprobs):
+            self._prompt.append(self._logprob(self._tokenizer.token_bytes(token), logprob, top))
+        if not ev.complete:
+            return None
+        return Piece(self._echo_text(), index=self.index, prompt=tuple(self._prompt))
+
+    def _logprob(self, raw: bytes, logprob: float, top_ids) -> TokenLogprob:
         top = []
-        for token, logprob in ev.top_logprobs[:self._top_logprobs]:
+        for token, top_logprob in top_ids[:self._top_logprobs]:
             token_raw = self._tokenizer.token_bytes(token)
-            top.append((text_of(token_raw), token_raw, logprob))
-        return TokenLogprob(text_of(raw), raw, float(ev.logprob), tuple(top))
+            top.append((_text_of(token_raw), token_raw, top_logprob))
+        return TokenLogprob(_text_of(raw), raw, float(logprob), tuple(top))
+
+
+def _text_of(raw: bytes) -> str:
+    return raw.decode("utf-8", errors="replace")
 
 
 # ---- 2. renderers: one per output shape ------------------------------------------------------
@@ -127,27 +166,28 @@ def _chat_entry(lp: TokenLogprob) -> dict:
 
 
 def _completion_entry(lp: TokenLogprob) -> tuple:
-    return (lp.text, lp.logprob, list(lp.top))
+    return (lp.text, lp.logprob, None if lp.top is None else list(lp.top))
 
 
 class _SseRenderer:
-    """Chunks as SSE events; the usage chunk when asked; `[DONE]` at the end."""
+    """Chunks as SSE events, each naming its choice's `index`; the usage chunk when asked;
+    `[DONE]` at the end. Choices interleave in the order their tokens arrive."""
     streamed = True
 
     def __init__(self, header: docs.Header, spec: GenSpec):
         self.header, self.include_usage = header, spec.include_usage
 
     def piece(self, piece: Piece) -> bytes:
-        return self._frame(self._chunk(piece))
+        return self._frame(self._chunk(piece), piece.index)
 
     def finish(self, usage: dict) -> bytes:
-        tail = self._frame(self._usage_chunk(usage)) if self.include_usage else b""
+        tail = event(json_bytes(self._usage_chunk(usage))) if self.include_usage else b""
         return tail + DONE
 
     def error(self, err: ApiError) -> bytes:
         return event(json_bytes(err.document())) + DONE
 
-    def _frame(self, chunk: dict) -> bytes:
+    def _frame(self, chunk: dict, index: int) -> bytes:
         return event(json_bytes(chunk))
 
     def _chunk(self, piece: Piece) -> dict:
@@ -158,87 +198,103 @@ class _SseRenderer:
 
 
 class ChatChunks(_SseRenderer):
-    """chat.completion.chunk events; the first one carries the role."""
+    """chat.completion.chunk events; each choice's first one carries the role."""
 
     def __init__(self, header: docs.Header, spec: GenSpec):
         super().__init__(header, spec)
-        self._role_sent = False
+        self._role_sent: set[int] = set()
 
-    def _frame(self, chunk: dict) -> bytes:
+    def _frame(self, chunk: dict, index: int) -> bytes:
         role = b""
-        if not self._role_sent:
-            self._role_sent = True
-            role = super()._frame(docs.chat_chunk(self.header, {"role": "assistant",
-                                                                "content": ""}))
-        return role + super()._frame(chunk)
+        if index not in self._role_sent:
+            self._role_sent.add(index)
+            role = event(json_bytes(docs.chat_chunk(self.header, {"role": "assistant",
+                                                                  "content": ""}, index=index)))
+        return role + super()._frame(chunk, index)
 
     def _chunk(self, piece: Piece) -> dict:
         entries = None if piece.logprob is None else [_chat_entry(piece.logprob)]
-        return docs.chat_chunk(self.header, {"content": piece.text}, piece.finish, entries)
+        return docs.chat_chunk(self.header, {"content": piece.text}, piece.finish, entries,
+                               index=piece.index)
 
     def _usage_chunk(self, usage: dict) -> dict:
         return docs.chat_usage_chunk(self.header, usage)
 
 
 class CompletionChunks(_SseRenderer):
-    """text_completion events; logprobs' text_offset runs on across chunks, as in one answer."""
+    """text_completion events; logprobs' text_offset runs on across a choice's chunks (an
+    echoed prompt's tokens first), as in one answer."""
 
     def __init__(self, header: docs.Header, spec: GenSpec):
         super().__init__(header, spec)
-        self._text_offset_chars = 0
+        self._text_offset_chars: dict[int, int] = {}
 
     def _chunk(self, piece: Piece) -> dict:
+        entries = list(piece.prompt) + ([] if piece.logprob is None else [piece.logprob])
         logprobs = None
-        if piece.logprob is not None:
-            logprobs = docs.completion_logprobs([_completion_entry(piece.logprob)],
-                                                start_offset=self._text_offset_chars)
-            self._text_offset_chars += len(piece.logprob.text)
-        return docs.completion(self.header, piece.text, piece.finish, None, logprobs)
+        if entries:
+            start = self._text_offset_chars.get(piece.index, 0)
+            logprobs = docs.completion_logprobs([_completion_entry(e) for e in entries],
+                                                start_offset=start)
+            self._text_offset_chars[piece.index] = start + sum(len(e.text) for e in entries)
+        return docs.completion(self.header, piece.text, piece.finish, None, logprobs,
+                               index=piece.index)
 
     def _usage_chunk(self, usage: dict) -> dict:
         return docs.completion_usage_chunk(self.header, usage)
 
 
+@dataclass
+class _Collected:
+    """One choice's pieces, for a whole document."""
+    parts: list[str] = field(default_factory=list)
+    entries: list[TokenLogprob] = field(default_factory=list)
+    finish: str = FINISH_STOP
+
+
 class _WholeRenderer:
-    """Collects the pieces; `finish` returns the one JSON document."""
+    """Collects each choice's pieces; `finish` returns the one JSON document."""
     streamed = False
 
     def __init__(self, header: docs.Header, spec: GenSpec):
         self.header, self.logprobs = header, spec.logprobs
-        self._parts: list[str] = []
-        self._entries: list[TokenLogprob] = []
-        self._finish = FINISH_STOP
+        self._choices: dict[int, _Collected] = {}
 
     def piece(self, piece: Piece) -> bytes:
-        self._parts.append(piece.text)
+        choice = self._choices.setdefault(piece.index, _Collected())
+        choice.parts.append(piece.text)
+        choice.entries.extend(piece.prompt)
         if piece.logprob is not None:
-            self._entries.append(piece.logprob)
+            choice.entries.append(piece.logprob)
         if piece.finish is not None:
-            self._finish = piece.finish
+            choice.finish = piece.finish
         return b""
 
     def finish(self, usage: dict) -> bytes:
-        return json_bytes(self._document("".join(self._parts), usage))
+        return json_bytes(docs.merge_choices([
+            self._document(index, "".join(c.parts), c, usage)
+            for index, c in sorted(self._choices.items())]))
 
     def error(self, err: ApiError) -> bytes:
         return json_bytes(err.document())
 
-    def _document(self, text: str, usage: dict) -> dict:
+    def _document(self, index: int, text: str, choice: _Collected, usage: dict) -> dict:
         raise NotImplementedError
 
 
 class ChatDocument(_WholeRenderer):
-    def _document(self, text: str, usage: dict) -> dict:
-        entries = [_chat_entry(e) for e in self._entries] if self.logprobs else None
-        return docs.chat_completion(self.header, text, self._finish, usage, entries)
+    def _document(self, index: int, text: str, choice: _Collected, usage: dict) -> dict:
+        entries = [_chat_entry(e) for e in choice.entries] if self.logprobs else None
+        return docs.chat_completion(self.header, text, choice.finish, usage, entries,
+                                    index=index)
 
 
 class CompletionDocument(_WholeRenderer):
-    def _document(self, text: str, usage: dict) -> dict:
+    def _document(self, index: int, text: str, choice: _Collected, usage: dict) -> dict:
         logprobs = None
         if self.logprobs:
-            logprobs = docs.completion_logprobs([_completion_entry(e) for e in self._entries])
-        return docs.completion(self.header, text, self._finish, usage, logprobs)
+            logprobs = docs.completion_logprobs([_completion_entry(e) for e in choice.entries])
+        return docs.completion(self.header, text, choice.finish, usage, logprobs, index=index)
 
 
 # (GenSpec.kind, GenSpec.stream) -> renderer class
@@ -254,22 +310,39 @@ def renderer_for(spec: GenSpec, header: docs.Header) -> Renderer:
 
 # ---- 3. the shell: head timing, pings, metrics ----------------------------------------------
 
-class GenerationStream:
-    """One chat or completion request, from admission to its last byte."""
+@dataclass
+class Choice:
+    """One choice of a generation: its engine request and its text."""
+    ticket: Ticket
+    text: GenerationText
+    done: bool = False
 
-    def __init__(self, *, ctx: StreamContext, ticket: Ticket, spec: GenSpec,
+
+class GenerationStream:
+    """One chat or completion request (one or more choices), from admission to its last byte."""
+
+    def __init__(self, *, ctx: StreamContext, tickets: list[Ticket], spec: GenSpec,
                  header: docs.Header, prompt_tokens: int, route: str,
-                 headers: tuple[tuple[str, str], ...], arrival_s: float):
-        self.ctx, self.ticket = ctx, ticket
+                 headers: tuple[tuple[str, str], ...], arrival_s: float,
+                 echoes: list[Echo | None] | None = None):
+        self.ctx = ctx
         self.prompt_tokens, self.route, self.headers = prompt_tokens, route, headers
         self.arrival_s = arrival_s
-        self.text = GenerationText(tokenizer=ctx.tokenizer, stop=spec.stop,
-                                   logprobs=spec.logprobs, top_logprobs=spec.top_logprobs,
-                                   on_stop=lambda: ctx.bridge.abort(ticket))
+        self.choices = [Choice(ticket, self._text(spec, ticket, index,
+                                                  echoes[index] if echoes else None))
+                        for index, ticket in enumerate(tickets)]
+        self.ticket = tickets[0]                # the timings of the first choice are observed
         self.render = renderer_for(spec, header)
         self.pending: list[bytes] = []          # bytes not yet handed to the loop
         self.head_sent = self.done = False
         self.last_send_s = arrival_s
+
+    def _text(self, spec: GenSpec, ticket: Ticket, index: int,
+              echo: Echo | None) -> GenerationText:
+        return GenerationText(tokenizer=self.ctx.tokenizer, stop=spec.stop,
+                              logprobs=spec.logprobs, top_logprobs=spec.top_logprobs,
+                              on_stop=lambda: self.ctx.bridge.abort(ticket), index=index,
+                              echo=echo)
 
     def poll(self, now_s: float) -> StreamPoll:
         out = StreamPoll()
@@ -279,7 +352,7 @@ class GenerationStream:
         ending = self._take_events()
         if isinstance(ending, ApiError):
             self._fail(out, ending)
-        elif ending is not None:
+        elif ending:
             self._finish(out, now_s)
         elif self.render.streamed and (self.pending or now_s - self.last_send_s
                                        >= self.ctx.ping_interval_s):
@@ -294,25 +367,36 @@ class GenerationStream:
         return self.last_send_s + self.ctx.ping_interval_s
 
     def cancel(self) -> None:
-        self.ctx.bridge.abort(self.ticket)
+        self._abort_all()
         self.done = True
 
-    def _take_events(self) -> str | ApiError | None:
-        """Render the events that arrived; the finish reason or error that ends it, if any."""
-        events = self.ticket.events
-        while events:
-            result = self.text.feed(events.popleft())
-            if isinstance(result, ApiError):
-                return result
-            data = self.render.piece(result)
-            if data:
-                self.pending.append(data)
-            if result.finish is not None:
-                return result.finish
-        return None
+    def _abort_all(self) -> None:
+        for choice in self.choices:
+            self.ctx.bridge.abort(choice.ticket)
+
+    def _take_events(self) -> bool | ApiError:
+        """Render the events that arrived; True when every choice has finished, or the
+        error that ends the whole answer."""
+        for choice in self.choices:
+            events = choice.ticket.events
+            while events and not choice.done:
+                result = choice.text.feed(events.popleft())
+                if isinstance(result, ApiError):
+                    return result
+                if result is None:
+                    continue
+                data = self.render.piece(result)
+                if data:
+                    self.pending.append(data)
+                choice.done = result.finish is not None
+        return all(choice.done for choice in self.choices)
+
+    @property
+    def completion_tokens(self) -> int:
+        return sum(choice.text.completion_tokens for choice in self.choices)
 
     def _finish(self, out: StreamPoll, now_s: float) -> None:
-        data = self.render.finish(docs.usage(self.prompt_tokens, self.text.completion_tokens))
+        data = self.render.finish(docs.usage(self.prompt_tokens, self.completion_tokens))
         if self.render.streamed:
             self.pending.append(data)
             self._send_sse(out, now_s)
@@ -327,7 +411,7 @@ class GenerationStream:
             out.chunks, self.pending = self.pending, []
         else:                                   # a proper status response
             self._whole(out, err.status, json_bytes(err.document()), err.headers)
-        self.ctx.bridge.abort(self.ticket)
+        self._abort_all()
         out.done = self.done = True
 
     def _whole(self, out: StreamPoll, status: int, body: bytes,
@@ -349,7 +433,7 @@ class GenerationStream:
     def _observe(self, now_s: float) -> None:
         t = self.ticket
         self.ctx.on_finish(
-            prompt_tokens=self.prompt_tokens, completion_tokens=self.text.completion_tokens,
+            prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens,
             ttft_s=None if t.first_token_s is None else t.first_token_s - self.arrival_s,
             e2e_s=(t.last_token_s or now_s) - self.arrival_s,
             queue_s=None if t.scheduled_s is None else max(0.0, t.scheduled_s - self.arrival_s))

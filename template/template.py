@@ -26,6 +26,7 @@ from datetime import datetime
 
 from .errors import TemplateSyntaxError
 from .evaluator import Limits, compile_body, render_body
+from .contentparts import iterates_content_parts
 from .lexer import tokenize
 from .parser import parse
 
@@ -53,20 +54,24 @@ def prepare_message(message: dict) -> dict:
 class Template:
     """A compiled template. Build with `Template.parse(source)`; immutable afterwards."""
 
-    __slots__ = ("source", "_body", "limits")
+    __slots__ = ("source", "_body", "limits", "iterates_content_parts")
 
-    def __init__(self, source: str, body, limits: Limits) -> None:
+    def __init__(self, source: str, body, limits: Limits, *,
+                 iterates_content_parts: bool = False) -> None:
         self.source = source
         self._body = body
         self.limits = limits
+        self.iterates_content_parts = iterates_content_parts   # see template/contentparts.py
 
     @classmethod
     def parse(cls, source: str, *, limits: Limits | None = None) -> "Template":
         try:
-            body = compile_body(parse(tokenize(source)))
+            tree = parse(tokenize(source))
+            body = compile_body(tree)
+            parts = iterates_content_parts(tree)
         except RecursionError:
             raise TemplateSyntaxError("template nested too deeply", 1, 1) from None
-        return cls(source, body, limits or Limits())
+        return cls(source, body, limits or Limits(), iterates_content_parts=parts)
 
     def render(self, context: dict, *, now: datetime | None = None) -> str:
         return render_body(self._body, context, self.limits, now or datetime.now())

@@ -33,7 +33,7 @@ from engine.model import llama
 from engine.core import sampler
 from engine.errors import InvalidRequest, PromptTooLong
 from engine.types import (FINISH_DEADLINE, FINISH_LENGTH, FINISH_STOP, EngineConfig,
-                        EngineStats, GenRequest, RequestId, TokenOut)
+                        EngineStats, GenRequest, PromptLogprobs, RequestId, TokenOut)
 from engine.kv.blocks import BlockManager
 from engine.kv.pools import KVCache, num_blocks_for_budget
 from engine.model.spec import Model
@@ -41,7 +41,7 @@ from engine.core.runner import Chunk, ModelRunner
 from engine.core.scheduler import Scheduled, Scheduler
 from engine.core.sequence import Sequence
 from engine.core.snapshot import EngineSnapshot, StepRecord, build_snapshot, step_record
-from engine.core import speculative
+from engine.core import prompt_scores, speculative
 from engine.core.guided import sample_guided
 from engine.grammar.constraint import Guides
 
@@ -133,8 +133,9 @@ class Engine:
 
     # ----------------------------------------------------------------- the step
 
-    def step(self) -> list[TokenOut]:
-        """Expire, schedule, run one batched forward, sample; one TokenOut per produced token."""
+    def step(self) -> list[TokenOut | PromptLogprobs]:
+        """Expire, schedule, run one batched forward, sample; one TokenOut per produced token
+        (and a PromptLogprobs per prefill chunk of a request that scores its prompt)."""
         if self.record_steps:
             self.last_step, start_s = None, self.clock()    # None: a step without a batch
         outs = [TokenOut(id=s.id, token=None, finish=FINISH_DEADLINE)
@@ -171,15 +172,26 @@ class Engine:
         start = seq.num_computed
         tokens = tuple(seq.tokens[start:start + item.num_tokens]) + item.drafts
         num_logits = (1 + len(item.drafts)) if item.samples else 0
+        if seq.scores_prompt and start < seq.num_prompt:
+            num_logits = len(tokens)                     # every row: prompt scoring
         return Chunk(tokens, start, tuple(seq.blocks), num_logits, seq.id)
 
-    def _postprocess(self, item: Scheduled, logits: np.ndarray, argmax: np.ndarray) -> list[TokenOut]:
+    def _postprocess(self, item: Scheduled, logits: np.ndarray, argmax: np.ndarray) -> list:
         seq = item.seq
+        start = seq.num_computed
         seq.num_computed += item.num_tokens
         self._commit_full_blocks(seq)                    # before sampling may finish it
+        outs: list = []
+        if seq.scores_prompt and start < seq.num_prompt:
+            scores = prompt_scores.score_chunk(seq, start, logits[:item.num_tokens])
+            outs += [scores] if scores is not None else []
+            logits, argmax = logits[-1:], argmax[-1:]    # the sampling row, if any
         if not item.samples:
-            return []
-        outs = []
+            return outs
+        if seq.req.max_tokens == 0:                      # scoring only: nothing is sampled
+            self._seqs.pop(seq.id, None)
+            self._finish(seq)
+            return outs + [TokenOut(id=seq.id, token=None, finish=FINISH_LENGTH)]
         for j in range(logits.shape[0]):
             out = self._sample(seq, logits[j], int(argmax[j]))
             outs.append(out)

@@ -12,7 +12,10 @@ limits, `max_batched_tokens` (rows of the forward) and `max_num_seqs` (sequences
    the waiting queue with its output so far, to be prefilled again later;
 3. if nobody was preempted, waiting sequences are admitted in the same order while there
    is budget, room in the batch and blocks: each first takes the longest cached prefix of
-   its tokens from the radix tree, then allocates blocks for its first piece.
+   its tokens from the radix tree, then allocates blocks for its first piece. A fork
+   (`GenRequest.wait_for_prefix`: the other choices of an n > 1 request) is passed over
+   while a running sequence still computes the whole blocks they share, so the prompt is
+   computed once and the fork takes its blocks from the tree.
 
 Waiting is not bounded here: the server's admission queue (server/bridge.py) is the one
 bound on queued requests. A request still waiting past its deadline is expired (`expire`). Order is strict: a waiting request that cannot
@@ -143,15 +146,20 @@ class Scheduler:
         self.preemptions_total += 1
 
     def _admit(self, plan: StepPlan, budget: int) -> None:
-        while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
-            seq = self.waiting[0]
+        index = 0
+        while index < len(self.waiting) and budget > 0 and \
+                len(self.running) < self.config.max_num_seqs:
+            seq = self.waiting[index]
+            if seq.req.wait_for_prefix and self._prefix_in_flight(seq):
+                index += 1                 # a fork waits; the requests behind it go on
+                continue
             self._take_cached_prefix(seq)
             want = min(seq.num_uncomputed, self.config.prefill_chunk, budget)
             if not self.blocks.grow(seq.blocks, seq.num_computed + want):
                 self.blocks.release(seq.blocks)
                 seq.reset_for_recompute()
                 return
-            self.waiting.pop(0)
+            self.waiting.pop(index)
             if not seq.was_scheduled:
                 seq.was_scheduled = True
                 self.prompt_tokens += seq.num_prompt
@@ -160,9 +168,24 @@ class Scheduler:
             plan.scheduled.append(Scheduled(seq, want, want == seq.num_uncomputed))
             budget -= want
 
+    def _prefix_in_flight(self, seq: Sequence) -> bool:
+        """Is a running sequence still computing whole blocks that `seq` could share?"""
+        bs = self.blocks.block_size
+        whole = (len(seq.tokens) - 1) // bs * bs          # tokens in shareable whole blocks
+        for other in self.running:
+            common = 0
+            while common < whole and \
+                    other.tokens[common:common + bs] == seq.tokens[common:common + bs]:
+                common += bs
+            if common and other.num_computed < common:
+                return True
+        return False
+
     def _take_cached_prefix(self, seq: Sequence) -> None:
         """Start from the longest cached prefix; at least one token is always computed."""
         max_blocks = (len(seq.tokens) - 1) // self.blocks.block_size
+        if seq.scores_prompt:              # prompt scoring needs every position's logits
+            max_blocks = 0
         blocks, node = self.blocks.match_prefix(seq.tokens, max_blocks)
         seq.blocks = blocks
         seq.radix_node = node

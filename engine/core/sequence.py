@@ -21,7 +21,7 @@ class Sequence:
     __slots__ = ("id", "req", "tokens", "num_prompt", "num_computed", "blocks", "seed",
                  "arrival", "num_generated", "output_counts", "radix_node",
                  "num_committed_blocks", "was_scheduled", "stop_ids", "eos_ids",
-                 "_prompt_set", "constraint")
+                 "_prompt_set", "constraint", "num_prompt_scored", "prompt_scored")
 
     def __init__(self, seq_id: int, req: GenRequest, *, seed: int, arrival: int,
                  eos_ids: frozenset[int]):
@@ -42,11 +42,18 @@ class Sequence:
         self.eos_ids = frozenset() if req.params.ignore_eos else eos_ids
         self._prompt_set = None
         self.constraint = None                       # engine.grammar Constraint, set by the engine
+        self.num_prompt_scored = 1                   # prompt scoring: the next token to score
+        self.prompt_scored = False                   # ... and whether the prompt is done
 
     @property
     def sort_key(self) -> tuple[int, int]:
         """Scheduling order: higher priority first, then earlier arrival."""
         return (-self.req.priority, self.arrival)
+
+    @property
+    def scores_prompt(self) -> bool:
+        """Every prompt position is computed and scored (engine/core/prompt_scores.py)."""
+        return self.req.prompt_logprobs is not None
 
     @property
     def num_uncomputed(self) -> int:

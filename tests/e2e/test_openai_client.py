@@ -75,7 +75,7 @@ def test_client_error_classes(client, server):
         ask(model="gpt-4o")
     assert missing.value.code == "model_not_found"
     with pytest.raises(openai.UnprocessableEntityError) as unsupported:
-        ask(n=2)
+        ask(tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}])
     assert unsupported.value.code == "unsupported_parameter"
     # fill the queue of one: a running stream plus one waiting request
     sock, _ = open_stream(server, chat_body("a", max_tokens=60, stream=True, ignore_eos=True))
@@ -89,3 +89,16 @@ def test_client_error_classes(client, server):
     assert limited.value.response.headers["retry-after"] == "1"
     sock.close()
     waiting.join(30)
+
+
+def test_client_content_parts_and_developer_role(client):
+    parts = [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]
+    done = client.chat.completions.create(
+        model="succ", messages=[{"role": "developer", "content": parts}], max_tokens=2,
+        temperature=0)
+    assert done.usage.prompt_tokens == 3                  # "a\nb": the parts joined by "\n"
+    assert done.choices[0].message.content == "cd"
+    with pytest.raises(openai.UnprocessableEntityError) as info:
+        client.chat.completions.create(model="succ", messages=[{"role": "user", "content": [
+            parts[0], {"type": "image_url", "image_url": {"url": "data:,"}}]}], max_tokens=1)
+    assert info.value.body["param"] == "messages[0].content[1].type"

@@ -7,8 +7,8 @@ import pytest
 
 from server import documents as docs
 from server.errors import ApiError
-from server.openai import (parse_chat, parse_completion, parse_detokenize, parse_embeddings,
-                           parse_priority, parse_tokenize)
+from server.openai import (MAX_CHOICES, MAX_COMPLETION_PROMPTS, parse_chat, parse_completion,
+                           parse_detokenize, parse_embeddings, parse_priority, parse_tokenize)
 
 
 def chat(**fields) -> bytes:
@@ -36,7 +36,7 @@ def refused(parse, body: bytes) -> ApiError:
                                             "top_logprobs"),
     ({"seed": "1"}, "seed"), ({"stream": "yes"}, "stream"),
     ({"stream_options": {"include_usage": True}}, "stream_options"),
-    ({"n": 0}, "n"), ({"min_p": 2}, "min_p"), ({"top_k": -2}, "top_k"),
+    ({"n": 0}, "n"), ({"n": MAX_CHOICES + 1}, "n"), ({"min_p": 2}, "min_p"), ({"top_k": -2}, "top_k"),
     ({"repetition_penalty": 0}, "repetition_penalty"), ({"min_tokens": -1}, "min_tokens"),
     ({"stop_token_ids": [-1]}, "stop_token_ids"), ({"model": 5}, "model"),
     ({"messages": []}, "messages"), ({"messages": [{"role": "robot", "content": "x"}]},
@@ -50,10 +50,11 @@ def test_out_of_range_values_are_400_naming_the_field(fields, param):
 
 
 @pytest.mark.parametrize("fields, param", [
-    ({"n": 2}, "n"), ({"tools": []}, "tools"), ({"tool_choice": "auto"}, "tool_choice"),
+    ({"functions": []}, "functions"), ({"tools": []}, "tools"), ({"tool_choice": "auto"}, "tool_choice"),
     ({"response_format": {"type": "json_object"}, "guided_regex": "a+"}, "guided_regex"),
-    ({"messages": [{"role": "user", "content": [{"type": "text", "text": "x"}]}]},
-     "messages[0].content"),
+    ({"messages": [{"role": "user", "content": [{"type": "text", "text": "x"},
+                                                {"type": "image_url", "image_url": {}}]}]},
+     "messages[0].content[1].type"),
 ])
 def test_unsupported_values_are_422(fields, param):
     err = refused(parse_chat, chat(**fields))
@@ -90,14 +91,28 @@ def test_valid_chat_maps_every_sampling_field():
 def test_completion_prompt_forms_and_defaults():
     body = {"model": "m", "prompt": "hello"}
     spec = parse_completion(json.dumps(body).encode())
-    assert spec.prompt == "hello" and spec.max_tokens == 16 and spec.kind == "completion"
-    assert parse_completion(json.dumps(dict(body, prompt=[1, 2])).encode()).prompt == (1, 2)
-    assert parse_completion(json.dumps(dict(body, prompt=["x"])).encode()).prompt == "x"
-    assert refused(parse_completion, json.dumps(dict(body, prompt=["x", "y"])).encode()).status == 422
-    assert refused(parse_completion, json.dumps(dict(body, echo=True)).encode()).status == 422
+    assert spec.prompts == ("hello",) and spec.max_tokens == 16 and spec.kind == "completion"
+    assert parse_completion(json.dumps(dict(body, prompt=[1, 2])).encode()).prompts == ((1, 2),)
+    assert parse_completion(json.dumps(dict(body, prompt=["x"])).encode()).prompts == ("x",)
+    assert parse_completion(json.dumps(dict(body, prompt=["x", "y"])).encode()
+                            ).prompts == ("x", "y")
+    assert parse_completion(json.dumps(dict(body, prompt=[[1], [2, 3]])).encode()
+                            ).prompts == ((1,), (2, 3))
+    for bad_prompt in ([], [[]], ["x", 1], [["x"]], [[1, -1]], 3):
+        assert refused(parse_completion, json.dumps(dict(body, prompt=bad_prompt)).encode()
+                       ).param == "prompt"
+    too_many = ["x"] * (MAX_COMPLETION_PROMPTS + 1)
+    assert refused(parse_completion, json.dumps(dict(body, prompt=too_many)).encode()
+                   ).param == "prompt"
+    assert parse_completion(json.dumps(dict(body, echo=True)).encode()).echo
     assert refused(parse_completion, json.dumps(dict(body, best_of=2)).encode()).status == 422
     assert refused(parse_completion, json.dumps(dict(body, suffix="s")).encode()).status == 422
-    assert refused(parse_completion, json.dumps(dict(body, logprobs=6)).encode()).param == "logprobs"
+    assert refused(parse_completion, json.dumps(dict(body, logprobs=21)).encode()).param == "logprobs"
+    assert parse_completion(json.dumps(dict(body, logprobs=20)).encode()).top_logprobs == 20
+    zero = dict(body, max_tokens=0)
+    assert refused(parse_completion, json.dumps(zero).encode()).param == "max_tokens"
+    assert parse_completion(json.dumps(dict(zero, echo=True)).encode()).max_tokens == 0
+    assert refused(parse_chat, chat(max_tokens=0)).param == "max_tokens"
     spec = parse_completion(json.dumps(dict(body, logprobs=2)).encode())
     assert spec.params.logprobs and spec.top_logprobs == 2
     assert refused(parse_completion, b'{"model": "m"}').param == "prompt"

@@ -28,7 +28,7 @@ def make_stream(ticket: Ticket) -> GenerationStream:
     ctx = StreamContext(bridge=RecordingBridge(), tokenizer=None, ping_interval_s=15.0,
                         on_status=lambda route, status: statuses.append(status),
                         on_finish=lambda **kw: None)
-    return GenerationStream(ctx=ctx, ticket=ticket, spec=GenSpec(kind="completion", model="m"),
+    return GenerationStream(ctx=ctx, tickets=[ticket], spec=GenSpec(kind="completion", model="m"),
                             header=docs.Header("cmpl-1", 0, "m"), prompt_tokens=1,
                             route="completions", headers=(), arrival_s=0.0)
 
@@ -220,7 +220,7 @@ def shell(kind="chat", stream=True, ping_interval_s=15.0):
                         on_status=lambda route, status: statuses.append(status),
                         on_finish=lambda **kw: finished.append(kw))
     ticket = Ticket(GenRequest(prompt=(1,)), None)
-    stream_ = GenerationStream(ctx=ctx, ticket=ticket,
+    stream_ = GenerationStream(ctx=ctx, tickets=[ticket],
                                spec=GenSpec(kind=kind, model="m", stream=stream),
                                header=HEADER, prompt_tokens=1, route=kind, headers=(),
                                arrival_s=0.0)
