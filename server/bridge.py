@@ -46,7 +46,8 @@ from typing import Callable, ClassVar, Union
 from engine.api import (FINISH_DEADLINE, Engine, EngineStats, GenRequest, PromptTooLong,
                         RequestRefused, TokenOut)
 from server.errors import ApiError
-from server.waiting import MIN_RETRY_AFTER_S, WaitEstimator, WaitInputs, retry_after_s
+from server.waiting import (MIN_RETRY_AFTER_S, RefusedClients, WaitEstimator, WaitInputs,
+                            retry_after_s)
 
 log = logging.getLogger("tlserve.bridge")
 
@@ -217,6 +218,8 @@ class EngineBridge:
         self.queue = queue
         self.gate = AdmissionGate(queue.capacity_requests)
         self.estimator = WaitEstimator()        # measured on the engine thread, read here
+        self.refused = RefusedClients()         # loop thread: 429s not yet back
+        self.step_started_s: float | None = None    # engine thread: the step in progress
         self.died: str | None = None            # why the engine thread ended abnormally
         self._step_delay_s = step_delay_s
         self._cond = threading.Condition()
@@ -238,6 +241,7 @@ class EngineBridge:
         """Admit the request (or raise the 429 ApiError now) and queue it for the engine,
         with the queue deadline counted from this moment."""
         self._admit_or_raise()
+        self.estimator.observe_budget(request.max_tokens)
         deadline_s = self._clock() + self.queue.deadline_ms / 1000.0
         ticket = Ticket(replace(request, deadline_s=deadline_s), self.gate.release, request_id)
         self._post(("add", ticket))
@@ -262,9 +266,12 @@ class EngineBridge:
 
     def expected_wait_s(self) -> float:
         """The admission estimate for one more request now (server/waiting.py)."""
+        now, started = self._clock(), self.step_started_s
         return self.estimator.wait_s(WaitInputs(
             running_requests=self.stats.active_sequences, waiting_requests=self.gate.waiting,
-            max_num_seqs=self.queue.batch_slots))
+            max_num_seqs=self.queue.batch_slots,
+            step_running_s=0.0 if started is None else now - started,
+            returning_requests=self.refused.returning(now)))
 
     def retry_after_s(self) -> int:
         return retry_after_s(self.expected_wait_s())
@@ -278,9 +285,13 @@ class EngineBridge:
         if not self.is_healthy():
             raise engine_down_error()
         wait_s = self.expected_wait_s()
-        if wait_s * 1000.0 > self.queue.deadline_ms:
-            raise wait_too_long_error(wait_s, self.queue.deadline_ms)
-        self.gate.reserve_or_raise(retry_after_s(wait_s))
+        try:
+            if wait_s * 1000.0 > self.queue.deadline_ms:
+                raise wait_too_long_error(wait_s, self.queue.deadline_ms)
+            self.gate.reserve_or_raise(retry_after_s(wait_s))
+        except ApiError:
+            self.refused.refused(self._clock(), retry_after_s(wait_s))
+            raise
 
     def stop(self, timeout_s: float = 10.0) -> None:
         with self._cond:
@@ -392,14 +403,17 @@ class EngineBridge:
         ticket.done = True
 
     def _step(self) -> None:
-        started_s = self._clock()
+        started_s = self.step_started_s = self._clock()
         try:
             outs = self._engine.step()
         except Exception as exc:                                   # noqa: BLE001
             log.error("engine step failed: %s", traceback.format_exc())
+            self.step_started_s = None
             self._fail_all(f"engine step failed: {exc}")
             return
         now = self._clock()
+        self.step_started_s = None
+        self.estimator.observe_step(now - started_s)
         for out in outs:
             ticket = self._live.get(out.id)
             if ticket is not None:
