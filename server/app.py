@@ -61,11 +61,13 @@ class ServedModel:
     The chat template is parsed here, once, at start-up: a broken one stops the server with
     `ModelFormatError` naming the model file and the template's line, never a request."""
 
-    def __init__(self, model: Model, model_id: str, max_model_len: int):
+    def __init__(self, model: Model, model_id: str, max_model_len: int, *,
+                 kv_capacity_tokens: int | None = None):
         self.id = model_id
         self.model = model
         self.tokenizer: Tokenizer = model.tokenizer
         self.max_model_len = max_model_len
+        self.kv_capacity_tokens = kv_capacity_tokens    # the whole KV pool (None: unchecked)
         self.created = int(time.time())
         self.grammars = GrammarCache()          # structured outputs, compiled once per schema
         try:
@@ -235,11 +237,25 @@ class ApiApp:
                            f"the {prompt_param}, {exc.completion_tokens} for the completion). "
                            f"Please reduce the length of the {prompt_param} or max_tokens.",
                            param=prompt_param) from None
+        self._check_kv_capacity(len(prompt), spec.max_tokens, prompt_param)
         scored = spec.top_logprobs if spec.echo and spec.logprobs else None
         return GenRequest(prompt=tuple(prompt), params=spec.params,
                           seed=choice_seed(spec.seed, choice), max_tokens=max_tokens,
                           stop_ids=spec.stop_ids, priority=priority, prompt_logprobs=scored,
                           wait_for_prefix=choice > 0, grammar=grammar)
+
+    def _check_kv_capacity(self, prompt_tokens: int, max_tokens: int | None,
+                           prompt_param: str) -> None:
+        """A request the KV pool could never hold (even alone) is a 400 now, not a wait."""
+        pool_tokens = self.served.kv_capacity_tokens
+        needed_tokens = prompt_tokens + (1 if max_tokens is None else max_tokens)
+        if pool_tokens is not None and needed_tokens > pool_tokens:
+            raise ApiError("context_length_exceeded",
+                           f"This server's KV cache holds {pool_tokens} tokens; the request "
+                           f"needs {needed_tokens} ({prompt_tokens} in the {prompt_param}, "
+                           f"{needed_tokens - prompt_tokens} for the completion). Please "
+                           f"reduce the length of the {prompt_param} or max_tokens.",
+                           param=prompt_param)
 
     def _check_model(self, model: str) -> None:
         if model != self.served.id:
@@ -310,7 +326,7 @@ class HealthApp:
                  web: StaticFiles | None = None):
         self.bridge, self.state = bridge, state
         self.web = web or StaticFiles.load()
-        self.handlers = {"healthz": health_ok, "readyz": self.readyz, "metrics": self.metrics,
+        self.handlers = {"healthz": self.healthz, "readyz": self.readyz, "metrics": self.metrics,
                          "engine_page": self.engine_page, "engine_snapshot": self.engine_snapshot,
                          "static": lambda _, params, __: self.web.response(params["name"])}
 
@@ -325,6 +341,13 @@ class HealthApp:
         except ApiError as err:
             return error_response(err, extra)
         return Response(status=result.status, headers=result.headers + extra, body=result.body)
+
+    def healthz(self, request: Request, params: Params, extra: Headers) -> Response:
+        """Liveness: fails once the engine thread has died, so an orchestrator restarts us."""
+        if not self.bridge.is_healthy():
+            raise ApiError("engine_unavailable", f"The engine thread has stopped: "
+                                                 f"{self.bridge.died or 'unknown reason'}.")
+        return health_ok(request, params, extra)
 
     def readyz(self, request: Request, params: Params, extra: Headers) -> Response:
         if self.state.is_draining:

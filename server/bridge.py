@@ -17,6 +17,9 @@ The loop thread and the engine thread share exactly three things:
 Admission lives here, because the bridge IS the queue to the engine: `submit` and `embed`
 reserve one slot of the `AdmissionGate` or raise the 429 at once (never an unbounded wait);
 the slot is released when the engine first schedules the request or it ends before that.
+Before the slot, `submit` asks `server/waiting.py` how long the request would wait behind
+the running and queued ones (measured service time): past the queue deadline it is a 429
+now, never a failure later; every 429 and 503 of the queue carries that wait as Retry-After.
 The engine's waiting list is fed only through here. A request still unscheduled
 `QueuePolicy.deadline_ms` after admission is expired by `Engine.step()` (`FINISH_DEADLINE`);
 the bridge delivers that as `Expired` (503 no_capacity).
@@ -45,10 +48,12 @@ from engine.api import (FINISH_DEADLINE, Engine, EngineStats, GenRequest, Prompt
 from server.engine_view import EngineView
 from server.errors import ApiError
 from server.trace import TraceWriter
+from server.waiting import (MIN_RETRY_AFTER_S, RefusedClients, WaitEstimator, WaitInputs,
+                            retry_after_s)
 
 log = logging.getLogger("tlserve.bridge")
 
-RETRY_AFTER_S = 1        # what load balancers and the gateway honour before retrying
+RETRY_AFTER_S = MIN_RETRY_AFTER_S   # the Retry-After when nothing has been measured yet
 
 
 # ---- events: one type per outcome ---------------------------------------------------------
@@ -83,8 +88,14 @@ class Failed(_Ending):
 
 @dataclass(frozen=True)
 class Expired(_Ending):
-    """The request waited past the queue deadline without being scheduled: 503."""
+    """The request waited past the queue deadline without being scheduled: 503 (always
+    before the response head: a streamed head waits for the first token)."""
+    retry_after_s: int = RETRY_AFTER_S
     KIND: ClassVar[str] = "no_capacity"
+
+    def error(self) -> ApiError:
+        return ApiError(self.KIND, self.message,
+                        headers=(("Retry-After", str(self.retry_after_s)),))
 
 
 Event = Union[TokenOut, PromptLogprobs, TooLong, Invalid, Failed, Expired]
@@ -94,9 +105,11 @@ Event = Union[TokenOut, PromptLogprobs, TooLong, Invalid, Failed, Expired]
 
 @dataclass(frozen=True)
 class QueuePolicy:
-    """The admission queue's bounds (from ServeConfig.queue_capacity / queue_deadline_ms)."""
+    """The admission queue's bounds (from ServeConfig.queue_capacity / queue_deadline_ms)
+    and the engine's batch slots (EngineConfig.max_num_seqs) the wait estimate divides by."""
     capacity_requests: int
     deadline_ms: int
+    batch_slots: int = 1
 
 
 class AdmissionGate:
@@ -120,10 +133,10 @@ class AdmissionGate:
             self._waiting += 1
             return True
 
-    def reserve_or_raise(self) -> None:
+    def reserve_or_raise(self, retry_s: int = RETRY_AFTER_S) -> None:
         """Reserve a slot or raise the 429 the client must see at once."""
         if not self.try_reserve():
-            raise queue_full_error(self.capacity)
+            raise queue_full_error(self.capacity, retry_s)
 
     def release(self) -> None:
         with self._lock:
@@ -132,16 +145,29 @@ class AdmissionGate:
             self._waiting -= 1
 
 
-def queue_full_error(capacity: int) -> ApiError:
+def queue_full_error(capacity: int, retry_s: int = RETRY_AFTER_S) -> ApiError:
     return ApiError("rate_limit_exceeded",
                     f"The server's admission queue is full ({capacity} waiting requests); "
-                    f"retry after {RETRY_AFTER_S} s.",
-                    headers=(("Retry-After", str(RETRY_AFTER_S)),))
+                    f"retry after {retry_s} s.",
+                    headers=(("Retry-After", str(retry_s)),))
 
 
-def expired_event(deadline_ms: int) -> Expired:
+def wait_too_long_error(wait_s: float, deadline_ms: int) -> ApiError:
+    retry_s = retry_after_s(wait_s)
+    return ApiError("rate_limit_exceeded",
+                    f"The server is busy: a new request would wait about {wait_s:.1f} s for a "
+                    f"batch slot, longer than the {deadline_ms} ms it holds a request; "
+                    f"retry after {retry_s} s.", headers=(("Retry-After", str(retry_s)),))
+
+
+def expired_event(deadline_ms: int, retry_s: int = RETRY_AFTER_S) -> Expired:
     return Expired(f"The request waited longer than {deadline_ms} ms for the engine to "
-                   "schedule it; try again later.")
+                   "schedule it; try again later.", retry_s)
+
+
+def engine_down_error() -> ApiError:
+    return ApiError("engine_unavailable", "The engine thread has stopped; this server "
+                                          "cannot serve requests until it is restarted.")
 
 
 # ---- tickets --------------------------------------------------------------------------------
@@ -196,10 +222,15 @@ class EngineBridge:
         self._clock = clock                     # the engine's clock: deadlines are compared there
         self.queue = queue
         self.gate = AdmissionGate(queue.capacity_requests)
+        self.estimator = WaitEstimator()        # measured on the engine thread, read here
+        self.refused = RefusedClients()         # loop thread: 429s not yet back
+        self.step_started_s: float | None = None    # engine thread: the step in progress
+        self.died: str | None = None            # why the engine thread ended abnormally
         self._step_delay_s = step_delay_s
         self._cond = threading.Condition()
         self._inbox: list[tuple] = []
         self._stopping = False
+        self._closed = False                    # the engine thread takes no more commands
         self._thread: threading.Thread | None = None
         self._live: dict[int, Ticket] = {}      # engine id -> ticket (engine thread only)
         self.wake: Callable[[], None] = lambda: None
@@ -219,7 +250,8 @@ class EngineBridge:
     def submit(self, request: GenRequest, *, request_id: str = "") -> Ticket:
         """Admit the request (or raise the 429 ApiError now) and queue it for the engine,
         with the queue deadline counted from this moment."""
-        self.gate.reserve_or_raise()
+        self._admit_or_raise()
+        self.estimator.observe_budget(request.max_tokens)
         queued_s = self._clock()
         deadline_s = queued_s + self.queue.deadline_ms / 1000.0
         ticket = Ticket(replace(request, deadline_s=deadline_s), self.gate.release, request_id)
@@ -239,10 +271,39 @@ class EngineBridge:
               request_id: str = "") -> EmbedTicket:
         """Admit like a generation (429 when full); the slot frees when the engine thread
         takes the command off the inbox."""
-        self.gate.reserve_or_raise()
+        self._admit_or_raise()
         ticket = EmbedTicket(inputs, encoding_format, self.gate.release, request_id)
         self._post(("embed", ticket))
         return ticket
+
+    def expected_wait_s(self) -> float:
+        """The admission estimate for one more request now (server/waiting.py)."""
+        now, started = self._clock(), self.step_started_s
+        return self.estimator.wait_s(WaitInputs(
+            running_requests=self.stats.active_sequences, waiting_requests=self.gate.waiting,
+            max_num_seqs=self.queue.batch_slots,
+            step_running_s=0.0 if started is None else now - started,
+            returning_requests=self.refused.returning(now)))
+
+    def retry_after_s(self) -> int:
+        return retry_after_s(self.expected_wait_s())
+
+    def is_healthy(self) -> bool:
+        """False once the engine thread has died (started, not stopping, not running)."""
+        thread = self._thread
+        return self.died is None and (thread is None or thread.is_alive() or self._stopping)
+
+    def _admit_or_raise(self) -> None:
+        if not self.is_healthy():
+            raise engine_down_error()
+        wait_s = self.expected_wait_s()
+        try:
+            if wait_s * 1000.0 > self.queue.deadline_ms:
+                raise wait_too_long_error(wait_s, self.queue.deadline_ms)
+            self.gate.reserve_or_raise(retry_after_s(wait_s))
+        except ApiError:
+            self.refused.refused(self._clock(), retry_after_s(wait_s))
+            raise
 
     def stop(self, timeout_s: float = 10.0) -> None:
         with self._cond:
@@ -253,12 +314,40 @@ class EngineBridge:
 
     def _post(self, command: tuple) -> None:
         with self._cond:
-            self._inbox.append(command)
-            self._cond.notify()
+            if not self._closed:
+                self._inbox.append(command)
+                self._cond.notify()
+                return
+        self._refuse(command, "the engine thread has stopped")   # nobody would take it
+
+    @staticmethod
+    def _refuse(command: tuple, reason: str) -> None:
+        """End a command the engine thread will never run (it stopped or died)."""
+        verb, ticket = command
+        EngineBridge._leave_queue(ticket)
+        if verb == "embed":
+            ticket.error, ticket.done = reason, True
+        elif verb == "add":
+            ticket.is_finished = True
+            ticket.events.append(Failed(reason))
 
     # -- engine-thread side ------------------------------------------------------------
 
     def _run(self) -> None:
+        try:
+            self._serve()
+        except BaseException as exc:                               # noqa: BLE001
+            # Only a bug outside the per-command and per-step guards gets here: every
+            # request in flight ends with a 500 and /healthz fails, so the process restarts.
+            log.critical("engine thread died: %s", traceback.format_exc())
+            self.died = f"{type(exc).__name__}: {exc}"
+            with self._cond:
+                self._stopping = True
+            self._shutdown(f"the engine thread stopped: {self.died}")
+            return
+        self._shutdown("the server is stopping")
+
+    def _serve(self) -> None:
         while True:
             with self._cond:
                 while not self._inbox and not self._stopping and not self._engine.has_work():
@@ -277,7 +366,6 @@ class EngineBridge:
             self.wake()
             if stepped and self._step_delay_s:
                 time.sleep(self._step_delay_s)
-        self._shutdown()
 
     def _apply(self, command: tuple) -> None:
         verb, ticket = command
@@ -333,16 +421,19 @@ class EngineBridge:
         ticket.done = True
 
     def _step(self) -> None:
-        started_s = self._clock()
+        started_s = self.step_started_s = self._clock()
         try:
             outs = self._engine.step()
         except Exception as exc:                                   # noqa: BLE001
             log.error("engine step failed: %s", traceback.format_exc())
+            self.step_started_s = None
             self._fail_all(f"engine step failed: {exc}")
             return
         now = self._clock()
         if self.tracer is not None:
             self.tracer.step(self._engine.last_step, outs, now)
+        self.step_started_s = None
+        self.estimator.observe_step(now - started_s)
         for out in outs:
             ticket = self._live.get(out.id)
             if ticket is not None:
@@ -366,12 +457,15 @@ class EngineBridge:
         if out.finish is not None:
             ticket.is_finished = True
             self._live.pop(out.id, None)
+            if ticket.scheduled_s is not None:
+                self.estimator.observe_service(now - ticket.scheduled_s)
         if out.token is None and out.finish == FINISH_DEADLINE:
-            ticket.events.append(expired_event(self.queue.deadline_ms))
+            ticket.events.append(expired_event(self.queue.deadline_ms, self.retry_after_s()))
         else:
             ticket.events.append(out)
 
-    def _leave_queue(self, ticket: Ticket | EmbedTicket) -> None:
+    @staticmethod
+    def _leave_queue(ticket: Ticket | EmbedTicket) -> None:
         """Release the ticket's admission slot, exactly once."""
         if ticket.on_leave_queue is not None:
             release, ticket.on_leave_queue = ticket.on_leave_queue, None
@@ -389,16 +483,12 @@ class EngineBridge:
         except Exception:                                          # noqa: BLE001
             log.error("abort_all failed: %s", traceback.format_exc())
 
-    def _shutdown(self) -> None:
-        self._fail_all("the server is stopping")
-        for verb, ticket in self._inbox:
-            if verb == "embed":
-                self._leave_queue(ticket)
-                ticket.error, ticket.done = "the server is stopping", True
-            elif verb == "add":
-                self._leave_queue(ticket)
-                ticket.events.append(Failed("the server is stopping"))
-        self._inbox = []
+    def _shutdown(self, reason: str) -> None:
+        self._fail_all(reason)
+        with self._cond:
+            inbox, self._inbox, self._closed = self._inbox, [], True
+        for command in inbox:
+            self._refuse(command, reason)
         if self.tracer is not None:
             self.tracer.close(self._clock())
         self.wake()

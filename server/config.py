@@ -41,10 +41,10 @@ class ServeConfig:
     health_listen: str = ":9464"
     engine: EngineConfig = field(default_factory=EngineConfig)
     queue_capacity: int = 256                  # admitted but not yet scheduled requests
-    queue_deadline_ms: int = 30_000            # unscheduled past this -> 503 no_capacity
+    queue_deadline_ms: int = 120_000           # unscheduled past this -> 503 no_capacity (before the head)
     handle_signals: bool = False               # run() sets True: SIGTERM drains
     step_delay_s: float = 0.0                  # slows each engine step (fault tests only)
-    drain_timeout_s: float = 30.0              # in-flight streams get this long on SIGTERM
+    drain_timeout_s: float = 60.0              # in-flight streams get this long on SIGTERM
     ping_interval_s: float = 15.0              # SSE ": ping" after this long without a token
     engine_view: bool = True                   # /engine and /engine/snapshot on the health port
     trace_file: str = ""                       # Chrome trace-event JSON of the steps; "" = off

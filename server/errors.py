@@ -40,6 +40,7 @@ ERROR_KINDS: dict[str, ErrorKind] = {
     "no_capacity": ErrorKind(503, "server_error", "no_capacity"),
     "shutting_down": ErrorKind(503, "server_error", "server_shutting_down"),
     "not_ready": ErrorKind(503, "server_error", "not_ready"),
+    "engine_unavailable": ErrorKind(503, "server_error", "engine_unavailable"),
     # HTTP framing (server/http/http11.py)
     "malformed_http": ErrorKind(400, "invalid_request_error", "malformed_request"),
     "request_timeout": ErrorKind(408, "invalid_request_error", "request_timeout"),

@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, replace
+from typing import Callable
 
 from engine.api import Engine, EngineConfig, load_model, model_name, tune_malloc
 from server.app import ApiApp, HealthApp, ServedModel, ServerState
@@ -26,6 +27,8 @@ from server.trace import TraceWriter
 from server.http.loop import EventLoop, Listener
 
 log = logging.getLogger("tlserve")
+
+EngineWrapper = Callable[[Engine], Engine]      # tests: inject faults into engine steps
 
 
 @dataclass
@@ -71,8 +74,9 @@ def _address(loop: EventLoop, name: str) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def build(cfg: ServeConfig) -> ServerHandle:
-    """Load, construct and bind everything; nothing is served until the loop runs."""
+def build(cfg: ServeConfig, wrap_engine: EngineWrapper | None = None) -> ServerHandle:
+    """Load, construct and bind everything; nothing is served until the loop runs.
+    `wrap_engine` is the tests' fault seam: it may wrap the Engine the bridge drives."""
     tuned = tune_malloc()                # process-wide: numpy's big temporaries stay on the heap
     log.info("malloc tuned for numpy temporaries: %s", "yes" if tuned else "no (not glibc)")
     t0 = time.perf_counter()
@@ -82,12 +86,15 @@ def build(cfg: ServeConfig) -> ServerHandle:
     engine_cfg = cfg.engine
     engine = Engine(model, engine_cfg)
     _log_kv(engine, engine_cfg)
-    queue = QueuePolicy(capacity_requests=cfg.queue_capacity, deadline_ms=cfg.queue_deadline_ms)
-    bridge = EngineBridge(engine, queue=queue, step_delay_s=cfg.step_delay_s,
+    queue = QueuePolicy(capacity_requests=cfg.queue_capacity, deadline_ms=cfg.queue_deadline_ms,
+                        batch_slots=engine_cfg.max_num_seqs)
+    bridge = EngineBridge(wrap_engine(engine) if wrap_engine else engine, queue=queue,
+                          step_delay_s=cfg.step_delay_s,
                           view=EngineView() if cfg.engine_view else None,
                           tracer=_tracer(cfg))
     state = ServerState()
-    served = ServedModel(model, cfg.model_id, engine.max_model_len())
+    served = ServedModel(model, cfg.model_id, engine.max_model_len(),
+                         kv_capacity_tokens=engine.kv.num_blocks * engine_cfg.block_size)
     api = ApiApp(served=served, bridge=bridge, state=state, ping_interval_s=cfg.ping_interval_s)
     health = HealthApp(bridge=bridge, state=state)
 
@@ -117,9 +124,9 @@ def _log_kv(engine: Engine, engine_cfg: EngineConfig) -> None:
              engine_cfg.block_size, engine.kv.nbytes / 2**20)
 
 
-def spawn(cfg: ServeConfig) -> ServerHandle:
+def spawn(cfg: ServeConfig, wrap_engine: EngineWrapper | None = None) -> ServerHandle:
     """Start a server on background threads and return once it is listening."""
-    handle = build(replace(cfg, handle_signals=False))
+    handle = build(replace(cfg, handle_signals=False), wrap_engine)
     handle.bridge.start()
     handle.thread = threading.Thread(target=handle.loop.run, name="tl-loop", daemon=True)
     handle.thread.start()

@@ -14,10 +14,12 @@ A generation is three small parts, read top to bottom:
    in `RENDERERS`, not a new branch.
 3. `GenerationStream` — the thin `server.http.protocol.Stream` shell the loop polls whenever the
    engine thread wakes it, and at `next_deadline_s()` (SSE pings). It does head timing,
-   pings and metrics. A streamed answer sends its `200` head with the first bytes (or the
-   first ping), so a request that never got scheduled is still answered with a proper
-   status (503, 500, 400); after the head an error can only travel as an SSE `error` event
-   followed by `[DONE]`.
+   pings and metrics. A streamed answer sends its `200` head with its first bytes, and
+   only once the engine has scheduled it (its first token); pings keep a quiet stream
+   alive only after that. So a request is refused before its head (503 past the queue
+   deadline, 500, 400: statuses a client can retry or read) or served to its end: waiting
+   behind running sequences never turns into an error inside an accepted stream. After
+   the head an error (an engine fault) can only travel as an SSE `error` event + `[DONE]`.
 """
 from __future__ import annotations
 
@@ -354,17 +356,23 @@ class GenerationStream:
             self._fail(out, ending)
         elif ending:
             self._finish(out, now_s)
-        elif self.render.streamed and (self.pending or now_s - self.last_send_s
-                                       >= self.ctx.ping_interval_s):
+        elif self.render.streamed and (self.pending or self._ping_due(now_s)):
             if not self.pending:
                 self.pending.append(PING)
             self._send_sse(out, now_s)
         return out
 
     def next_deadline_s(self) -> float | None:
-        if self.done or not self.render.streamed:
+        if self.done or not self.render.streamed or not self._is_scheduled():
             return None
         return self.last_send_s + self.ctx.ping_interval_s
+
+    def _is_scheduled(self) -> bool:
+        """The engine has produced a token (any choice's): the head may go out, pings follow."""
+        return self.completion_tokens > 0
+
+    def _ping_due(self, now_s: float) -> bool:
+        return self._is_scheduled() and now_s - self.last_send_s >= self.ctx.ping_interval_s
 
     def cancel(self) -> None:
         self._abort_all()

@@ -14,9 +14,10 @@ TIMEOUT_S = 30
 
 
 @contextmanager
-def running_server(model_dir, **overrides):
-    """A server for one model on 127.0.0.1 port 0; drained and joined on exit."""
-    handle = spawn(ServeConfig.for_model(model_dir, **overrides))
+def running_server(model_dir, wrap_engine=None, **overrides):
+    """A server for one model on 127.0.0.1 port 0; drained and joined on exit.
+    `wrap_engine` (Engine -> engine-like) injects faults into the engine the bridge drives."""
+    handle = spawn(ServeConfig.for_model(model_dir, **overrides), wrap_engine)
     try:
         yield handle
     finally:

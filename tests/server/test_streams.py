@@ -227,16 +227,24 @@ def shell(kind="chat", stream=True, ping_interval_s=15.0):
     return stream_, ticket, bridge, statuses, finished
 
 
-def test_the_head_waits_for_the_first_ping_when_nothing_comes():
-    stream_, _, _, statuses, _ = shell()
+def test_no_head_and_no_ping_until_the_engine_schedules_the_request():
+    """A queued request sends nothing (so a queue deadline can still be a 503 status);
+    after its first token the head goes out and quiet periods get a ping."""
+    stream_, ticket, _, statuses, _ = shell()
     idle = stream_.poll(1.0)
     assert idle.head is None and idle.chunks == [] and not idle.done
-    assert stream_.next_deadline_s() == 15.0
-    ping = stream_.poll(15.0)
-    assert ping.head.status == 200 and ping.chunks == [PING] and statuses == [200]
-    assert ("Content-Type", "text/event-stream; charset=utf-8") in ping.head.headers
-    assert stream_.next_deadline_s() == 30.0
-    assert stream_.poll(20.0).chunks == []                  # no ping before the interval
+    assert stream_.next_deadline_s() is None
+    waiting = stream_.poll(100.0)                           # long past the ping interval
+    assert waiting.head is None and waiting.chunks == [] and statuses == []
+    ticket.events.append(tok(1))
+    first = stream_.poll(101.0)
+    assert first.head.status == 200 and statuses == [200]
+    assert ("Content-Type", "text/event-stream; charset=utf-8") in first.head.headers
+    assert stream_.next_deadline_s() == 116.0
+    assert stream_.poll(110.0).chunks == []                 # no ping before the interval
+    ping = stream_.poll(116.0)
+    assert ping.head is None and ping.chunks == [PING]
+    assert stream_.next_deadline_s() == 131.0
 
 
 def test_streamed_answer_sends_head_with_the_first_bytes_then_finishes():

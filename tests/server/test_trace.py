@@ -49,7 +49,7 @@ def test_a_served_trace_has_steps_with_phases_and_one_track_per_request(succ_mod
                         step_delay_s=0.002) as handle:
         r = post(handle, "/v1/chat/completions", chat_body("a" * 20, max_tokens=5, temperature=0))
         assert r.status_code == 200
-        sock, _ = open_stream(handle, chat_body("b" * 3, max_tokens=500, stream=True))
+        sock, _ = open_stream(handle, chat_body("b" * 3, max_tokens=200, stream=True))  # fits the pool
         sock.close()                                   # the client leaves: the server aborts
         assert wait_for(lambda: metrics(handle)['tl_engine_kv_blocks{state="used"}'] == 0,
                         TIMEOUT_S)

@@ -1,0 +1,304 @@
+"""Graceful under pressure: bursts, a disconnect storm and a drain against a real server.
+
+    python bench/pressure.py burst  [--streams 256] [--idle 1000] [--tokens 32]
+    python bench/pressure.py openai [--chats 512] [--tokens 32] [--retries 5]
+    python bench/pressure.py storm  [--streams 64]
+    python bench/pressure.py drain  [--streams 48] [--tokens 64]
+    (each: [--model-dir DIR] [--env KEY=VALUE ...] for TL_ENGINE__ overrides)
+
+Each scenario starts `tlserve.py --config runtime.toml` (the defaults) on free ports in a
+child process, drives it from threads in this one, and prints one JSON line:
+
+* burst: N simultaneous streaming chats while `--idle` keep-alive connections sit open and a
+  prober reads /healthz and /metrics every 200 ms; all must reach [DONE], the probes answer
+  within 1 s, and afterwards 0 active sequences and 0 used blocks.
+* openai: N chats through the official openai client (max_retries) at once; refused ones
+  come back after Retry-After; all must succeed.
+* storm: N streams cut with TCP RST after their first chunk; every sequence and block must
+  be free within 2 s.
+* drain: SIGTERM with N streams in flight: all reach [DONE], new connections are refused,
+  the exit status is 0; prints the drain time (the figure `drain_timeout_s` is sized from).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SERVER_LINE = re.compile(r"listening: API on (\S+), health on (\S+)")
+DONE = b"data: [DONE]\n\n"
+PROBE_INTERVAL_S = 0.2
+PROBE_LIMIT_S = 1.0
+FREE_WITHIN_S = 2.0
+STORM_TOKENS = 1000          # long enough that every stream is still running when it is cut
+
+
+class Server:
+    """tlserve.py in a child process on free ports; its stderr is kept for the report."""
+
+    def __init__(self, model_dir: str | None, env: dict[str, str]):
+        cmd = [sys.executable, str(REPO / "tlserve.py"), "--config", str(REPO / "runtime.toml"),
+               "--port", "0", "--health-port", "0"]
+        if model_dir:
+            cmd += ["--model-dir", model_dir]
+        self.proc = subprocess.Popen(cmd, cwd=REPO, stderr=subprocess.PIPE, text=True,
+                                     env={**os.environ, **env})
+        self.log: list[str] = []
+        self.http, self.health = self._wait_listening()
+        threading.Thread(target=lambda: self.log.extend(self.proc.stderr), daemon=True).start()
+
+    def _wait_listening(self) -> tuple[tuple[str, int], str]:
+        for line in self.proc.stderr:
+            self.log.append(line)
+            match = SERVER_LINE.search(line)
+            if match:
+                host, port = match.group(1).rsplit(":", 1)
+                host = "127.0.0.1" if host in ("0.0.0.0", "") else host
+                return (host, int(port)), "http://" + match.group(2).replace("0.0.0.0", "127.0.0.1")
+        raise SystemExit("server did not start:\n" + "".join(self.log))
+
+    def metrics(self) -> dict[str, float]:
+        with urllib.request.urlopen(self.health + "/metrics", timeout=10) as r:
+            text = r.read().decode()
+        out = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                name, _, value = line.rpartition(" ")
+                out[name] = float(value)
+        return out
+
+    def idle_state(self) -> dict:
+        m = self.metrics()
+        return {"active_sequences": m["tl_engine_active_sequences"],
+                "used_blocks": m['tl_engine_kv_blocks{state="used"}']}
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                return self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        return self.proc.wait()
+
+
+def chat_payload(tokens: int, stream: bool = True) -> bytes:
+    return json.dumps({"model": "smol-135m", "stream": stream, "max_tokens": tokens,
+                       "ignore_eos": True, "temperature": 0,
+                       "messages": [{"role": "user", "content": "Tell me a story."}]}).encode()
+
+
+def open_raw_stream(addr: tuple[str, int], payload: bytes, model: str) -> socket.socket:
+    payload = payload.replace(b'"smol-135m"', json.dumps(model).encode())
+    sock = socket.create_connection(addr, timeout=600)
+    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                 b"application/json\r\nContent-Length: " + str(len(payload)).encode() +
+                 b"\r\n\r\n" + payload)
+    return sock
+
+
+def read_until(sock: socket.socket, marker: bytes, received: bytes = b"") -> bytes:
+    while marker not in received:
+        data = sock.recv(65536)
+        if not data:
+            break
+        received += data
+    return received
+
+
+def served_model(server: Server) -> str:
+    with urllib.request.urlopen(f"http://{server.http[0]}:{server.http[1]}/v1/models",
+                                timeout=30) as r:
+        return json.load(r)["data"][0]["id"]
+
+
+class Prober(threading.Thread):
+    """Reads /healthz and /metrics every PROBE_INTERVAL_S; keeps the slowest answer."""
+
+    def __init__(self, server: Server):
+        super().__init__(daemon=True)
+        self.server, self.stop_event = server, threading.Event()
+        self.max_s, self.failures, self.count = 0.0, 0, 0
+
+    def run(self) -> None:
+        while not self.stop_event.is_set():
+            for path in ("/healthz", "/metrics"):
+                started = time.monotonic()
+                try:
+                    with urllib.request.urlopen(self.server.health + path, timeout=5) as r:
+                        r.read()
+                except OSError:
+                    self.failures += 1
+                self.max_s = max(self.max_s, time.monotonic() - started)
+                self.count += 1
+            self.stop_event.wait(PROBE_INTERVAL_S)
+
+
+def run_streams(server: Server, n: int, tokens: int) -> dict:
+    model, results, lock = served_model(server), [], threading.Lock()
+
+    def one():
+        started = time.monotonic()
+        try:
+            sock = open_raw_stream(server.http, chat_payload(tokens), model)
+            body = read_until(sock, DONE)
+            sock.close()
+            ok = DONE in body and b'"error"' not in body and body.startswith(b"HTTP/1.1 200")
+            status = body[9:12].decode() if body else "closed"
+        except OSError as exc:
+            ok, status = False, type(exc).__name__
+        with lock:
+            results.append((ok, status, time.monotonic() - started))
+    threads = [threading.Thread(target=one) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    statuses: dict[str, int] = {}
+    for _, status, _ in results:
+        statuses[status] = statuses.get(status, 0) + 1
+    return {"completed": sum(ok for ok, _, _ in results), "of": n, "statuses": statuses,
+            "max_latency_s": round(max(s for _, _, s in results), 2)}
+
+
+def burst(server: Server, args) -> dict:
+    idle = [socket.create_connection(server.http) for _ in range(args.idle)]
+    prober = Prober(server)
+    prober.start()
+    started = time.monotonic()
+    result = run_streams(server, args.streams, args.tokens)
+    result["wall_s"] = round(time.monotonic() - started, 2)
+    prober.stop_event.set()
+    prober.join()
+    for sock in idle:
+        sock.close()
+    time.sleep(0.5)
+    result.update(idle_connections=args.idle, probe_max_s=round(prober.max_s, 3),
+                  probe_failures=prober.failures, probes=prober.count, after=server.idle_state())
+    result["ok"] = (result["completed"] == args.streams and prober.max_s < PROBE_LIMIT_S
+                    and prober.failures == 0 and not any(result["after"].values()))
+    return result
+
+
+def openai_burst(server: Server, args) -> dict:
+    import openai
+    client = openai.OpenAI(base_url=f"http://{server.http[0]}:{server.http[1]}/v1",
+                           api_key="none", max_retries=args.retries, timeout=600)
+    model, outcomes, lock = served_model(server), {}, threading.Lock()
+
+    def one():
+        try:
+            client.chat.completions.create(model=model, max_tokens=args.tokens, temperature=0,
+                                           messages=[{"role": "user", "content": "Hi"}],
+                                           extra_body={"ignore_eos": True})
+            key = "ok"
+        except openai.APIError as exc:
+            key = type(exc).__name__
+        with lock:
+            outcomes[key] = outcomes.get(key, 0) + 1
+    started = time.monotonic()
+    threads = [threading.Thread(target=one) for _ in range(args.chats)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    m = server.metrics()
+    refused = sum(v for k, v in m.items() if k.startswith("tl_http_requests_total")
+                  and 'status="429"' in k)
+    return {"chats": args.chats, "outcomes": outcomes, "wall_s": round(time.monotonic() - started, 2),
+            "refused_429_then_retried": refused, "ok": outcomes.get("ok", 0) == args.chats}
+
+
+def storm(server: Server, args) -> dict:
+    model = served_model(server)
+    socks = []
+    for _ in range(args.streams):
+        sock = open_raw_stream(server.http, chat_payload(STORM_TOKENS), model)
+        socks.append(sock)
+    for sock in socks:
+        read_until(sock, b"data: ")                          # the first chunk
+    busy = server.idle_state()
+    for sock in socks:                                       # RST: linger on, timeout 0
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.close()
+    cut = time.monotonic()
+    after = server.idle_state()
+    while any(after.values()) and time.monotonic() - cut < 10:
+        time.sleep(0.02)
+        after = server.idle_state()
+    freed_s = time.monotonic() - cut
+    return {"streams": args.streams, "busy_before": busy, "after": after,
+            "freed_s": round(freed_s, 3), "ok": not any(after.values()) and freed_s < FREE_WITHIN_S}
+
+
+def drain(server: Server, args) -> dict:
+    model = served_model(server)
+    socks = [open_raw_stream(server.http, chat_payload(args.tokens), model)
+             for _ in range(args.streams)]
+    firsts = [read_until(sock, b"data: ") for sock in socks]
+    server.proc.send_signal(signal.SIGTERM)
+    signalled = time.monotonic()
+    refused = False
+    deadline = signalled + 5
+    while time.monotonic() < deadline and not refused:
+        try:
+            socket.create_connection(server.http, timeout=1).close()
+            time.sleep(0.05)
+        except OSError:
+            refused = True
+    bodies = [read_until(sock, DONE, first) for sock, first in zip(socks, firsts)]
+    done = sum(DONE in b and b'"error"' not in b for b in bodies)
+    code = server.proc.wait(600)
+    drain_s = time.monotonic() - signalled
+    return {"streams": args.streams, "tokens": args.tokens, "done": done,
+            "new_connections_refused": refused, "exit_status": code,
+            "drain_s": round(drain_s, 2),
+            "ok": done == args.streams and refused and code == 0}
+
+
+SCENARIOS = {"burst": burst, "openai": openai_burst, "storm": storm, "drain": drain}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("scenario", choices=sorted(SCENARIOS))
+    p.add_argument("--model-dir")
+    p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                   help="TL_ENGINE__ overrides, e.g. TL_ENGINE__MAX_NUM_SEQS=16")
+    p.add_argument("--streams", type=int)
+    p.add_argument("--idle", type=int, default=1000)
+    p.add_argument("--tokens", type=int)
+    p.add_argument("--chats", type=int, default=512)
+    p.add_argument("--retries", type=int, default=5)
+    args = p.parse_args()
+    args.streams = args.streams or {"burst": 256, "storm": 64, "drain": 48}.get(args.scenario, 0)
+    args.tokens = args.tokens or (64 if args.scenario == "drain" else 32)
+    env = dict(kv.split("=", 1) for kv in args.env)
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    server = Server(args.model_dir, env)
+    try:
+        result = SCENARIOS[args.scenario](server, args)
+    finally:
+        code = server.stop()
+    result.update(scenario=args.scenario, env=env)
+    errors = [line for line in server.log if "Traceback" in line]
+    result["tracebacks_in_log"] = len(errors)
+    print(json.dumps(result))
+    sys.exit(0 if result["ok"] else 1)
+
+
+if __name__ == "__main__":
+    main()

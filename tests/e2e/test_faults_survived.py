@@ -1,0 +1,184 @@
+"""Faults survived over real sockets: a disconnect storm, SIGTERM under load, an exception
+inside an engine step, an engine thread that died. No request ever hangs: every one
+ends with its answer or an error the client can read."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import requests
+
+from tests.e2e.helpers import (TIMEOUT_S, chat_body, metrics, open_stream, post,
+                               read_until_closed_or, running_server)
+from tests.polling import wait_for
+
+REPO = Path(__file__).resolve().parents[2]
+DONE = b"data: [DONE]\n\n"
+
+
+def _engine(**fields):
+    from engine.api import EngineConfig
+    return EngineConfig(**fields)
+
+
+def long_stream(max_tokens: int) -> dict:
+    return chat_body("a", max_tokens=max_tokens, temperature=0, stream=True, ignore_eos=True)
+
+
+def _idle(server) -> bool:
+    m = metrics(server)
+    return m["tl_engine_active_sequences"] == 0 and m['tl_engine_kv_blocks{state="used"}'] == 0
+
+
+def test_disconnect_storm_frees_every_sequence_and_block_within_2_s(succ_model_dir):
+    with running_server(succ_model_dir, step_delay_s=0.02,
+                        engine=_engine(prefix_cache="none", block_size=4)) as server:
+        socks = [open_stream(server, long_stream(500))[0] for _ in range(64)]
+        assert metrics(server)["tl_engine_active_sequences"] > 0
+        for sock in socks:                      # RST, not FIN: linger on, timeout 0
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            sock.close()
+        cut_s = time.monotonic()
+        assert wait_for(lambda: _idle(server), timeout_s=2.0)
+        assert time.monotonic() - cut_s < 2.0
+        assert post(server, "/v1/chat/completions", chat_body("a", max_tokens=2)).ok
+
+
+class FaultyEngine:
+    """Wraps the real Engine (the tests' seam): a step that raises, or a thread killer."""
+
+    def __init__(self, engine):
+        self._engine = engine
+        self.fail_steps = threading.Event()
+        self.kill_thread = threading.Event()
+
+    def __getattr__(self, name):
+        return getattr(self._engine, name)
+
+    def step(self):
+        if self.fail_steps.is_set():
+            self.fail_steps.clear()
+            raise RuntimeError("injected step fault")
+        return self._engine.step()
+
+    def has_work(self):                         # outside the bridge's per-step guard
+        if self.kill_thread.is_set():
+            raise RuntimeError("injected engine thread death")
+        return self._engine.has_work()
+
+
+def _faulty_server(succ_model_dir):
+    wrapped: list[FaultyEngine] = []
+
+    def wrap(engine):
+        wrapped.append(FaultyEngine(engine))
+        return wrapped[0]
+    return running_server(succ_model_dir, wrap_engine=wrap, step_delay_s=0.05), wrapped
+
+
+def test_an_engine_step_exception_ends_its_requests_with_500_and_serving_goes_on(succ_model_dir):
+    context, wrapped = _faulty_server(succ_model_dir)
+    with context as server:
+        sock, received = open_stream(server, long_stream(200))
+        whole: dict = {}
+        thread = threading.Thread(target=lambda: whole.update(r=post(
+            server, "/v1/chat/completions", chat_body("b", max_tokens=200, ignore_eos=True))))
+        thread.start()
+        assert wait_for(lambda: metrics(server)["tl_engine_active_sequences"] == 2)
+        wrapped[0].fail_steps.set()
+        body = read_until_closed_or(sock, DONE, received)
+        sock.close()
+        error_event = re.search(rb'data: (\{"error":.*?\})\n\n', body)
+        assert error_event and json.loads(error_event.group(1))["error"]["type"] == "server_error"
+        assert DONE in body[error_event.end():]                 # then [DONE], nothing hangs
+        thread.join(TIMEOUT_S)
+        assert whole["r"].status_code == 500
+        assert whole["r"].json()["error"]["type"] == "server_error"
+        assert wait_for(lambda: _idle(server))
+        after = post(server, "/v1/chat/completions", chat_body("a", max_tokens=3))
+        assert after.status_code == 200
+        assert requests.get(server.health_url + "/healthz", timeout=TIMEOUT_S).status_code == 200
+
+
+def test_a_dead_engine_thread_fails_healthz_and_no_request_hangs(succ_model_dir):
+    context, wrapped = _faulty_server(succ_model_dir)
+    with context as server:
+        sock, received = open_stream(server, long_stream(200))
+        wrapped[0].kill_thread.set()
+        body = read_until_closed_or(sock, DONE, received)
+        sock.close()
+        assert b'"server_error"' in body and DONE in body
+        health = requests.get(server.health_url + "/healthz", timeout=TIMEOUT_S)
+        assert health.status_code == 503
+        assert health.json()["error"]["code"] == "engine_unavailable"
+        started = time.monotonic()
+        refused = post(server, "/v1/chat/completions", chat_body("a", max_tokens=2))
+        assert refused.status_code == 503 and time.monotonic() - started < 1.0
+        assert refused.json()["error"]["code"] == "engine_unavailable"
+
+
+SERVER_LINE = re.compile(r"listening: API on (\S+), health on (\S+)")
+
+
+def _start_process(model_dir: Path, **env: str) -> tuple[subprocess.Popen, str, str]:
+    proc = subprocess.Popen([sys.executable, str(REPO / "tlserve.py"), "--model-dir",
+                             str(model_dir), "--port", "0", "--health-port", "0"],
+                            cwd=REPO, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **env})
+    log_lines = []
+    for line in proc.stderr:
+        log_lines.append(line)
+        match = SERVER_LINE.search(line)
+        if match:
+            threading.Thread(target=lambda: log_lines.extend(proc.stderr), daemon=True).start()
+            return proc, match.group(1), match.group(2)
+    raise AssertionError("the server did not start: " + "".join(log_lines))
+
+
+DRAIN_ENV: dict[str, str] = {}         # ServeConfig's defaults (drain_timeout_s)
+
+
+class _Handle:
+    def __init__(self, http_addr: str, health_addr: str):
+        self.http_addr, self.health_addr = http_addr, health_addr
+        self.health_url = f"http://{health_addr}"
+
+
+def test_sigterm_with_48_streams_in_flight_finishes_all_and_exits_0(succ_model_dir):
+    # 20 ms per step: the 64 tokens take over a second, so SIGTERM lands mid-stream
+    proc, http_addr, health_addr = _start_process(succ_model_dir, TL_ENGINE__STEP_DELAY_S="0.02",
+                                                  **DRAIN_ENV)
+    try:
+        handle = _Handle(http_addr.replace("0.0.0.0", "127.0.0.1"), health_addr)
+        streams = [open_stream(handle, long_stream(64)) for _ in range(48)]
+        proc.send_signal(signal.SIGTERM)
+        host, port = handle.http_addr.rsplit(":", 1)
+        assert wait_for(lambda: _refused(host, int(port)))
+        bodies = [read_until_closed_or(sock, DONE, received) for sock, received in streams]
+        for sock, _ in streams:
+            sock.close()
+        assert all(DONE in body and b'"error"' not in body for body in bodies)
+        assert all(body.count(b'"finish_reason":"length"') == 1 for body in bodies)
+        assert all(body.count(b'"content":"') >= 64 for body in bodies)   # every token came
+        assert proc.wait(TIMEOUT_S) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _refused(host: str, port: int) -> bool:
+    try:
+        socket.create_connection((host, port), timeout=1.0).close()
+    except OSError:
+        return True
+    return False
