@@ -293,7 +293,7 @@ def main() -> None:
         result = SCENARIOS[args.scenario](server, args)
     finally:
         code = server.stop()
-    result.update(scenario=args.scenario, env=env)
+    result.update(scenario=args.scenario, env=env, server_exit_code=code)
     errors = [line for line in server.log if "Traceback" in line]
     result["tracebacks_in_log"] = len(errors)
     print(json.dumps(result))
