@@ -31,6 +31,8 @@ ERROR_KINDS: dict[str, ErrorKind] = {
     "unsupported_parameter": ErrorKind(422, "invalid_request_error", "unsupported_parameter"),
     "model_not_found": ErrorKind(404, "invalid_request_error", "model_not_found"),
     "kv_handle_not_found": ErrorKind(404, "invalid_request_error", "kv_handle_not_found"),
+    # authentication (server/auth.py)
+    "invalid_api_key": ErrorKind(401, "invalid_request_error", "invalid_api_key"),
     # routing
     "route_not_found": ErrorKind(404, "invalid_request_error", "not_found"),
     "method_not_allowed": ErrorKind(405, "invalid_request_error", "method_not_allowed"),
@@ -39,6 +41,7 @@ ERROR_KINDS: dict[str, ErrorKind] = {
     "no_capacity": ErrorKind(503, "server_error", "no_capacity"),
     "shutting_down": ErrorKind(503, "server_error", "server_shutting_down"),
     "not_ready": ErrorKind(503, "server_error", "not_ready"),
+    "model_loading": ErrorKind(503, "server_error", "model_loading"),
     # HTTP framing (server/http/http11.py)
     "malformed_http": ErrorKind(400, "invalid_request_error", "malformed_request"),
     "request_timeout": ErrorKind(408, "invalid_request_error", "request_timeout"),
