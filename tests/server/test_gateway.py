@@ -190,3 +190,20 @@ def test_a_stream_that_raises_is_logged_once_with_its_request_id(caplog):
     failures = [r for r in caplog.records if "req-abc" in r.getMessage()]
     assert len(failures) == 1 and failures[0].exc_info is not None
     assert json.loads(lines[0])["status"] == 500
+
+
+def test_an_app_that_raises_is_a_500_logged_once_with_its_request_id(caplog):
+    class Raises(Echo):
+        def handle(self, request):
+            raise RuntimeError("bug")
+
+    lines = []
+    app = GatewayApp(Raises(), access=AccessLog(lines.append))
+    with caplog.at_level("ERROR", logger="tlserve.app"):
+        r = app.handle(req(headers=[("X-Request-Id", "rid-500")]))
+    assert r.status == 500 and dict(r.headers)["X-Request-Id"] == "rid-500"
+    records = [rec for rec in caplog.records if "rid-500" in rec.getMessage()]
+    assert len(records) == 1 and records[0].exc_info is not None
+    rec = json.loads(lines[0])
+    assert rec["status"] == 500 and rec["request_id"] == "rid-500"
+    assert rec["error"] == "Internal server error."
