@@ -163,15 +163,17 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="the succ test model, 4 clients, 20 s")
     p.add_argument("--replicas", type=int, default=3)
-    p.add_argument("--clients", type=int, default=32)
+    p.add_argument("--clients", type=int, default=None, help="default 32 (--quick: 4)")
     p.add_argument("--duration-s", type=float, default=60.0)
     p.add_argument("--steady-s", type=float, default=15.0, help="steady window before restarts")
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--model-dir", default=str(ROOT / "artifacts" / "models" / "smol-135m"))
     args = p.parse_args()
     if args.quick:
-        args.clients, args.duration_s, args.steady_s, args.max_tokens = 4, 20.0, 4.0, 16
+        args.clients = args.clients or 4
+        args.duration_s, args.steady_s, args.max_tokens = 20.0, 4.0, 16
         args.model_dir = quick_model()
+    args.clients = args.clients or 32
     if args.replicas != 3:
         sys.exit("deploy/haproxy/haproxy.cfg names three servers: --replicas 3")
     OUT.mkdir(parents=True, exist_ok=True)

@@ -138,12 +138,15 @@ def test_version_and_start_up_log_of_changed_keys(succ_model_dir, tmp_path):
     proc = subprocess.Popen([sys.executable, str(REPO_ROOT / "tlserve.py"), "--config",
                              str(config)], cwd=REPO_ROOT / "tests", stderr=subprocess.PIPE,
                             text=True)
+    watchdog = threading.Timer(120, proc.kill)                 # a silent hang cannot block
+    watchdog.start()
     try:
         lines = []
         for line in proc.stderr:
             lines.append(line)
             if " ready: " in line or line.startswith("tlserve: "):
                 break
+        watchdog.cancel()
         text = "".join(lines)
         assert " ready: " in text, text
         assert f"config file: {config}" in text
