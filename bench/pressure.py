@@ -36,7 +36,7 @@ import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-SERVER_LINE = re.compile(r"listening: API on (\S+), health on (\S+)")
+SERVER_LINE = re.compile(r"ready: API on (\S+), health on (\S+)")    # the model has loaded
 DONE = b"data: [DONE]\n\n"
 PROBE_INTERVAL_S = 0.2
 PROBE_LIMIT_S = 1.0

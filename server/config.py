@@ -10,8 +10,14 @@ variables `TL_ENGINE__<KEY>` (upper-case key; nested speculative keys as
 `TL_ENGINE__SPECULATIVE__<KEY>`). Environment values are strings and are converted with the
 key's type; `TL_ENGINE__` variables naming no key are refused like unknown TOML keys.
 
-Listen addresses are `"host:port"`; `":8000"` means all interfaces; port 0 picks a free
-port (the tests do that).
+Listen addresses are `"host:port"`; both default to loopback (`127.0.0.1`); `":8000"` or
+`"0.0.0.0:8000"` opens a listener on all interfaces; port 0 picks a free port (the tests).
+
+Paths in a config file (`model_dir`, `api_key_file`, an `access_log` file) are relative to
+the file's own directory, not to the current one; paths from the environment or the command
+line are relative to the current directory. A `[defaults]` table (and `TL_DEFAULTS__<KEY>`)
+sets server-side sampling defaults (server/defaults.py). `settings_changed` lists every key
+that differs from its default, the API key redacted, for the start-up log.
 """
 from __future__ import annotations
 
@@ -25,10 +31,14 @@ from engine.api import (PREFIX_CACHE_MODES, PREFIX_CACHE_RULE, SPECULATIVE_METHO
                         SPECULATIVE_RULES, EngineConfig, InvalidConfig, SpeculativeConfig,
                         check_speculative_config, model_name)
 
+from server import defaults as sampling
 from server.http.connstate import parse_address
 
 ENV_PREFIX = "TL_ENGINE__"
 DEFAULT_MODEL_DIR = "artifacts/models/smol-135m"
+USER_MODEL_SUBDIR = "tl-serve/models/smol-135m"    # under $XDG_DATA_HOME (~/.local/share)
+ACCESS_LOG_STREAMS = ("stdout", "stderr", "off")   # else: a file path
+REDACTED = "<redacted>"
 
 class ConfigError(ValueError):
     """A configuration value or key was refused; the message names the key."""
@@ -37,8 +47,13 @@ class ConfigError(ValueError):
 class ServeConfig:
     model_dir: str = DEFAULT_MODEL_DIR
     model_id: str = ""                         # "" in the table: engine.model.loader.model_name
-    http_listen: str = ":8000"
-    health_listen: str = ":9464"
+    http_listen: str = "127.0.0.1:8000"
+    health_listen: str = "127.0.0.1:9464"
+    api_key: str = field(default="", repr=False)   # "": no auth; never printed
+    cors_allow_origins: str = ""               # "": CORS off; "*" or "https://a, https://b"
+    access_log: str = "stdout"                 # JSON lines: "stdout" | "stderr" | "off" | a path
+    default_overrides: tuple[tuple[str, Any], ...] = ()   # [defaults] + TL_DEFAULTS__ values
+    config_path: str = ""                      # the file this came from ("" = none)
     engine: EngineConfig = field(default_factory=EngineConfig)
     queue_capacity: int = 256                  # admitted but not yet scheduled requests
     queue_deadline_ms: int = 120_000           # unscheduled past this -> 503 no_capacity (before the head)
@@ -58,23 +73,31 @@ class ServeConfig:
     def for_model(model_dir: str | os.PathLike, **overrides: Any) -> "ServeConfig":
         """Defaults for serving one model on loopback, ports picked by the OS (tests)."""
         base = ServeConfig(model_dir=str(model_dir), http_listen="127.0.0.1:0",
-                           health_listen="127.0.0.1:0")
+                           health_listen="127.0.0.1:0", access_log="off")
         return replace(base, **overrides) if overrides else base
 
     @staticmethod
-    def from_toml(text: str, env: Mapping[str, str] | None = None) -> "ServeConfig":
+    def from_toml(text: str, env: Mapping[str, str] | None = None,
+                  base_dir: str | os.PathLike | None = None) -> "ServeConfig":
+        """`base_dir`: the config file's directory, for its relative paths (None: as given)."""
         try:
             document = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"runtime.toml: {exc}") from None
-        unknown = sorted(set(document) - {"engine"})
+        unknown = sorted(set(document) - {"engine", "defaults"})
         if unknown:
-            raise ConfigError(f"unknown table or key {unknown[0]!r} (only [engine] is read)")
-        table = document.get("engine", {})
-        if not isinstance(table, dict):
-            raise ConfigError("[engine] must be a table")
-        values = _from_table(table)
+            raise ConfigError(f"unknown table or key {unknown[0]!r} "
+                              "(only [engine] and [defaults] are read)")
+        table, table_defaults = document.get("engine", {}), document.get("defaults", {})
+        if not isinstance(table, dict) or not isinstance(table_defaults, dict):
+            raise ConfigError("[engine] and [defaults] must be tables")
+        values = _relative_to(_from_table(table), base_dir)
         values.update(_from_env(env or {}))
+        try:
+            overrides = {**sampling.from_table(table_defaults), **sampling.from_env(env or {})}
+        except sampling.DefaultsError as exc:
+            raise ConfigError(str(exc)) from None
+        values["default_overrides"] = tuple(sorted(overrides.items()))
         return _build(values)
 
     @staticmethod
@@ -83,7 +106,9 @@ class ServeConfig:
             text = Path(path).read_text(encoding="utf-8")
         except OSError as exc:
             raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
-        return ServeConfig.from_toml(text, os.environ if env is None else env)
+        cfg = ServeConfig.from_toml(text, os.environ if env is None else env,
+                                    base_dir=Path(path).resolve().parent)
+        return replace(cfg, config_path=str(Path(path).resolve()))
 
 # --- the key table -----------------------------------------------------------------------
 
@@ -110,6 +135,10 @@ _ANY = Key(str, lambda v: True, "a string")
 KEYS: dict[str, Key] = {
     "model_dir": Key(str, bool, "a non-empty path"),
     "model_id": _ANY,
+    "api_key": _ANY,
+    "api_key_file": _ANY,
+    "cors_allow_origins": _ANY,
+    "access_log": Key(str, bool, 'a file path, "stdout", "stderr" or "off"'),
     "http_listen": Key(str, _listen_ok, "host:port or :port"),
     "health_listen": Key(str, _listen_ok, "host:port or :port"),
     "prefix_cache": Key(str, lambda v: v in PREFIX_CACHE_MODES, PREFIX_CACHE_RULE),
@@ -141,7 +170,9 @@ ENGINE_FIELDS = ("prefill_chunk", "block_size", "kv_cache_mib", "num_kv_blocks",
                  "max_num_seqs", "max_batched_tokens", "max_model_len", "prefix_cache")
 SERVE_FIELDS = ("model_dir", "model_id", "http_listen", "health_listen", "queue_capacity",
                 "queue_deadline_ms", "step_delay_s", "drain_timeout_s", "ping_interval_s",
-                "engine_view", "trace_file", "trace_max_mib")
+                "engine_view", "trace_file", "trace_max_mib",
+                "api_key", "cors_allow_origins", "access_log", "default_overrides")
+PATH_KEYS = ("model_dir", "api_key_file", "access_log", "trace_file")   # relative to the config file
 
 def _checked(name: str, key: Key, value: Any) -> Any:
     kind_ok = (isinstance(value, key.kind) and not (key.kind is int and isinstance(value, bool))
@@ -211,8 +242,73 @@ def _speculative(value: Any) -> SpeculativeConfig | None:
         raise ConfigError(f"[engine].{exc.field}: {exc.problem}") from None
     return spec
 
+def _relative_to(values: dict[str, Any], base_dir: str | os.PathLike | None) -> dict[str, Any]:
+    """A config file's relative paths, resolved against the file's directory."""
+    if base_dir is None:
+        return values
+    for name in PATH_KEYS:
+        value = values.get(name)
+        if value and value not in ACCESS_LOG_STREAMS and not Path(value).is_absolute():
+            values[name] = str(Path(base_dir) / value)
+    return values
+
+
+def user_model_dir(env: Mapping[str, str] | None = None) -> Path:
+    """The per-user model folder an installed `tlserve` falls back to:
+    `$XDG_DATA_HOME/tl-serve/models/smol-135m` (default `~/.local/share/...`)."""
+    env = os.environ if env is None else env
+    data = env.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(data) / USER_MODEL_SUBDIR
+
+
+def _default_model_dir() -> str:
+    """`artifacts/models/smol-135m` when the current directory has it, else the per-user
+    folder when that exists, else the former (its error names the fetch command)."""
+    if Path(DEFAULT_MODEL_DIR).exists() or not user_model_dir().exists():
+        return DEFAULT_MODEL_DIR
+    return str(user_model_dir())
+
+
+def _api_key(values: dict[str, Any]) -> None:
+    path = values.pop("api_key_file", "")
+    if not path:
+        return
+    if values.get("api_key"):
+        raise ConfigError("[engine].api_key_file: set api_key or api_key_file, not both")
+    try:
+        key = Path(path).read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise ConfigError(f"[engine].api_key_file: cannot read {path}: {exc.strerror}") from None
+    if not key:
+        raise ConfigError(f"[engine].api_key_file: {path} is empty")
+    values["api_key"] = key
+
+
 def _build(values: dict[str, Any]) -> ServeConfig:
+    _api_key(values)
+    if "model_dir" not in values:
+        values["model_dir"] = _default_model_dir()
     engine = {k: values[k] for k in ENGINE_FIELDS if k in values}
     serve = {k: values[k] for k in SERVE_FIELDS if k in values}
     engine_cfg = EngineConfig(**engine, speculative=_speculative(values.get("speculative")))
     return ServeConfig(**serve, engine=engine_cfg)
+
+
+def settings(cfg: ServeConfig) -> dict[str, Any]:
+    """Every setting as a flat `[table].key -> value` map (the API key redacted)."""
+    out: dict[str, Any] = {f"[engine].{k}": getattr(cfg, k) for k in SERVE_FIELDS
+                           if k != "default_overrides"}
+    out.update({f"[engine].{k}": getattr(cfg.engine, k) for k in ENGINE_FIELDS})
+    out["[engine].speculative"] = cfg.engine.speculative
+    out.update({f"[defaults].{k}": v for k, v in cfg.default_overrides})
+    if cfg.api_key:
+        out["[engine].api_key"] = REDACTED
+    return out
+
+
+def settings_changed(cfg: ServeConfig) -> list[str]:
+    """`key = value` for every setting that differs from its default, in a stable order."""
+    base = settings(ServeConfig(model_dir=DEFAULT_MODEL_DIR))
+    mine = settings(cfg)
+    return [f"{k} = {v if v == REDACTED else repr(v)}"
+            for k, v in mine.items() if base.get(k, object()) != v]

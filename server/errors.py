@@ -32,6 +32,8 @@ ERROR_KINDS: dict[str, ErrorKind] = {
     "model_not_found": ErrorKind(404, "invalid_request_error", "model_not_found"),
     "kv_handle_not_found": ErrorKind(404, "invalid_request_error", "kv_handle_not_found"),
     "engine_view_off": ErrorKind(404, "invalid_request_error", "engine_view_disabled"),
+    # authentication (server/auth.py)
+    "invalid_api_key": ErrorKind(401, "invalid_request_error", "invalid_api_key"),
     # routing
     "route_not_found": ErrorKind(404, "invalid_request_error", "not_found"),
     "method_not_allowed": ErrorKind(405, "invalid_request_error", "method_not_allowed"),
@@ -41,6 +43,7 @@ ERROR_KINDS: dict[str, ErrorKind] = {
     "shutting_down": ErrorKind(503, "server_error", "server_shutting_down"),
     "not_ready": ErrorKind(503, "server_error", "not_ready"),
     "engine_unavailable": ErrorKind(503, "server_error", "engine_unavailable"),
+    "model_loading": ErrorKind(503, "server_error", "model_loading"),
     # HTTP framing (server/http/http11.py)
     "malformed_http": ErrorKind(400, "invalid_request_error", "malformed_request"),
     "request_timeout": ErrorKind(408, "invalid_request_error", "request_timeout"),

@@ -5,9 +5,11 @@ Format (prometheus.io/docs/instrumenting/exposition_formats): per metric family 
 `name{label="value",...} number`. A histogram is cumulative `name_bucket{le="..."}` lines
 ending in `le="+Inf"`, then `name_sum` and `name_count`.
 
-Two sources feed this page:
+Three sources feed this page:
 * the engine's `EngineStats` snapshot (published by the engine thread after each step):
-  the chapter's gauges `tl_engine_*`;
+  the chapter's gauges `tl_engine_*`, the KV-cache utilisation (0-1, what routers such as
+  the Gateway API Inference Extension's endpoint picker read) and the prefix-cache counters;
+* `server/process_metrics.py`: the standard `process_*` families;
 * `ServerMetrics`, updated on the loop thread only (no lock): requests by route and
   status, prompt/generation tokens, and the latency histograms.
 """
@@ -17,6 +19,7 @@ import bisect
 import math
 
 from engine.api import EngineStats
+from server.process_metrics import process_metrics_text
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -80,6 +83,12 @@ class Histogram:
         return "\n".join(lines) + "\n"
 
 
+def kv_cache_utilization(s: EngineStats) -> float:
+    """Blocks held by running sequences / all blocks; evictable cached blocks are free."""
+    total_blocks = s.kv_blocks_used + s.kv_blocks_cached + s.kv_blocks_free
+    return s.kv_blocks_used / total_blocks if total_blocks else 0.0
+
+
 def engine_metrics_text(s: EngineStats) -> str:
     """The chapter's engine gauges from one stats snapshot (chapter 4: `metrics_text`)."""
     return "".join([
@@ -87,6 +96,14 @@ def engine_metrics_text(s: EngineStats) -> str:
                [((("state", "used"),), s.kv_blocks_used),
                 ((("state", "cached"),), s.kv_blocks_cached),
                 ((("state", "free"),), s.kv_blocks_free)]),
+        family("tl_engine_kv_cache_utilization", "gauge",
+               "KV-cache blocks held by running sequences / all blocks (0-1); cached, "
+               "evictable blocks count as free.", [((), kv_cache_utilization(s))]),
+        family("tl_engine_prefix_cache_hit_tokens_total", "counter",
+               "Prompt tokens reused from the prefix cache.", [((), s.prefix_hit_tokens)]),
+        family("tl_engine_prefix_cache_prompt_tokens_total", "counter",
+               "Prompt tokens looked up in the prefix cache (the hit counter's denominator).",
+               [((), s.prompt_tokens)]),
         family("tl_engine_queue_depth", "gauge", "Requests waiting to be scheduled.",
                [((), s.queue_depth)]),
         family("tl_engine_active_sequences", "gauge", "Sequences running in the engine.",
@@ -156,4 +173,5 @@ class ServerMetrics:
 
 
 def metrics_text(stats: EngineStats, server: ServerMetrics | None = None) -> str:
-    return engine_metrics_text(stats) + (server.render() if server is not None else "")
+    return (engine_metrics_text(stats) + (server.render() if server is not None else "")
+            + process_metrics_text())

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.api import MAX_TOP_LOGPROBS, SamplingParams
+from server.defaults import SamplingDefaults
 from server.errors import ApiError
 from server.messages import check_content
 from server.structured import Structured, parse_structured
@@ -207,16 +208,18 @@ def _stream_flags(doc: dict) -> tuple[bool, bool]:
     return stream, boolean(options, "include_usage")
 
 
-def _sampling(doc: dict, *, logprobs: bool, top_logprobs: int) -> SamplingParams:
-    top_k = integer(doc, "top_k", 0, -1)
+def _sampling(doc: dict, *, logprobs: bool, top_logprobs: int,
+              defaults: SamplingDefaults) -> SamplingParams:
+    top_k = integer(doc, "top_k", defaults.top_k, -1)
     return SamplingParams(
-        temperature=number(doc, "temperature", 1.0, 0.0, 2.0),
-        top_p=number(doc, "top_p", 1.0, 0.0, 1.0, lo_open=True),
+        temperature=number(doc, "temperature", defaults.temperature, 0.0, 2.0),
+        top_p=number(doc, "top_p", defaults.top_p, 0.0, 1.0, lo_open=True),
         top_k=max(top_k, 0),                                  # vLLM's -1 means off too
-        min_p=number(doc, "min_p", 0.0, 0.0, 1.0),
+        min_p=number(doc, "min_p", defaults.min_p, 0.0, 1.0),
         presence_penalty=number(doc, "presence_penalty", 0.0, -2.0, 2.0),
         frequency_penalty=number(doc, "frequency_penalty", 0.0, -2.0, 2.0),
-        repetition_penalty=number(doc, "repetition_penalty", 1.0, 0.0, 10.0, lo_open=True),
+        repetition_penalty=number(doc, "repetition_penalty", defaults.repetition_penalty,
+                                  0.0, 10.0, lo_open=True),
         logit_bias=_logit_bias(doc),
         logprobs=logprobs,
         top_logprobs=top_logprobs,
@@ -231,7 +234,7 @@ def _max_tokens(doc: dict, default: int | None, least: int = 1) -> int | None:
 
 
 def _common(doc: dict, kind: str, *, default_max: int | None, logprobs: bool,
-            top_logprobs: int, least_max: int = 1) -> dict:
+            top_logprobs: int, defaults: SamplingDefaults, least_max: int = 1) -> dict:
     _refuse_unsupported(doc)
     stream, include_usage = _stream_flags(doc)
     seed = doc.get("seed")
@@ -240,7 +243,8 @@ def _common(doc: dict, kind: str, *, default_max: int | None, logprobs: bool,
     stop_ids = doc.get("stop_token_ids")
     return dict(kind=kind, model=model_name(doc), n=integer(doc, "n", 1, 1, MAX_CHOICES),
                 max_tokens=_max_tokens(doc, default_max, least_max),
-                params=_sampling(doc, logprobs=logprobs, top_logprobs=top_logprobs),
+                params=_sampling(doc, logprobs=logprobs, top_logprobs=top_logprobs,
+                                 defaults=defaults),
                 seed=seed, stop=_stop(doc), stream=stream, include_usage=include_usage,
                 stop_ids=() if stop_ids is None else _token_ids(stop_ids, "stop_token_ids",
                                                                limit=MAX_STOP_TOKEN_IDS),
@@ -278,15 +282,16 @@ def _messages(doc: dict) -> tuple[dict, ...]:
     return tuple(_message(i, m) for i, m in enumerate(messages))
 
 
-def parse_chat(body: bytes) -> GenSpec:
+def parse_chat(body: bytes, defaults: SamplingDefaults = SamplingDefaults()) -> GenSpec:
     doc = load_json_object(body)
     checked = _messages(doc)
     logprobs = boolean(doc, "logprobs")
     top = integer(doc, "top_logprobs", 0, 0, MAX_TOP_LOGPROBS)
     if top and not logprobs:
         raise bad("top_logprobs", "'top_logprobs' requires 'logprobs' to be true.")
-    return GenSpec(messages=checked, **_common(doc, "chat", default_max=None,
-                                               logprobs=logprobs, top_logprobs=top))
+    return GenSpec(messages=checked, **_common(doc, "chat", default_max=defaults.max_tokens,
+                                               logprobs=logprobs, top_logprobs=top,
+                                               defaults=defaults))
 
 
 # --- completions -----------------------------------------------------------------------------
@@ -314,15 +319,17 @@ def _prompts(doc: dict) -> tuple[str | tuple[int, ...], ...]:
     return many
 
 
-def parse_completion(body: bytes) -> GenSpec:
+def parse_completion(body: bytes, defaults: SamplingDefaults = SamplingDefaults()) -> GenSpec:
     doc = load_json_object(body)
     if integer(doc, "best_of", 1, 1) > 1:
         raise unsupported("best_of", "Only best_of = 1 is supported.")
     prompts = _prompts(doc)
     echo = boolean(doc, "echo")
     n_logprobs = integer(doc, "logprobs", None, 0, MAX_COMPLETION_LOGPROBS)
-    common = _common(doc, "completion", default_max=DEFAULT_COMPLETION_MAX_TOKENS,
-                     logprobs=n_logprobs is not None, top_logprobs=n_logprobs or 0, least_max=0)
+    common = _common(doc, "completion",
+                     default_max=defaults.max_tokens or DEFAULT_COMPLETION_MAX_TOKENS,
+                     logprobs=n_logprobs is not None, top_logprobs=n_logprobs or 0,
+                     defaults=defaults, least_max=0)
     if common["max_tokens"] == 0 and not echo:
         raise bad("max_tokens", "'max_tokens' 0 is only allowed with 'echo': true (score the "
                                 "prompt without sampling).")

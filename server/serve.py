@@ -1,8 +1,15 @@
 """Start and stop the v1 server: `spawn(cfg)` for tests and embedding, `run(cfg)` for the CLI.
 
-    load model -> Engine -> EngineBridge (engine thread) -> ApiApp + HealthApp
-    -> EventLoop (binds both listeners at once, so port 0 resolves before serving)
-    -> loop thread (spawn) or main thread (run, with SIGTERM = drain, second = exit)
+    bind both listeners (a taken port fails now, naming the address and its config key)
+    -> serve at once: /healthz 200, /readyz and the API 503 + Retry-After (LoadingApp)
+    -> load model -> Engine -> EngineBridge (engine thread) -> ApiApp + HealthApp swapped in
+    -> loop thread (spawn: after the load) or main thread (run: during the load, which
+       runs on a loader thread; SIGTERM = drain, a second = exit)
+
+A model that is missing or unreadable ends the start-up with ONE line naming the path and
+the fetch command (`StartupError`), never a traceback. The start-up log names the config
+file, every setting that differs from its default (the API key redacted) and the sampling
+defaults in force.
 
 Shutdown order (chapter 2.6): the loop drains (API listener closed, /readyz 503, new
 requests 503, in-flight streams finish up to `drain_timeout_s`), `run()` returns, then the
@@ -12,33 +19,50 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import threading
 import time
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Callable
 
-from engine.api import Engine, EngineConfig, load_model, model_name, tune_malloc
+from engine.api import (Engine, EngineConfig, ModelFormatError, load_model, model_name,
+                        tune_malloc)
+from server import defaults as sampling
+from server.access import AccessLog, open_access_log
 from server.app import ApiApp, HealthApp, ServedModel, ServerState
+from server.auth import ApiKeyCheck
 from server.bridge import EngineBridge, QueuePolicy
-from server.config import ConfigError, ServeConfig
+from server.config import ConfigError, ServeConfig, settings_changed
+from server.cors import CorsPolicy
 from server.engine_view import EngineView
-from server.trace import TraceWriter
+from server.gateway import GatewayApp, LoadingApp, Switch
+from server.http.connstate import BindError
 from server.http.loop import EventLoop, Listener
+from server.routes import API_ROUTES, HEALTH_ROUTES
+from server.trace import TraceWriter
 
 log = logging.getLogger("tlserve")
-
+PACKAGE = "tl-serve"
 EngineWrapper = Callable[[Engine], Engine]      # tests: inject faults into engine steps
+
+
+class StartupError(Exception):
+    """The server cannot start; the message is the one line to print."""
 
 
 @dataclass
 class ServerHandle:
-    """A running server. `http_addr` / `health_addr` are "host:port" strings."""
+    """A running server. `http_addr` / `health_addr` are "host:port" strings; `bridge` is
+    None until the model has loaded."""
     http_addr: str
     health_addr: str
     loop: EventLoop
-    bridge: EngineBridge
     state: ServerState
+    api: GatewayApp
+    health: Switch
+    bridge: EngineBridge | None = None
     thread: threading.Thread | None = None
 
     def drain(self) -> None:
@@ -56,7 +80,8 @@ class ServerHandle:
             self.thread.join(timeout)
             if self.thread.is_alive():
                 return 1
-        self.bridge.stop()
+        if self.bridge is not None:
+            self.bridge.stop()
         return 0
 
     @property
@@ -74,15 +99,63 @@ def _address(loop: EventLoop, name: str) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def build(cfg: ServeConfig, wrap_engine: EngineWrapper | None = None) -> ServerHandle:
-    """Load, construct and bind everything; nothing is served until the loop runs.
+def fetch_hint() -> str:
+    """The command that fetches the default model, as this process was started."""
+    script = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "tlserve"
+    prefix = "python tlserve.py" if script == "tlserve.py" else "tlserve"
+    return f"{prefix} fetch-model (or {prefix} fetch-model --user; or pass --model-dir DIR)"
+
+
+def check_model_path(cfg: ServeConfig) -> None:
+    if not Path(cfg.model_dir).exists():
+        raise StartupError(f"no model at {cfg.model_dir} ([engine].model_dir); "
+                           f"fetch it with: {fetch_hint()}")
+
+
+def bind(cfg: ServeConfig) -> ServerHandle:
+    """Bind both listeners and answer in the loading state; the model is not loaded yet."""
+    check_model_path(cfg)
+    state = ServerState()
+    api = GatewayApp(LoadingApp(API_ROUTES), auth=ApiKeyCheck(cfg.api_key),
+                     cors=CorsPolicy.parse(cfg.cors_allow_origins),
+                     access=AccessLog(open_access_log(cfg.access_log)))
+    health = Switch(LoadingApp(HEALTH_ROUTES))
+
+    def on_drain() -> None:              # the loop logs the drain itself
+        state.is_draining = True
+
+    keys = {cfg.http_listen: "[engine].http_listen", cfg.health_listen: "[engine].health_listen"}
+    try:
+        loop = EventLoop([Listener("api", cfg.http_listen, api, True),
+                          Listener("health", cfg.health_listen, health, False)],
+                         handle_signals=cfg.handle_signals,
+                         drain_timeout_s=cfg.drain_timeout_s, on_drain=on_drain)
+    except BindError as exc:
+        raise StartupError(f"{exc.strerror} (set by {keys.get(exc.address, 'a listen key')}; "
+                           "choose a free port)") from None
+    handle = ServerHandle(http_addr=_address(loop, "api"), health_addr=_address(loop, "health"),
+                          loop=loop, state=state, api=api, health=health)
+    log.info("listening: API on %s, health on %s (loading the model)", handle.http_addr,
+             handle.health_addr)
+    return handle
+
+
+def load(cfg: ServeConfig, handle: ServerHandle, wrap_engine: EngineWrapper | None = None) -> None:
+    """Load the model and swap the real applications in; StartupError if it cannot load.
     `wrap_engine` is the tests' fault seam: it may wrap the Engine the bridge drives."""
     tuned = tune_malloc()                # process-wide: numpy's big temporaries stay on the heap
     log.info("malloc tuned for numpy temporaries: %s", "yes" if tuned else "no (not glibc)")
     t0 = time.perf_counter()
-    model = load_model(cfg.model_dir)
+    try:
+        model = load_model(cfg.model_dir)
+    except (ModelFormatError, OSError) as exc:
+        why = exc.problem if isinstance(exc, ModelFormatError) else (exc.strerror or str(exc))
+        raise StartupError(f"cannot load the model at {cfg.model_dir}: {why}; "
+                           f"fetch it with: {fetch_hint()}") from None
     log.info("model %s loaded from %s in %.2f s", cfg.model_id, cfg.model_dir,
              time.perf_counter() - t0)
+    defaults = sampling.resolve(cfg.model_dir, dict(cfg.default_overrides))
+    log.info("sampling defaults: %s", defaults.changed() or "OpenAI's (none set)")
     engine_cfg = cfg.engine
     engine = Engine(model, engine_cfg)
     _log_kv(engine, engine_cfg)
@@ -92,23 +165,19 @@ def build(cfg: ServeConfig, wrap_engine: EngineWrapper | None = None) -> ServerH
                           step_delay_s=cfg.step_delay_s,
                           view=EngineView() if cfg.engine_view else None,
                           tracer=_tracer(cfg))
-    state = ServerState()
     served = ServedModel(model, cfg.model_id, engine.max_model_len(),
                          kv_capacity_tokens=engine.kv.num_blocks * engine_cfg.block_size)
-    api = ApiApp(served=served, bridge=bridge, state=state, ping_interval_s=cfg.ping_interval_s)
-    health = HealthApp(bridge=bridge, state=state)
+    bridge.wake = handle.loop.wake
+    handle.bridge = bridge
+    handle.api.inner = ApiApp(served=served, bridge=bridge, state=handle.state,
+                              ping_interval_s=cfg.ping_interval_s, defaults=defaults)
+    handle.health.current = HealthApp(bridge=bridge, state=handle.state)
 
-    def on_drain() -> None:              # the loop logs the drain itself
-        state.is_draining = True
 
-    loop = EventLoop([Listener("api", cfg.http_listen, api, True),
-                      Listener("health", cfg.health_listen, health, False)],
-                     handle_signals=cfg.handle_signals, drain_timeout_s=cfg.drain_timeout_s,
-                     on_drain=on_drain)
-    bridge.wake = loop.wake
-    handle = ServerHandle(http_addr=_address(loop, "api"), health_addr=_address(loop, "health"),
-                          loop=loop, bridge=bridge, state=state)
-    log.info("listening: API on %s, health on %s", handle.http_addr, handle.health_addr)
+def build(cfg: ServeConfig, wrap_engine: EngineWrapper | None = None) -> ServerHandle:
+    """Bind, then load: everything constructed; nothing is served until the loop runs."""
+    handle = bind(cfg)
+    load(cfg, handle, wrap_engine)
     return handle
 
 
@@ -119,14 +188,27 @@ def _tracer(cfg: ServeConfig) -> TraceWriter | None:
     return TraceWriter(cfg.trace_file, cfg.trace_max_mib * 2**20, origin_s=time.monotonic())
 
 
+def log_settings(cfg: ServeConfig) -> None:
+    log.info("tl-serve %s; config file: %s", version(), cfg.config_path or "(none)")
+    for line in settings_changed(cfg):
+        log.info("setting %s", line)
+
+
 def _log_kv(engine: Engine, engine_cfg: EngineConfig) -> None:
     log.info("KV cache: %d blocks of %d tokens, %.1f MiB", engine.kv.num_blocks,
              engine_cfg.block_size, engine.kv.nbytes / 2**20)
 
 
 def spawn(cfg: ServeConfig, wrap_engine: EngineWrapper | None = None) -> ServerHandle:
-    """Start a server on background threads and return once it is listening."""
-    handle = build(replace(cfg, handle_signals=False), wrap_engine)
+    """Start a server on background threads and return once the model is loaded."""
+    cfg = replace(cfg, handle_signals=False)
+    handle = bind(cfg)
+    try:
+        load(cfg, handle, wrap_engine)
+    except BaseException:
+        handle.loop.stop()
+        handle.loop.run()                       # closes the listeners
+        raise
     handle.bridge.start()
     handle.thread = threading.Thread(target=handle.loop.run, name="tl-loop", daemon=True)
     handle.thread.start()
@@ -134,32 +216,67 @@ def spawn(cfg: ServeConfig, wrap_engine: EngineWrapper | None = None) -> ServerH
 
 
 def run(cfg: ServeConfig) -> int:
-    """Serve on the main thread until SIGTERM/SIGINT drains it; 0 after a clean drain."""
-    handle = build(replace(cfg, handle_signals=True))
-    handle.bridge.start()
+    """Serve on the main thread until SIGTERM/SIGINT drains it; 0 after a clean drain.
+
+    The model loads on a loader thread while the loop already answers (health 200,
+    readiness 503); a load that fails stops the loop and raises its StartupError here."""
+    cfg = replace(cfg, handle_signals=True)
+    check_model_path(cfg)                       # one line, before any other
+    log_settings(cfg)
+    handle = bind(cfg)
+    failure: list[StartupError] = []
+
+    def loader() -> None:
+        try:
+            load(cfg, handle)
+            handle.bridge.start()
+            log.info("ready: API on %s, health on %s", handle.http_addr, handle.health_addr)
+        except StartupError as exc:
+            failure.append(exc)
+            handle.loop.stop()
+        except BaseException:                   # a bug: its traceback, then stop
+            log.exception("start-up failed")
+            failure.append(StartupError("start-up failed (traceback above)"))
+            handle.loop.stop()
+
+    thread = threading.Thread(target=loader, name="tl-loader", daemon=True)
+    thread.start()
     try:
         handle.loop.run()
     finally:
-        handle.bridge.stop()
+        thread.join()
+        if handle.bridge is not None:
+            handle.bridge.stop()
+    if failure:
+        raise failure[0]
     log.info("drained; exiting")
     return 0
 
 
+def version() -> str:
+    from importlib import metadata
+    try:
+        return metadata.version(PACKAGE)
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        prog="tlserve.py",
+        prog="tlserve",
         description="Serve an OpenAI-compatible v1 API (chat, completions, embeddings, "
                     "tokenize, models) for one model, plus /healthz, /readyz and /metrics "
                     "on a health port. SIGTERM drains; a second SIGTERM exits at once.")
+    p.add_argument("--version", action="version", version=f"tl-serve {version()}")
     p.add_argument("--config", metavar="PATH",
-                   help="runtime.toml with an [engine] table; TL_ENGINE__<KEY> environment "
-                        "variables override its keys")
+                   help="runtime.toml with [engine] and [defaults] tables; TL_ENGINE__<KEY> "
+                        "and TL_DEFAULTS__<KEY> environment variables override its keys")
     p.add_argument("--model-dir", metavar="DIR",
                    help="model directory (HF layout or one .gguf); overrides [engine].model_dir")
     p.add_argument("--port", type=int, metavar="N",
-                   help="API port on all interfaces; overrides [engine].http_listen")
+                   help="API port, on the host of [engine].http_listen (default loopback)")
     p.add_argument("--health-port", type=int, metavar="N",
-                   help="health/metrics port on all interfaces; overrides [engine].health_listen")
+                   help="health/metrics port, on the host of [engine].health_listen")
     p.add_argument("--trace-file", metavar="PATH",
                    help="write a Chrome trace-event JSON of the engine steps and requests "
                         "(Perfetto, chrome://tracing); overrides [engine].trace_file")
@@ -168,8 +285,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def _with_port(address: str, port: int) -> str:
+    host = address.rpartition(":")[0]
+    return f"{host}:{port}"
+
+
 def config_from_args(args: argparse.Namespace, env=None) -> ServeConfig:
-    import os
     env = os.environ if env is None else env
     cfg = ServeConfig.load(args.config, env) if args.config else ServeConfig.from_toml("", env)
     overrides = {}
@@ -178,9 +299,9 @@ def config_from_args(args: argparse.Namespace, env=None) -> ServeConfig:
         if cfg.model_id == model_name(cfg.model_dir):            # derived, not chosen
             overrides["model_id"] = model_name(args.model_dir)
     if args.port is not None:
-        overrides["http_listen"] = f":{args.port}"
+        overrides["http_listen"] = _with_port(cfg.http_listen, args.port)
     if args.health_port is not None:
-        overrides["health_listen"] = f":{args.health_port}"
+        overrides["health_listen"] = _with_port(cfg.health_listen, args.health_port)
     if args.trace_file:
         overrides["trace_file"] = args.trace_file
     return replace(cfg, **overrides) if overrides else cfg
@@ -197,6 +318,9 @@ def main(argv: list[str]) -> int:
         return 2
     try:
         return run(cfg)
+    except StartupError as exc:
+        print(f"tlserve: {exc}", file=sys.stderr)
+        return 1
     except OSError as exc:
         print(f"tlserve: cannot start: {exc}", file=sys.stderr)
         return 1

@@ -338,6 +338,15 @@ class GenerationStream:
         self.pending: list[bytes] = []          # bytes not yet handed to the loop
         self.head_sent = self.done = False
         self.last_send_s = arrival_s
+        self.model_id, self.finish_reason, self.error_message = header.model, None, None
+
+    def access_fields(self) -> dict:
+        """What the access log (server/access.py) records of this generation."""
+        first = self.ticket.first_token_s
+        return {"model": self.model_id, "prompt_tokens": self.prompt_tokens,
+                "completion_tokens": self.completion_tokens,
+                "finish_reason": self.finish_reason, "error": self.error_message,
+                "ttft_ms": None if first is None else round((first - self.arrival_s) * 1000, 1)}
 
     def _text(self, spec: GenSpec, ticket: Ticket, index: int,
               echo: Echo | None) -> GenerationText:
@@ -396,7 +405,8 @@ class GenerationStream:
                 data = self.render.piece(result)
                 if data:
                     self.pending.append(data)
-                choice.done = result.finish is not None
+                if result.finish is not None:
+                    choice.done, self.finish_reason = True, result.finish
         return all(choice.done for choice in self.choices)
 
     @property
@@ -414,6 +424,7 @@ class GenerationStream:
         out.done = self.done = True
 
     def _fail(self, out: StreamPoll, err: ApiError) -> None:
+        self.error_message = err.message
         if self.head_sent:                      # mid-stream: an SSE error event, then [DONE]
             self.pending.append(self.render.error(err))
             out.chunks, self.pending = self.pending, []
@@ -455,6 +466,11 @@ class EmbedStream:
         self.ticket, self.model_id, self.prompt_tokens = ticket, model_id, prompt_tokens
         self.headers, self.on_status = headers, on_status
         self.done = False
+
+    def access_fields(self) -> dict:
+        """What the access log (server/access.py) records of this request."""
+        return {"model": self.model_id, "prompt_tokens": self.prompt_tokens,
+                "error": self.ticket.error if self.ticket.done else None}
 
     def poll(self, now_s: float) -> StreamPoll:
         out = StreamPoll()

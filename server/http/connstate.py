@@ -40,6 +40,14 @@ class Listener:
     closes_on_drain: bool     # the API listener closes when draining; health stays
 
 
+class BindError(OSError):
+    """A listener's address could not be bound (in use, not ours); `address` names it."""
+
+    def __init__(self, address: str, exc: OSError):
+        super().__init__(exc.errno, f"cannot listen on {address}: {exc.strerror}")
+        self.address = address
+
+
 def parse_address(address: str) -> tuple[str, int]:
     """"host:port" -> (host, port); ":8000" -> ("", 8000) (all interfaces); "[::1]:80" ok.
 

@@ -34,13 +34,13 @@ import socket
 import time
 from typing import Callable
 
-from server.http.connstate import (ConnState, Drain, Listener, ListenerState, TimerHeap,
+from server.http.connstate import (BindError, ConnState, Drain, Listener, ListenerState, TimerHeap,
                               cancel_stream, connection_deadline, parse_address,
                               wants_read)
 from server.http.http11 import CLOSING, HANDLING, IDLE, Connection, HttpError, Interim
 from server.http.limits import HttpLimits
 from server.http.signals import install_stop_signals
-from server.http.protocol import Request, Response
+from server.http.protocol import AppFailure, Request, Response
 
 log = logging.getLogger("tlserve.http")
 INTERNAL_ERROR = "internal_error"     # the error kind an App renders when it raised itself
@@ -64,9 +64,9 @@ def _bind(address: str) -> socket.socket:
         sock.bind((host or ("::" if family == socket.AF_INET6 else "0.0.0.0"), port))
         sock.listen(LISTEN_BACKLOG)
         sock.setblocking(False)
-    except OSError:
+    except OSError as exc:
         sock.close()
-        raise
+        raise BindError(address, exc) from None
     return sock
 
 
@@ -324,8 +324,9 @@ class EventLoop:
     def _handle(self, conn: ConnState, request: Request) -> None:
         try:
             result = conn.listener.spec.app.handle(request)
-        except Exception:
-            log.exception("app.handle failed for %s %s", request.method, request.path)
+        except Exception as exc:
+            if not isinstance(exc, AppFailure):         # AppFailure: already logged
+                log.exception("app.handle failed for %s %s", request.method, request.path)
             result = conn.listener.spec.app.error(INTERNAL_ERROR, "Internal server error.")
         if isinstance(result, Response):
             self._send(conn, conn.http.send_response(result))
@@ -342,8 +343,9 @@ class EventLoop:
         try:
             poll = stream.poll(now)
             self._send(conn, conn.http.send_poll(poll))  # one write per poll: one packet
-        except Exception:
-            log.exception("stream poll failed")
+        except Exception as exc:
+            if not isinstance(exc, AppFailure):         # AppFailure: already logged
+                log.exception("stream poll failed")
             return self._stream_failed(conn, now)
         if conn.is_closed:
             return

@@ -58,6 +58,11 @@ class StreamPoll:
     done: bool = False                           # no more chunks will come
 
 
+class AppFailure(Exception):
+    """Raised by an App or a Stream that has already logged its own failure (with its request
+    id and traceback): the transport answers or closes as for any exception, logging nothing."""
+
+
 class Stream(Protocol):
     """An answer produced over time. Every method is called on the loop thread only."""
 

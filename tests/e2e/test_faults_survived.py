@@ -126,7 +126,7 @@ def test_a_dead_engine_thread_fails_healthz_and_no_request_hangs(succ_model_dir)
         assert refused.json()["error"]["code"] == "engine_unavailable"
 
 
-SERVER_LINE = re.compile(r"listening: API on (\S+), health on (\S+)")
+SERVER_LINE = re.compile(r"ready: API on (\S+), health on (\S+)")    # the model has loaded
 
 
 def _start_process(model_dir: Path, **env: str) -> tuple[subprocess.Popen, str, str]:

@@ -141,3 +141,17 @@ def test_default_model_is_present_and_verified(real_model_dir):
     assert (real_model_dir / fetch.GGUF_NAME).stat().st_size > 90_000_000
     stamp = (real_model_dir / (fetch.GGUF_NAME + ".sha256")).read_text().split()
     assert stamp[0] == fetch.GGUF_SHA256
+
+
+def test_user_folder_is_where_the_server_falls_back_to(fake, monkeypatch, tmp_path):
+    """`fetch-model --user` writes the per-user folder; a server started in a directory
+    without artifacts/ (an installed command) finds the model there."""
+    from server.config import ServeConfig, user_model_dir
+    gguf, _, _ = fake
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    monkeypatch.chdir(tmp_path)
+    assert fetch.main(["--user", "--from", str(gguf)]) == 0
+    folder = tmp_path / "data" / "tl-serve" / "models" / "smol-135m"
+    assert user_model_dir() == folder and (folder / fetch.GGUF_NAME).is_file()
+    cfg = ServeConfig.from_toml("", {})
+    assert cfg.model_dir == str(folder) and cfg.model_id == "smol-135m"

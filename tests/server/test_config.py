@@ -96,7 +96,10 @@ def test_speculative_values_are_refused_by_the_engine_rule_naming_the_key():
 def test_repo_runtime_toml_loads_with_defaults():
     cfg = ServeConfig.load(REPO / "runtime.toml", env={})
     assert cfg.model_id == "smol-135m"
-    assert cfg.http_listen == ":8000" and cfg.health_listen == ":9464"
+    # safe defaults: both listeners on loopback, in the file and in the code
+    assert cfg.http_listen == "127.0.0.1:8000" and cfg.health_listen == "127.0.0.1:9464"
+    assert (ServeConfig().http_listen, ServeConfig().health_listen) == (cfg.http_listen,
+                                                                        cfg.health_listen)
     defaults = ServeConfig()
     assert cfg.engine == defaults.engine and cfg.queue_capacity == defaults.queue_capacity
     with pytest.raises(ConfigError, match="cannot read"):

@@ -73,3 +73,23 @@ def test_histogram_buckets_are_cumulative_and_end_in_inf():
     assert samples['x_seconds_bucket{le="1.0"}'] == 3
     assert samples['x_seconds_bucket{le="+Inf"}'] == 4 == samples["x_seconds_count"]
     assert abs(samples["x_seconds_sum"] - 3.65) < 1e-9
+
+
+def test_router_metrics_kv_utilization_prefix_counters_and_process():
+    stats = EngineStats(kv_blocks_used=3, kv_blocks_cached=5, kv_blocks_free=8, queue_depth=2,
+                        active_sequences=4, prefix_hit_tokens=30, prompt_tokens=120)
+    types, samples = parse(metrics_text(stats, ServerMetrics()))
+    # held by running sequences / all blocks; the 5 evictable cached blocks count as free
+    assert samples["tl_engine_kv_cache_utilization"] == 3 / 16
+    assert types["tl_engine_kv_cache_utilization"] == "gauge"
+    assert samples["tl_engine_prefix_cache_hit_tokens_total"] == 30
+    assert samples["tl_engine_prefix_cache_prompt_tokens_total"] == 120
+    assert types["tl_engine_prefix_cache_hit_tokens_total"] == "counter"
+    assert samples["tl_engine_queue_depth"] == 2 and samples["tl_engine_active_sequences"] == 4
+    empty = parse(metrics_text(EngineStats()))[1]
+    assert empty["tl_engine_kv_cache_utilization"] == 0.0
+    assert types["process_cpu_seconds_total"] == "counter"
+    assert samples["process_resident_memory_bytes"] > 1 << 20
+    assert samples["process_open_fds"] >= 3
+    import time
+    assert time.time() - 86400 * 365 < samples["process_start_time_seconds"] <= time.time()

@@ -119,3 +119,28 @@ def test_live_statuses_are_documented(server):
     assert r.status_code == 503 and "503" in ops[("GET", "/v1/models")]
     assert r.json()["error"]["code"] == "server_shutting_down"
     assert requests.get(server.http_url + "/healthz", timeout=30).status_code == 200
+
+
+def test_auth_and_loading_statuses_are_documented(succ_model_dir):
+    """Every /v1 route answers 401 without the key (documented); while loading, every route
+    but /healthz answers a documented 503."""
+    from server.gateway import LoadingApp
+    from server.http.protocol import Request
+    ops, _ = documented()
+    handle = spawn(ServeConfig.for_model(succ_model_dir, api_key="k-123"))
+    try:
+        for route in API_ROUTES:
+            path = route.pattern.replace("{model}", "succ").replace("{name}", "chat.js")
+            r = requests.request(route.method, handle.http_url + path, timeout=30, data="{}")
+            expected = "401" if path.startswith("/v1") else "200"
+            assert str(r.status_code) == expected, route
+            assert expected in ops[(route.method, route.pattern)], route
+    finally:
+        handle.stop()
+    for routes in (API_ROUTES, HEALTH_ROUTES):
+        app = LoadingApp(routes)
+        for route in routes:
+            path = route.pattern.replace("{model}", "succ").replace("{name}", "chat.js")
+            status = str(app.handle(Request(method=route.method, path=path)).status)
+            assert status == ("200" if route.handler == "healthz" else "503"), route
+            assert status in ops[(route.method, route.pattern)], route

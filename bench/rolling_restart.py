@@ -1,0 +1,241 @@
+"""Zero-failure rolling restart behind HAProxy: N tl-serve replicas, C streaming clients.
+
+    python bench/rolling_restart.py                      # 3 replicas of smol-135m, 32 clients, 60 s
+    python bench/rolling_restart.py --quick              # the succ test model, 4 clients, ~20 s
+
+1. Finds HAProxy (Debian's 2.6 package), installing it with apt-get when it is missing and
+   this process may; starts N replicas (`tlserve.py`, each on its own API and health port)
+   and HAProxy with deploy/haproxy/haproxy.cfg (addresses through its environment).
+2. C client threads send streaming chat requests through HAProxy back to back and check
+   each answer: status 200, a finish_reason, `data: [DONE]`. Anything else is a failure
+   (no 200, a connection error) or a truncation (200, but the stream ended early).
+3. After a steady window, every replica in turn is restarted: SIGTERM (it drains: /readyz
+   503, HAProxy marks it DOWN, in-flight streams finish), wait for the exit, start it again,
+   wait for /readyz 200. The clients keep running throughout.
+4. Reports requests, failures, truncations and the aggregate output tokens/s during the
+   restarts against the steady window; one JSON line at the end. Exit 1 if any request
+   failed or was truncated (the target is 0).
+
+Never run by the tests.
+"""
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+HAPROXY_CFG = ROOT / "deploy" / "haproxy" / "haproxy.cfg"
+OUT = ROOT / "bench" / "out"
+READY_TIMEOUT_S = 180
+DRAIN_TIMEOUT_S = 30                 # each replica's drain_timeout_s
+CLIENT_TIMEOUT_S = 120
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def find_haproxy() -> str:
+    found = shutil.which("haproxy") or ("/usr/sbin/haproxy" if Path("/usr/sbin/haproxy").exists()
+                                        else None)
+    if found:
+        return found
+    if os.geteuid() == 0 and shutil.which("apt-get"):
+        print("installing haproxy with apt-get ...", flush=True)
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        subprocess.run(["apt-get", "update", "-q"], env=env, check=False, capture_output=True)
+        subprocess.run(["apt-get", "install", "-y", "-q", "haproxy"], env=env, check=True,
+                       capture_output=True)
+        return shutil.which("haproxy") or "/usr/sbin/haproxy"
+    sys.exit("rolling_restart: haproxy is not installed (apt-get install haproxy)")
+
+
+def get_status(port: int, path: str) -> int | None:
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+        conn.request("GET", path)
+        status = conn.getresponse().status
+        conn.close()
+        return status
+    except OSError:
+        return None
+
+
+@dataclass
+class Replica:
+    name: str
+    model_dir: str
+    api_port: int = field(default_factory=free_port)
+    health_port: int = field(default_factory=free_port)
+    proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        env = {**os.environ, "TL_ENGINE__HTTP_LISTEN": f"127.0.0.1:{self.api_port}",
+               "TL_ENGINE__HEALTH_LISTEN": f"127.0.0.1:{self.health_port}",
+               "TL_ENGINE__ACCESS_LOG": "off", "TL_ENGINE__MAX_NUM_SEQS": "16",
+               "TL_ENGINE__DRAIN_TIMEOUT_S": str(DRAIN_TIMEOUT_S)}
+        log = open(OUT / f"rolling_{self.name}.log", "ab")
+        self.proc = subprocess.Popen([sys.executable, str(ROOT / "tlserve.py"), "--model-dir",
+                                      self.model_dir], env=env, stdout=log, stderr=log)
+
+    def wait_ready(self) -> float:
+        t0 = time.monotonic()
+        while get_status(self.health_port, "/readyz") != 200:
+            if self.proc.poll() is not None:
+                sys.exit(f"replica {self.name} exited with {self.proc.returncode}; "
+                         f"see bench/out/rolling_{self.name}.log")
+            if time.monotonic() - t0 > READY_TIMEOUT_S:
+                sys.exit(f"replica {self.name} not ready after {READY_TIMEOUT_S} s")
+            time.sleep(0.1)
+        return time.monotonic() - t0
+
+    def stop(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(DRAIN_TIMEOUT_S + 30)
+
+
+@dataclass
+class Tally:
+    """What the clients saw; appended from many threads (list.append is atomic)."""
+    token_times: list[float] = field(default_factory=list)
+    ok: list[float] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    truncated: list[str] = field(default_factory=list)
+
+
+def one_request(port: int, body: bytes, tally: Tally) -> None:
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=CLIENT_TIMEOUT_S)
+        conn.request("POST", "/v1/chat/completions", body,
+                     {"Content-Type": "application/json"})
+        response = conn.getresponse()
+        if response.status != 200:
+            tally.failed.append(f"status {response.status}: {response.read()[:200]!r}")
+            return
+        finished = done = False
+        for raw in response:
+            line = raw.decode("utf-8", "replace").strip()
+            if line == "data: [DONE]":
+                done = True
+            elif line.startswith("data: "):
+                choice = (json.loads(line[6:]).get("choices") or [{}])[0]
+                if choice.get("delta", {}).get("content"):
+                    tally.token_times.append(time.monotonic())
+                finished = finished or choice.get("finish_reason") is not None
+        conn.close()
+        (tally.ok.append(time.monotonic()) if finished and done else
+         tally.truncated.append(f"finish={finished} done={done}"))
+    except (OSError, http.client.HTTPException, ValueError) as exc:
+        tally.failed.append(f"{type(exc).__name__}: {exc}")
+
+
+def client(port: int, body: bytes, stop: threading.Event, tally: Tally) -> None:
+    while not stop.is_set():
+        one_request(port, body, tally)
+
+
+def rate(times: list[float], start: float, end: float) -> float:
+    return sum(start <= t < end for t in times) / max(end - start, 1e-9)
+
+
+def quick_model() -> str:
+    from tests.models import write_succ_model
+    return str(write_succ_model(Path(tempfile.mkdtemp(prefix="rolling-")) / "succ"))
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help="the succ test model, 4 clients, 20 s")
+    p.add_argument("--replicas", type=int, default=3)
+    p.add_argument("--clients", type=int, default=None, help="default 32 (--quick: 4)")
+    p.add_argument("--duration-s", type=float, default=60.0)
+    p.add_argument("--steady-s", type=float, default=15.0, help="steady window before restarts")
+    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--model-dir", default=str(ROOT / "artifacts" / "models" / "smol-135m"))
+    args = p.parse_args()
+    if args.quick:
+        args.clients = args.clients or 4
+        args.duration_s, args.steady_s, args.max_tokens = 20.0, 4.0, 16
+        args.model_dir = quick_model()
+    args.clients = args.clients or 32
+    if args.replicas != 3:
+        sys.exit("deploy/haproxy/haproxy.cfg names three servers: --replicas 3")
+    OUT.mkdir(parents=True, exist_ok=True)
+    haproxy = find_haproxy()
+    model_id = "succ" if args.quick else Path(args.model_dir).name
+    replicas = [Replica(f"r{i + 1}", args.model_dir) for i in range(args.replicas)]
+    for r in replicas:
+        r.start()
+    for r in replicas:
+        r.wait_ready()
+    lb_port = free_port()
+    env = {**os.environ, "TL_LB_BIND": f"127.0.0.1:{lb_port}",
+           **{f"TL_R{i + 1}_API": f"127.0.0.1:{r.api_port}" for i, r in enumerate(replicas)},
+           **{f"TL_R{i + 1}_HEALTH_PORT": str(r.health_port) for i, r in enumerate(replicas)}}
+    lb = subprocess.Popen([haproxy, "-db", "-f", str(HAPROXY_CFG)], env=env,
+                          stdout=open(OUT / "rolling_haproxy.log", "ab"), stderr=subprocess.STDOUT)
+    while get_status(lb_port, "/healthz") != 200:
+        time.sleep(0.1)
+    body = json.dumps({"model": model_id, "stream": True, "max_tokens": args.max_tokens,
+                       "ignore_eos": True, "temperature": 0,
+                       "messages": [{"role": "user", "content": "a" if args.quick else
+                                     "Tell me about lighthouses."}]}).encode()
+    tally, stop = Tally(), threading.Event()
+    threads = [threading.Thread(target=client, args=(lb_port, body, stop, tally), daemon=True)
+               for _ in range(args.clients)]
+    t_start = time.monotonic()
+    for t in threads:
+        t.start()
+    time.sleep(args.steady_s)
+    restart_start = time.monotonic()
+    for r in replicas:
+        code = r.stop()
+        r.start()
+        print(f"{r.name}: drained (exit {code}), ready again in {r.wait_ready():.1f} s",
+              flush=True)
+    restart_end = time.monotonic()
+    time.sleep(max(0.0, t_start + args.duration_s - time.monotonic()))
+    stop.set()
+    for t in threads:
+        t.join(CLIENT_TIMEOUT_S)
+    t_end = time.monotonic()
+    for r in replicas:
+        r.stop()
+    lb.terminate()
+    lb.wait(10)
+    steady = rate(tally.token_times, t_start, restart_start)
+    during = rate(tally.token_times, restart_start, restart_end)
+    result = {"replicas": args.replicas, "clients": args.clients, "model": model_id,
+              "duration_s": round(t_end - t_start, 1),
+              "restart_s": round(restart_end - restart_start, 1),
+              "requests_ok": len(tally.ok), "failed": len(tally.failed),
+              "truncated": len(tally.truncated), "steady_tok_s": round(steady, 1),
+              "restart_tok_s": round(during, 1),
+              "restart_vs_steady": round(during / steady, 3) if steady else None}
+    for problem in (tally.failed + tally.truncated)[:10]:
+        print("problem:", problem)
+    print(f"requests ok {result['requests_ok']}, failed {result['failed']}, truncated "
+          f"{result['truncated']}; tok/s steady {result['steady_tok_s']}, during restarts "
+          f"{result['restart_tok_s']} ({result['restart_vs_steady']}x)")
+    print(json.dumps(result))
+    return 0 if not tally.failed and not tally.truncated else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
