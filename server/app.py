@@ -34,6 +34,8 @@ from server.metrics import ServerMetrics, metrics_text
 from server.documents import JSON_CONTENT_TYPE, json_bytes
 from server.messages import for_template
 from server.http.protocol import Request, Response, Stream
+from server.responses import parse_responses
+from server.responses import renderer as responses_renderer
 from server.routes import API_ROUTES, HEALTH_ROUTES, resolve
 from server.static import CHAT_PAGE, ENGINE_PAGE, StaticFiles
 from server.streams import Echo, EmbedStream, GenerationStream, StreamContext
@@ -142,6 +144,7 @@ class ApiApp:
             on_status=metrics.count_request,
             on_finish=metrics.observe_generation)
         self.handlers = {"chat": self.chat, "completions": self.completions,
+                         "responses": self.responses,
                          "embeddings": self.embeddings, "tokenize": self.tokenize,
                          "detokenize": self.detokenize, "models": self.models,
                          "model": self.model, "healthz": health_ok,
@@ -200,9 +203,16 @@ class ApiApp:
         return self._generate(request, spec, prompts, "completions", "cmpl", "prompt", extra,
                               echoes)
 
+    def responses(self, request: Request, params: Params, extra: Headers) -> GenerationStream:
+        spec = parse_responses(request.body, self.defaults)
+        self._check_model(spec.gen.model)
+        prompt = self.served.encode(self.served.render(spec.gen.messages))
+        return self._generate(request, spec.gen, [prompt], "responses", "resp", "input", extra,
+                              render=lambda header: responses_renderer(spec, header))
+
     def _generate(self, request: Request, spec: api.GenSpec, prompts: list[list[int]],
                   route: str, id_prefix: str, prompt_param: str, extra: Headers,
-                  echoes: list[Echo] | None = None) -> GenerationStream:
+                  echoes: list[Echo] | None = None, render=None) -> GenerationStream:
         """One engine request per choice (`n` per prompt; choice index = prompt * n + j, as
         OpenAI numbers them); the whole answer or none of it: a refusal or a 429 on a later
         choice aborts the earlier ones."""
@@ -220,10 +230,11 @@ class ApiApp:
             for ticket in tickets:
                 self.bridge.abort(ticket)
             raise
-        return GenerationStream(ctx=self.stream_ctx, tickets=tickets, spec=spec,
-                                header=docs.Header.new(id_prefix, self.served.id),
+        header = docs.Header.new(id_prefix, self.served.id)
+        return GenerationStream(ctx=self.stream_ctx, tickets=tickets, spec=spec, header=header,
                                 prompt_tokens=sum(map(len, prompts)), route=route,
-                                headers=extra, arrival_s=now, echoes=echoes)
+                                headers=extra, arrival_s=now, echoes=echoes,
+                                renderer=render(header) if render else None)
 
     def _gen_request(self, spec: api.GenSpec, prompt: list[int], prompt_param: str,
                      priority: int, choice: int, grammar: Grammar | None) -> GenRequest:

@@ -10,8 +10,8 @@ A generation is three small parts, read top to bottom:
    `CompletionDocument` — all with the same interface: `piece(Piece) -> bytes`,
    `finish(usage) -> bytes`, `error(ApiError) -> bytes`. Streamed ones return SSE bytes from
    every call; whole ones collect and return one JSON document from `finish`. A new shape
-   (several choices, tool-call deltas, the Responses API's typed events) is a new renderer
-   in `RENDERERS`, not a new branch.
+   (several choices, tool-call deltas) is a new renderer in `RENDERERS`, not a new branch;
+   another API's renderer is handed to the shell (server/responses.py's typed events).
 3. `GenerationStream` — the thin `server.http.protocol.Stream` shell the loop polls whenever the
    engine thread wakes it, and at `next_deadline_s()` (SSE pings). It does head timing,
    pings and metrics. A streamed answer sends its `200` head with its first bytes, and
@@ -326,7 +326,7 @@ class GenerationStream:
     def __init__(self, *, ctx: StreamContext, tickets: list[Ticket], spec: GenSpec,
                  header: docs.Header, prompt_tokens: int, route: str,
                  headers: tuple[tuple[str, str], ...], arrival_s: float,
-                 echoes: list[Echo | None] | None = None):
+                 echoes: list[Echo | None] | None = None, renderer: Renderer | None = None):
         self.ctx = ctx
         self.prompt_tokens, self.route, self.headers = prompt_tokens, route, headers
         self.arrival_s = arrival_s
@@ -334,7 +334,7 @@ class GenerationStream:
                                                   echoes[index] if echoes else None))
                         for index, ticket in enumerate(tickets)]
         self.ticket = tickets[0]                # the timings of the first choice are observed
-        self.render = renderer_for(spec, header)
+        self.render = renderer or renderer_for(spec, header)    # given: another API's shape
         self.pending: list[bytes] = []          # bytes not yet handed to the loop
         self.head_sent = self.done = False
         self.last_send_s = arrival_s

@@ -8,7 +8,8 @@ literal `data: [DONE]` event.
 
 Payloads arrive already encoded (the server's JSON encoder is `server.http.protocol.json_bytes`;
 this package knows no JSON). A single-line payload is one `data:` line; a payload that does
-contain newlines is split into one `data:` line per line, as the spec requires.
+contain newlines is split into one `data:` line per line, as the spec requires. An event may
+carry a name (`event: <name>` before its data, as the Responses API's typed events do).
 """
 from __future__ import annotations
 
@@ -16,10 +17,16 @@ DONE: bytes = b"data: [DONE]\n\n"
 PING: bytes = b": ping\n\n"
 
 
-def event(payload: str | bytes) -> bytes:
-    """Frame one SSE event around an already-encoded payload (str is sent as UTF-8)."""
+def event(payload: str | bytes, name: str | None = None) -> bytes:
+    """Frame one SSE event around an already-encoded payload (str is sent as UTF-8),
+    optionally named (`event: <name>` first; a name holds no line break)."""
     if isinstance(payload, str):
         payload = payload.encode("utf-8")
     lines = payload.split(b"\n")
-    return b"".join(b"data: " + line + b"\n" for line in lines) + b"\n"
+    head = b""
+    if name is not None:
+        if "\n" in name or "\r" in name:
+            raise ValueError(f"an SSE event name holds no line break: {name!r}")
+        head = b"event: " + name.encode("utf-8") + b"\n"
+    return head + b"".join(b"data: " + line + b"\n" for line in lines) + b"\n"
 

@@ -50,7 +50,8 @@ def test_every_route_is_documented_and_nothing_else():
     served = {(r.method, r.pattern) for r in API_ROUTES + HEALTH_ROUTES}
     assert set(ops) == served
     assert route_errors == {"unknown_route": 404, "wrong_method": 405}
-    for key in [("POST", "/v1/chat/completions"), ("POST", "/v1/completions")]:
+    for key in [("POST", "/v1/chat/completions"), ("POST", "/v1/completions"),
+                ("POST", "/v1/responses")]:
         assert GENERATION_ERRORS <= ops[key], key
     assert all("200" in statuses for statuses in ops.values())
 
@@ -75,6 +76,12 @@ def exercise(handle) -> list[tuple[str, str, str]]:
         ("POST", "/v1/completions", "/v1/completions", {"model": "x", "prompt": "a"}),
         ("POST", "/v1/completions", "/v1/completions", {"model": "succ", "prompt": "a",
                                                         "echo": True}),
+        ("POST", "/v1/responses", "/v1/responses", {"model": "succ", "input": "a",
+                                                    "max_output_tokens": 2}),
+        ("POST", "/v1/responses", "/v1/responses", {"model": "succ", "input": []}),
+        ("POST", "/v1/responses", "/v1/responses", {"model": "x", "input": "a"}),
+        ("POST", "/v1/responses", "/v1/responses", {"model": "succ", "input": "a",
+                                                    "store": True}),
         ("POST", "/v1/embeddings", "/v1/embeddings", {"model": "succ", "input": "a"}),
         ("POST", "/v1/embeddings", "/v1/embeddings", {"model": "succ", "input": 3}),
         ("POST", "/v1/embeddings", "/v1/embeddings", {"model": "x", "input": "a"}),
