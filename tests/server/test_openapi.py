@@ -151,3 +151,13 @@ def test_auth_and_loading_statuses_are_documented(succ_model_dir):
             status = str(app.handle(Request(method=route.method, path=path)).status)
             assert status == ("200" if route.handler == "healthz" else "503"), route
             assert status in ops[(route.method, route.pattern)], route
+
+
+def test_the_document_is_valid_yaml_with_every_route_and_status():
+    """A real YAML parser reads it too (a stray ': ' in a plain scalar once broke it)."""
+    import yaml
+    document = yaml.safe_load(OPENAPI.read_text(encoding="utf-8"))
+    ops, _ = documented()
+    parsed = {(method.upper(), path) for path, item in document["paths"].items()
+              for method in item if method in ("get", "post", "options")}
+    assert set(ops) <= parsed
