@@ -31,6 +31,9 @@ def refused(parse, body: bytes) -> ApiError:
     ({"stop": ["a", "b", "c", "d", "e"]}, "stop"), ({"stop": [1]}, "stop"),
     ({"presence_penalty": 3}, "presence_penalty"), ({"frequency_penalty": -2.5},
                                                     "frequency_penalty"),
+    ({"presence_penalty": -2.5}, "presence_penalty"), ({"frequency_penalty": 2.5},
+                                                       "frequency_penalty"),
+    ({"min_p": -0.1}, "min_p"),
     ({"logit_bias": {"x": 1}}, "logit_bias"), ({"logit_bias": {"5": 101}}, "logit_bias"),
     ({"top_logprobs": 3}, "top_logprobs"), ({"logprobs": True, "top_logprobs": 21},
                                             "top_logprobs"),
@@ -179,3 +182,12 @@ def test_tokenize_messages_have_the_chat_bounds():
     ok = [{"role": "user", "content": "x"}] * MAX_MESSAGES
     assert len(parse_tokenize(json.dumps({"model": "m", "messages": ok}).encode()).messages) \
         == MAX_MESSAGES
+
+
+@pytest.mark.parametrize("fields", [
+    {"presence_penalty": -2}, {"presence_penalty": 2}, {"frequency_penalty": -2},
+    {"frequency_penalty": 2}, {"min_p": 0}, {"min_p": 1},
+])
+def test_penalty_and_min_p_bounds_are_inclusive(fields):
+    (name, value), = fields.items()
+    assert getattr(parse_chat(chat(**fields)).params, name) == value
