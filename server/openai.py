@@ -26,7 +26,7 @@ from server.messages import check_content
 from server.structured import Structured, parse_structured
 
 MAX_MESSAGES = 4096             # a conversation longer than this is abuse, not chat
-MAX_EMBEDDING_INPUTS = 256      # inputs in one /v1/embeddings call
+MAX_EMBEDDING_INPUTS = 2048     # inputs in one /v1/embeddings call (OpenAI's limit)
 MAX_STOP_STRINGS = 4            # OpenAI's limit on `stop` sequences
 MAX_STOP_TOKEN_IDS = 64
 MAX_LOGIT_BIAS_ENTRIES = 300    # OpenAI's own bound

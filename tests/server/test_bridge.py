@@ -11,6 +11,7 @@ import pytest
 
 from engine.api import (FINISH_DEADLINE, FINISH_LENGTH, EngineStats, GenRequest, PromptTooLong,
                         TokenOut)
+from engine.core.embedding import EmbedDone
 from server.bridge import EngineBridge, Expired, Failed, QueuePolicy, TooLong, expired_event
 from server.errors import ApiError
 from tests.polling import wait_for
@@ -29,6 +30,8 @@ class FakeEngine:
         self.aborted: list[int] = []
         self.next_id = 0
         self.running_limit = running_limit
+        self.jobs: list[EmbedDone] = []          # embeddings finished, not yet taken
+        self.next_job = 0
 
     def add_request(self, req: GenRequest) -> int:
         if len(self.seqs) >= self.running_limit:
@@ -64,6 +67,19 @@ class FakeEngine:
 
     def embed(self, inputs):
         return np.array([[float(len(x)), 0.5] for x in inputs], dtype=np.float32)
+
+    def add_embedding(self, inputs) -> int:
+        """A job finished at once: its vectors wait for `take_embeddings`."""
+        self.next_job += 1
+        self.jobs.append(EmbedDone(self.next_job, self.embed(inputs)))
+        return self.next_job
+
+    def take_embeddings(self) -> list:
+        done, self.jobs = self.jobs, []
+        return done
+
+    def cancel_embedding(self, job_id: int) -> None:
+        pass
 
 
 def test_tokens_reach_the_ticket_and_release_the_slot():

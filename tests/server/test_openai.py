@@ -7,8 +7,9 @@ import pytest
 
 from server import documents as docs
 from server.errors import ApiError
-from server.openai import (MAX_CHOICES, MAX_COMPLETION_PROMPTS, parse_chat, parse_completion,
-                           parse_detokenize, parse_embeddings, parse_priority, parse_tokenize)
+from server.openai import (MAX_CHOICES, MAX_COMPLETION_PROMPTS, MAX_EMBEDDING_INPUTS, parse_chat,
+                           parse_completion, parse_detokenize, parse_embeddings, parse_priority,
+                           parse_tokenize)
 
 
 def chat(**fields) -> bytes:
@@ -191,3 +192,11 @@ def test_tokenize_messages_have_the_chat_bounds():
 def test_penalty_and_min_p_bounds_are_inclusive(fields):
     (name, value), = fields.items()
     assert getattr(parse_chat(chat(**fields)).params, name) == value
+
+
+def test_embeddings_accept_2048_inputs_and_refuse_2049():
+    assert MAX_EMBEDDING_INPUTS == 2048                    # OpenAI's limit; LangChain sends 1,000
+    body = {"model": "m", "input": ["x"] * 2048}
+    assert len(parse_embeddings(json.dumps(body).encode()).inputs) == 2048
+    body["input"].append("x")
+    assert refused(parse_embeddings, json.dumps(body).encode()).param == "input"
