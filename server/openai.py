@@ -98,8 +98,10 @@ def unsupported(param: str, message: str) -> ApiError:
 def load_json_object(body: bytes) -> dict:
     try:
         document = json.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except ValueError as exc:           # bad UTF-8, bad JSON, an integer of > 4,300 digits
         raise ApiError("invalid_json", f"We could not parse the JSON body of your request: {exc}")
+    except RecursionError:
+        raise ApiError("invalid_json", "The JSON body of your request is nested too deeply.")
     if not isinstance(document, dict):
         raise ApiError("invalid_json", "The request body must be a JSON object.")
     return document

@@ -200,3 +200,18 @@ def test_embeddings_accept_2048_inputs_and_refuse_2049():
     assert len(parse_embeddings(json.dumps(body).encode()).inputs) == 2048
     body["input"].append("x")
     assert refused(parse_embeddings, json.dumps(body).encode()).param == "input"
+
+
+@pytest.mark.parametrize("body", [
+    b'{"model": "m", "messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",   # RecursionError
+    b'{"model": "m", "max_tokens": ' + b"1" * 5_000 + b"}",                    # > 4,300 digits
+])
+def test_bodies_json_cannot_parse_are_400_invalid_json_not_500(body):
+    err = refused(parse_chat, body)
+    assert err.status == 400 and err.document()["error"]["code"] == "invalid_json"
+
+
+def test_a_guided_json_text_nested_too_deeply_is_a_400_naming_the_field():
+    deep = "[" * 100_000 + "]" * 100_000
+    err = refused(parse_chat, chat(guided_json=deep))
+    assert err.status == 400 and err.param == "guided_json"
