@@ -17,7 +17,7 @@ NODE_CLIENT  := tests/e2e/node
 OPENAI_NODE_PIN := openai@6.49.0
 CHECKOV_PIN  := checkov==3.3.30
 
-.PHONY: serve test model install bench browser wheelhouse checkov haproxy node-client
+.PHONY: serve test model install bench browser wheelhouse checkov haproxy node-client soak
 
 $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -77,3 +77,8 @@ $(NODE_CLIENT)/node_modules/openai/package.json:
 	@command -v node >/dev/null && command -v npm >/dev/null || \
 	  (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q nodejs npm)
 	npm install --no-save --no-audit --no-fund --prefix $(NODE_CLIENT) '$(OPENAI_NODE_PIN)'
+
+# bench/soak.py: SOAK_MINUTES of mixed traffic against a real server (RSS, statuses, blocks).
+SOAK_MINUTES ?= 10
+soak: model
+	$(PY) bench/soak.py --minutes $(SOAK_MINUTES)

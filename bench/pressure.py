@@ -4,6 +4,7 @@
     python bench/pressure.py openai [--chats 512] [--tokens 32] [--retries 5]
     python bench/pressure.py storm  [--streams 64]
     python bench/pressure.py drain  [--streams 48] [--tokens 64]
+    python bench/pressure.py embeddings [--inputs 300] [--gap-inputs 256]
     (each: [--model-dir DIR] [--env KEY=VALUE ...] for TL_ENGINE__ overrides)
 
 Each scenario starts `tlserve.py --config runtime.toml` (the defaults) on free ports in a
@@ -18,6 +19,9 @@ child process, drives it from threads in this one, and prints one JSON line:
   be free within 2 s.
 * drain: SIGTERM with N streams in flight: all reach [DONE], new connections are refused,
   the exit status is 0; prints the drain time (the figure `drain_timeout_s` is sized from).
+* embeddings: N inputs of ~12 tokens in one call (wall time and tokens/s) against the
+  prefill tokens/s of one long prompt in the same run; then a streamed chat's largest
+  inter-token gap while a `--gap-inputs` embeddings call runs (targets: < 15 s, < 0.5 s).
 """
 from __future__ import annotations
 
@@ -42,6 +46,10 @@ PROBE_INTERVAL_S = 0.2
 PROBE_LIMIT_S = 1.0
 FREE_WITHIN_S = 2.0
 STORM_TOKENS = 1000          # long enough that every stream is still running when it is cut
+EMBED_CHAT_TOKENS = 1500     # the chat outlasts the embeddings call it is measured beside
+EMBED_PREFILL_WORDS = 300    # the long prompt whose prefill tokens/s is the yardstick
+MAX_CHAT_GAP_S = 0.5         # the issue's targets
+MAX_EMBED_300_S = 15.0
 
 
 class Server:
@@ -267,7 +275,72 @@ def drain(server: Server, args) -> dict:
             "ok": done == args.streams and refused and code == 0}
 
 
-SCENARIOS = {"burst": burst, "openai": openai_burst, "storm": storm, "drain": drain}
+def post_json(server: Server, path: str, body: dict) -> tuple[dict, float]:
+    """POST a JSON body to the API; (the answer, seconds it took)."""
+    request = urllib.request.Request(f"http://{server.http[0]}:{server.http[1]}{path}",
+                                     data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    started = time.monotonic()
+    with urllib.request.urlopen(request, timeout=600) as r:
+        return json.load(r), time.monotonic() - started
+
+
+def chat_arrivals(server: Server, model: str, arrivals: list[float], stop: threading.Event):
+    """Stream a long chat, noting when each chunk arrives, until `stop` is set."""
+    sock = open_raw_stream(server.http, chat_payload(EMBED_CHAT_TOKENS), model)
+    while not stop.is_set():
+        data = sock.recv(65536)
+        if not data:
+            break
+        arrivals.extend([time.monotonic()] * data.count(b"data: {"))
+    sock.close()
+
+
+def idle_after(server: Server, within_s: float = FREE_WITHIN_S) -> dict:
+    """The idle state once the cut chat's abort has gone through (or as it is after `within_s`)."""
+    deadline = time.monotonic() + within_s
+    state = server.idle_state()
+    while (state["active_sequences"] or state["used_blocks"]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+        state = server.idle_state()
+    return state
+
+
+def embeddings(server: Server, args) -> dict:
+    model = served_model(server)
+    post_json(server, "/v1/embeddings", {"model": model, "input": ["warm up"] * 4})
+    long_prompt = " ".join(f"word{i}" for i in range(EMBED_PREFILL_WORDS))
+    doc, prefill_s = post_json(server, "/v1/completions", {"model": model, "prompt": long_prompt,
+                                                           "max_tokens": 1})
+    prefill_tok_s = doc["usage"]["prompt_tokens"] / prefill_s
+    texts = [f"Document {i}: the quick brown fox jumps over the dog." for i in range(args.inputs)]
+    doc, embed_s = post_json(server, "/v1/embeddings", {"model": model, "input": texts})
+    embed_tokens = doc["usage"]["prompt_tokens"]
+    arrivals, stop = [], threading.Event()
+    reader = threading.Thread(target=chat_arrivals, args=(server, model, arrivals, stop))
+    reader.start()
+    while len(arrivals) < 3 and reader.is_alive():
+        time.sleep(0.01)
+    alone = len(arrivals)
+    started = time.monotonic()
+    post_json(server, "/v1/embeddings", {"model": model, "input": texts[:args.gap_inputs]})
+    ended = time.monotonic()
+    stop.set()
+    reader.join(60)
+    window = [started] + [t for t in arrivals[alone:] if started < t < ended] + [ended]
+    gaps = [b - a for a, b in zip(window, window[1:])]
+    result = {"inputs": args.inputs, "tokens_per_input": round(embed_tokens / args.inputs, 1),
+              "embed_wall_s": round(embed_s, 2), "embed_tok_s": round(embed_tokens / embed_s),
+              "prefill_tok_s": round(prefill_tok_s), "gap_inputs": args.gap_inputs,
+              "chat_tokens_during": len(window) - 2, "max_gap_s": round(max(gaps), 3),
+              "idle": idle_after(server)}
+    result["ok"] = (result["max_gap_s"] < MAX_CHAT_GAP_S and embed_s < MAX_EMBED_300_S
+                    and result["idle"]["used_blocks"] == 0)
+    return result
+
+
+SCENARIOS = {"burst": burst, "openai": openai_burst, "storm": storm, "drain": drain,
+             "embeddings": embeddings}
 
 
 def main() -> None:
@@ -281,6 +354,8 @@ def main() -> None:
     p.add_argument("--tokens", type=int)
     p.add_argument("--chats", type=int, default=512)
     p.add_argument("--retries", type=int, default=5)
+    p.add_argument("--inputs", type=int, default=300)
+    p.add_argument("--gap-inputs", type=int, default=256)
     args = p.parse_args()
     args.streams = args.streams or {"burst": 256, "storm": 64, "drain": 48}.get(args.scenario, 0)
     args.tokens = args.tokens or (64 if args.scenario == "drain" else 32)

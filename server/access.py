@@ -69,7 +69,7 @@ def _json_field(body: bytes, *path: str):
         value = json.loads(body)
         for key in path:
             value = value.get(key) if isinstance(value, dict) else None
-    except ValueError:
+    except (ValueError, RecursionError):    # not JSON, or nested too deeply to parse
         return None
     return value if isinstance(value, str) else None
 

@@ -30,11 +30,11 @@ server error: 500, logged with the request id), `Expired` (the queue deadline: 5
 non-token event knows its `ApiError`; the status comes from server/errors.py's one table.
 
 The engine thread never formats text; the loop thread never touches numpy (embeddings
-come back as Python floats or base64 bytes prepared here, which is cheap).
+are engine jobs packed into the steps; server/embedding_jobs.py hands their vectors back
+as Python floats or base64 bytes, which is cheap).
 """
 from __future__ import annotations
 
-import base64
 import logging
 import threading
 import time
@@ -45,6 +45,7 @@ from typing import Callable, ClassVar, Union
 
 from engine.api import (FINISH_DEADLINE, Engine, EngineStats, GenRequest, PromptLogprobs,
                         PromptTooLong, RequestRefused, TokenOut)
+from server.embedding_jobs import EmbedTicket, EmbeddingJobs
 from server.engine_view import EngineView
 from server.errors import ApiError
 from server.trace import TraceWriter
@@ -195,23 +196,6 @@ class Ticket:
         self.queued_s = 0.0                     # admitted at (bridge clock), for the trace
 
 
-class EmbedTicket:
-    """One embeddings call: token-id lists in, vectors out (engine thread fills it)."""
-
-    __slots__ = ("inputs", "encoding_format", "request_id", "result", "error", "done",
-                 "on_leave_queue")
-
-    def __init__(self, inputs: list[list[int]], encoding_format: str,
-                 on_leave_queue: Callable[[], None] | None = None, request_id: str = ""):
-        self.inputs = inputs
-        self.encoding_format = encoding_format
-        self.request_id = request_id
-        self.on_leave_queue = on_leave_queue    # releases the admission slot, once
-        self.result: list | None = None         # list[float] or base64 str per input
-        self.error: str | None = None
-        self.done = False
-
-
 class EngineBridge:
     """Owns the engine thread. Public methods are thread-safe unless noted."""
 
@@ -233,6 +217,7 @@ class EngineBridge:
         self._closed = False                    # the engine thread takes no more commands
         self._thread: threading.Thread | None = None
         self._live: dict[int, Ticket] = {}      # engine id -> ticket (engine thread only)
+        self._embeds = EmbeddingJobs()          # embeddings jobs (engine thread only)
         self.wake: Callable[[], None] = lambda: None
         self.stats: EngineStats = engine.stats()  # latest snapshot, replaced atomically
         # The engine view and the step trace (both None: the engine records nothing extra).
@@ -360,6 +345,7 @@ class EngineBridge:
             stepped = self._engine.has_work()
             if stepped:
                 self._step()
+            self._embeds.collect(self._engine)                     # finished jobs, left clients
             self.stats = self._engine.stats()
             if self.view is not None:
                 self.view.update(self._engine, self.stats, stepped)
@@ -407,18 +393,7 @@ class EngineBridge:
 
     def _embed(self, ticket: EmbedTicket) -> None:
         self._leave_queue(ticket)                                  # taken off the inbox: slot free
-        try:
-            vectors = self._engine.embed(ticket.inputs)            # [n, d] float32
-            if ticket.encoding_format == "base64":
-                little = vectors.astype("<f4")                     # [n, d] little-endian f32
-                ticket.result = [base64.b64encode(row.tobytes()).decode("ascii")
-                                 for row in little]
-            else:
-                ticket.result = vectors.astype("float32").tolist()
-        except Exception as exc:                                   # noqa: BLE001
-            log.error("request %s: embed failed: %s", ticket.request_id, traceback.format_exc())
-            ticket.error = f"embedding failed: {exc}"
-        ticket.done = True
+        self._embeds.start(self._engine, ticket)                   # steps pack its inputs
 
     def _step(self) -> None:
         started_s = self.step_started_s = self._clock()
@@ -478,6 +453,7 @@ class EngineBridge:
             ticket.is_finished = True
             ticket.events.append(Failed(message))
         self._live.clear()
+        self._embeds.fail_all(message)
         try:
             self._engine.abort_all()
         except Exception:                                          # noqa: BLE001

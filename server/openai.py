@@ -26,7 +26,7 @@ from server.messages import check_content
 from server.structured import Structured, parse_structured
 
 MAX_MESSAGES = 4096             # a conversation longer than this is abuse, not chat
-MAX_EMBEDDING_INPUTS = 256      # inputs in one /v1/embeddings call
+MAX_EMBEDDING_INPUTS = 2048     # inputs in one /v1/embeddings call (OpenAI's limit)
 MAX_STOP_STRINGS = 4            # OpenAI's limit on `stop` sequences
 MAX_STOP_TOKEN_IDS = 64
 MAX_LOGIT_BIAS_ENTRIES = 300    # OpenAI's own bound
@@ -98,8 +98,10 @@ def unsupported(param: str, message: str) -> ApiError:
 def load_json_object(body: bytes) -> dict:
     try:
         document = json.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except ValueError as exc:           # bad UTF-8, bad JSON, an integer of > 4,300 digits
         raise ApiError("invalid_json", f"We could not parse the JSON body of your request: {exc}")
+    except RecursionError:
+        raise ApiError("invalid_json", "The JSON body of your request is nested too deeply.")
     if not isinstance(document, dict):
         raise ApiError("invalid_json", "The request body must be a JSON object.")
     return document

@@ -28,7 +28,8 @@ from typing import Callable, Protocol
 
 from engine.api import FINISH_LENGTH, FINISH_STOP, PromptLogprobs, TokenOut, Tokenizer
 from server import documents as docs
-from server.bridge import EmbedTicket, EngineBridge, Event, Ticket
+from server.bridge import EngineBridge, Event, Ticket
+from server.embedding_jobs import EmbedTicket
 from server.errors import ApiError
 from server.openai import GenSpec
 from server.documents import JSON_CONTENT_TYPE, json_bytes
@@ -459,7 +460,7 @@ class GenerationStream:
 
 
 class EmbedStream:
-    """Waits for the engine thread to run the inputs between steps, then answers once."""
+    """Waits for the engine to run the inputs (packed into its steps), then answers once."""
 
     def __init__(self, *, ticket: EmbedTicket, model_id: str, prompt_tokens: int,
                  headers: tuple[tuple[str, str], ...], on_status: Callable[[str, int], None]):
@@ -494,4 +495,5 @@ class EmbedStream:
         return None
 
     def cancel(self) -> None:
+        self.ticket.is_cancelled = True         # the engine thread drops the job
         self.done = True

@@ -39,7 +39,7 @@ def _schema(value, param: str) -> GrammarSpec:
     if isinstance(value, str):
         try:
             value = json.loads(value)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):        # not JSON, or nested too deeply
             raise _bad(param, f"'{param}' must be a JSON Schema (an object, or its JSON text).") from None
     if not isinstance(value, (dict, bool)):
         raise _bad(param, f"'{param}' must be a JSON Schema object.")

@@ -5,7 +5,9 @@ and returns its id; every `step()` is the same checklist (nano-vllm's shape):
 
     expire   waiting requests past their deadline -> TokenOut(token=None, "deadline")
     schedule which sequences run, with how many tokens (engine/core/scheduler.py)
-    run      ONE batched forward over all their rows (engine/core/runner.py)
+    run      ONE batched forward over all their rows (engine/core/runner.py), with
+             embedding inputs as prefill-only rows in what is left of the token budget
+             (engine/core/embedding.py; `add_embedding` / `take_embeddings`)
     sample   one token per sampling row with the request's own seeded stream
              (engine/core/sampler.py); speculative rows are verified in order
     commit   full blocks into the prefix cache; finished sequences release their blocks
@@ -39,6 +41,7 @@ from engine.kv.pools import KVCache, num_blocks_for_budget
 from engine.model.spec import Model
 from engine.core.runner import Chunk, ModelRunner
 from engine.core.scheduler import Scheduled, Scheduler
+from engine.core.embedding import EmbedDone, EmbeddingQueue
 from engine.core.sequence import Sequence
 from engine.core.snapshot import EngineSnapshot, StepRecord, build_snapshot, step_record
 from engine.core import prompt_scores, speculative
@@ -87,6 +90,8 @@ class Engine:
             drafter = self._drafts
         self.scheduler = Scheduler(config, self.blocks, drafter)
         self.eos_ids = frozenset(int(t) for t in mc.eos_token_ids)
+        self.embeddings = EmbeddingQueue(self.blocks, mc.hidden_size, config.prefill_chunk,
+                                         self._max_model_len)   # embeddings: engine/core/embedding.py
         self.guides = Guides(model.tokenizer, mc.vocab_size, self.eos_ids)      # grammars' run time
         self._seqs: dict[RequestId, Sequence] = {}
         self._next_id = 0
@@ -124,9 +129,10 @@ class Engine:
     def abort_all(self) -> None:
         for request_id in list(self._seqs):
             self.abort(request_id)
+        self.embeddings.cancel_all()
 
     def has_work(self) -> bool:
-        return self.scheduler.has_work()
+        return self.scheduler.has_work() or self.embeddings.has_work()
 
     def max_model_len(self) -> int:
         return self._max_model_len
@@ -147,13 +153,19 @@ class Engine:
             outs.append(TokenOut(id=seq.id, token=None, finish=FINISH_LENGTH))
             self._seqs.pop(seq.id, None)
             self._finish(seq)
-        self._last_batch_tokens = plan.num_tokens
-        if not plan.scheduled:
+        embeds = self.embeddings.schedule(self.config.max_batched_tokens - plan.num_tokens,
+                                          reserve_blocks=len(self.scheduler.running))
+        self._last_batch_tokens = plan.num_tokens + sum(e.num_tokens for e in embeds)
+        if not plan.scheduled and not embeds:
             return outs
         self._steps_total += 1
         scheduled_s = self.clock() if self.record_steps else 0.0
         chunks = [self._chunk(item) for item in plan.scheduled]
-        logits = self.runner.forward(chunks)                                   # [R, V]
+        num_rows = sum(len(c.tokens) for c in chunks)
+        chunks += [e.chunk() for e in embeds]                                  # rows after the rest
+        embed_rows = np.arange(num_rows, num_rows + self._last_batch_tokens - plan.num_tokens)
+        logits, hidden = self.runner.forward_with_hidden(chunks, embed_rows)  # [R, V], [E, d]
+        self.embeddings.absorb(embeds, hidden)
         forward_s = self.clock() if self.record_steps else 0.0
         argmax = sampler.greedy_tokens(logits)                                 # [R], for plain-greedy rows
         row = 0
@@ -259,8 +271,20 @@ class Engine:
 
     # ----------------------------------------------------------------- side doors
 
+    def add_embedding(self, inputs) -> int:
+        """Queue an embeddings job (token-id lists); later steps pack its inputs as
+        prefill-only rows and `take_embeddings` returns its vectors [n, d]."""
+        return self.embeddings.add(inputs)
+
+    def take_embeddings(self) -> list[EmbedDone]:
+        return self.embeddings.take_finished()
+
+    def cancel_embedding(self, job_id: int) -> None:
+        self.embeddings.cancel(job_id)
+
     def embed(self, inputs) -> np.ndarray:
-        """Mean-pooled, L2-normalised final hidden states: one dense forward per input -> [n, d]."""
+        """Mean-pooled, L2-normalised final hidden states: one dense forward per input -> [n, d].
+        The reference for direct callers without a step loop; the server uses `add_embedding`."""
         mc, w = self.model.config, self.model.weights
         out = np.empty((len(inputs), mc.hidden_size), dtype=np.float32)
         for i, ids in enumerate(inputs):

@@ -40,6 +40,7 @@ from engine.model import llama
 from engine.model.spec import LlamaWeights, ModelConfig
 
 F32 = np.float32
+NO_ROWS = np.zeros(0, dtype=np.int64)        # no hidden rows wanted: plain generation steps
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +74,12 @@ class ModelRunner:
 
     def forward(self, chunks: list[Chunk]) -> np.ndarray:
         """Run one step; return logits [sum(num_logits), V] in chunk order."""
+        return self.forward_with_hidden(chunks, NO_ROWS)[0]
+
+    def forward_with_hidden(self, chunks: list[Chunk],
+                            hidden_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Run one step; return logits [R, V] in chunk order and the final-normed hidden
+        states of `hidden_rows` (row indices into the step's N rows) [E, d]: embeddings."""
         cfg, w = self.config, self.weights
         ids = np.fromiter((t for c in chunks for t in c.tokens), dtype=np.int64)           # [N]
         positions = np.concatenate([np.arange(c.start_pos, c.start_pos + len(c.tokens)) for c in chunks])
@@ -80,8 +87,10 @@ class ModelRunner:
         if w.layers:
             x = self._layers(x, chunks, positions)
         logit_rows = self._logit_rows(chunks)                                               # [R]
-        h = llama.rms_norm(x[logit_rows], w.final_norm, cfg.rms_norm_eps)                   # [R, d]
-        return llama.logits_from_hidden(w, h)                                               # [R, V]
+        rows = np.concatenate([logit_rows, hidden_rows])                                    # [R+E]
+        h = llama.rms_norm(x[rows], w.final_norm, cfg.rms_norm_eps)                         # [R+E, d]
+        num_logits = logit_rows.shape[0]
+        return llama.logits_from_hidden(w, h[:num_logits]), h[num_logits:]                 # [R, V], [E, d]
 
     def _layers(self, x: np.ndarray, chunks: list[Chunk], positions: np.ndarray) -> np.ndarray:
         cfg = self.config

@@ -92,3 +92,22 @@ def test_generate_command_prints_the_chat_templated_greedy_answer(real_model_dir
                  "--temperature", "0", "--max-tokens", str(GREEDY_MAX_NEW_TOKENS)], out=out)
     assert code == 0
     assert out.getvalue() == case["output_text"] + "\n"
+
+
+def test_embeddings_packed_into_engine_steps_match_the_oracle(smol):
+    """The server's path: inputs as prefill-only rows in 5-token pieces, beside each other."""
+    from engine.api import EngineConfig
+    from engine.core.engine import Engine
+    engine = Engine(smol, EngineConfig(block_size=4, num_kv_blocks=64, prefill_chunk=5,
+                                       max_batched_tokens=12))
+    job = engine.add_embedding([case["ids"] for case in EMBEDDING_CASES])
+    done = []
+    while engine.has_work():
+        engine.step()
+        done += engine.take_embeddings()
+    assert [d.job_id for d in done] == [job]
+    for vector, case in zip(done[0].vectors, EMBEDDING_CASES):
+        want = np.asarray(case["embedding"], dtype=np.float64)
+        cosine = float(vector.astype(np.float64) @ want / np.linalg.norm(want))
+        assert cosine >= EMBEDDING_MIN_COSINE
+    assert engine.stats().kv_blocks_used == 0

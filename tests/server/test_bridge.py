@@ -11,6 +11,7 @@ import pytest
 
 from engine.api import (FINISH_DEADLINE, FINISH_LENGTH, EngineStats, GenRequest, PromptTooLong,
                         TokenOut)
+from engine.core.embedding import EmbedDone
 from server.bridge import EngineBridge, Expired, Failed, QueuePolicy, TooLong, expired_event
 from server.errors import ApiError
 from tests.polling import wait_for
@@ -29,6 +30,8 @@ class FakeEngine:
         self.aborted: list[int] = []
         self.next_id = 0
         self.running_limit = running_limit
+        self.jobs: list[EmbedDone] = []          # embeddings finished, not yet taken
+        self.next_job = 0
 
     def add_request(self, req: GenRequest) -> int:
         if len(self.seqs) >= self.running_limit:
@@ -64,6 +67,19 @@ class FakeEngine:
 
     def embed(self, inputs):
         return np.array([[float(len(x)), 0.5] for x in inputs], dtype=np.float32)
+
+    def add_embedding(self, inputs) -> int:
+        """A job finished at once: its vectors wait for `take_embeddings`."""
+        self.next_job += 1
+        self.jobs.append(EmbedDone(self.next_job, self.embed(inputs)))
+        return self.next_job
+
+    def take_embeddings(self) -> list:
+        done, self.jobs = self.jobs, []
+        return done
+
+    def cancel_embedding(self, job_id: int) -> None:
+        pass
 
 
 def test_tokens_reach_the_ticket_and_release_the_slot():
@@ -215,3 +231,26 @@ def test_submit_and_embed_answer_429_when_the_queue_is_full():
             attempt()
         assert info.value.status == 429 and ("Retry-After", "1") in info.value.headers
     assert [verb for verb, _ in bridge._inbox] == ["add"]
+
+
+def test_aborting_a_queued_request_frees_its_admission_slot():
+    from engine.api import EngineConfig, SamplingParams
+    from engine.core.engine import Engine
+    from tests.engine.engine_models import succ_model
+    engine = Engine(succ_model(), EngineConfig(max_num_seqs=1))     # one runs, the next waits
+    bridge = bridge_for(engine, capacity=1, step_delay_s=0.01)
+    endless = SamplingParams(temperature=0.0, ignore_eos=True)
+    bridge.start()
+    try:
+        running = bridge.submit(GenRequest(prompt=(1,), params=endless, max_tokens=60))
+        assert wait_for(lambda: running.is_scheduled and bridge.gate.waiting == 0)
+        queued = bridge.submit(GenRequest(prompt=(2,), params=endless, max_tokens=2))
+        assert wait_for(lambda: queued.engine_id is not None)     # in the engine's queue
+        assert bridge.gate.waiting == 1 and not queued.is_scheduled
+        bridge.abort(queued)
+        assert wait_for(lambda: bridge.gate.waiting == 0)
+        again = bridge.submit(GenRequest(prompt=(3,), params=endless, max_tokens=2))
+        assert wait_for(lambda: again.is_finished)                # the slot was free again
+        bridge.abort(running)
+    finally:
+        bridge.stop()

@@ -7,8 +7,9 @@ import pytest
 
 from server import documents as docs
 from server.errors import ApiError
-from server.openai import (MAX_CHOICES, MAX_COMPLETION_PROMPTS, parse_chat, parse_completion,
-                           parse_detokenize, parse_embeddings, parse_priority, parse_tokenize)
+from server.openai import (MAX_CHOICES, MAX_COMPLETION_PROMPTS, MAX_EMBEDDING_INPUTS, parse_chat,
+                           parse_completion, parse_detokenize, parse_embeddings, parse_priority,
+                           parse_tokenize)
 
 
 def chat(**fields) -> bytes:
@@ -31,6 +32,9 @@ def refused(parse, body: bytes) -> ApiError:
     ({"stop": ["a", "b", "c", "d", "e"]}, "stop"), ({"stop": [1]}, "stop"),
     ({"presence_penalty": 3}, "presence_penalty"), ({"frequency_penalty": -2.5},
                                                     "frequency_penalty"),
+    ({"presence_penalty": -2.5}, "presence_penalty"), ({"frequency_penalty": 2.5},
+                                                       "frequency_penalty"),
+    ({"min_p": -0.1}, "min_p"),
     ({"logit_bias": {"x": 1}}, "logit_bias"), ({"logit_bias": {"5": 101}}, "logit_bias"),
     ({"top_logprobs": 3}, "top_logprobs"), ({"logprobs": True, "top_logprobs": 21},
                                             "top_logprobs"),
@@ -179,3 +183,35 @@ def test_tokenize_messages_have_the_chat_bounds():
     ok = [{"role": "user", "content": "x"}] * MAX_MESSAGES
     assert len(parse_tokenize(json.dumps({"model": "m", "messages": ok}).encode()).messages) \
         == MAX_MESSAGES
+
+
+@pytest.mark.parametrize("fields", [
+    {"presence_penalty": -2}, {"presence_penalty": 2}, {"frequency_penalty": -2},
+    {"frequency_penalty": 2}, {"min_p": 0}, {"min_p": 1},
+])
+def test_penalty_and_min_p_bounds_are_inclusive(fields):
+    (name, value), = fields.items()
+    assert getattr(parse_chat(chat(**fields)).params, name) == value
+
+
+def test_embeddings_accept_2048_inputs_and_refuse_2049():
+    assert MAX_EMBEDDING_INPUTS == 2048                    # OpenAI's limit; LangChain sends 1,000
+    body = {"model": "m", "input": ["x"] * 2048}
+    assert len(parse_embeddings(json.dumps(body).encode()).inputs) == 2048
+    body["input"].append("x")
+    assert refused(parse_embeddings, json.dumps(body).encode()).param == "input"
+
+
+@pytest.mark.parametrize("body", [
+    b'{"model": "m", "messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",   # RecursionError
+    b'{"model": "m", "max_tokens": ' + b"1" * 5_000 + b"}",                    # > 4,300 digits
+])
+def test_bodies_json_cannot_parse_are_400_invalid_json_not_500(body):
+    err = refused(parse_chat, body)
+    assert err.status == 400 and err.document()["error"]["code"] == "invalid_json"
+
+
+def test_a_guided_json_text_nested_too_deeply_is_a_400_naming_the_field():
+    deep = "[" * 100_000 + "]" * 100_000
+    err = refused(parse_chat, chat(guided_json=deep))
+    assert err.status == 400 and err.param == "guided_json"

@@ -43,3 +43,15 @@ def test_broken_template_fails_at_load_naming_the_file(tiny_copy):
     model = load_model(tiny_copy)               # the engine never parses templates
     with pytest.raises(ModelFormatError, match=r"copy: chat template does not parse.*'for'.*line 1"):
         ServedModel(model, "tiny", MAX_LEN)
+
+
+def test_the_real_chat_prompt_ends_with_the_generation_prompt(real_model):
+    """The chat route renders with the default: the model's turn is opened for it."""
+    served_real = ServedModel(real_model, "smol-135m", MAX_LEN)
+    messages = [{"role": "system", "content": "S"}, {"role": "user", "content": "Hi"}]
+    prompt = served_real.render(messages)
+    assert prompt.endswith("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
+    closed = served_real.render(messages, add_generation_prompt=False)
+    assert closed.endswith("<|im_start|>user\nHi<|im_end|>\n")
+    opener = served_real.encode("<|im_start|>assistant\n")
+    assert served_real.encode(prompt)[-len(opener):] == opener

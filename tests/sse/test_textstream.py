@@ -49,6 +49,13 @@ def test_earliest_stop_wins_and_longest_prefix_is_held():
     assert s.stopped()
 
 
+@pytest.mark.parametrize("stops", [["cd", "b"], ["b", "cd"], ["bcd", "cde", "b"]])
+def test_of_two_stops_in_one_push_the_earliest_occurrence_wins(stops):
+    s = TextStream(stops)                 # whatever their order in the list
+    assert s.push(b"abcdef") == "a"
+    assert s.stopped()
+
+
 def test_stop_inside_one_token_cuts_there():
     s = TextStream(["</s>"])
     assert s.push(b"hello</s>world") == "hello"

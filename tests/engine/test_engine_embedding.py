@@ -1,0 +1,80 @@
+"""Embeddings packed into engine steps (engine/core/embedding.py): equal to the dense
+reference (one forward per input), within the step's token budget beside running
+generations, no KV kept after, and cancellable."""
+import numpy as np
+import pytest
+
+from engine.api import EngineConfig, GenRequest, InvalidRequest, PromptTooLong
+from engine.core.engine import Engine
+from tests.engine.engine_models import GREEDY, dense_greedy, random_model, tokens_of
+
+INPUTS = [[1, 2, 3], [9], list(range(5, 30)), [4, 4, 4, 4, 4, 4, 4, 4], list(range(40, 57))]
+
+
+@pytest.fixture(scope="module")
+def model():
+    return random_model()
+
+
+def run_embeddings(engine, inputs):
+    job = engine.add_embedding(inputs)
+    done = []
+    for _ in range(1000):
+        engine.step()
+        done += engine.take_embeddings()
+        if done:
+            break
+    assert [d.job_id for d in done] == [job]
+    return done[0].vectors
+
+
+@pytest.mark.parametrize("chunk, budget", [(512, 2048), (4, 6), (1, 3)])
+def test_packed_embeddings_equal_one_dense_forward_per_input(model, chunk, budget):
+    reference = Engine(model).embed(INPUTS)                              # [n, d]
+    engine = Engine(model, EngineConfig(block_size=4, num_kv_blocks=64, prefill_chunk=chunk,
+                                        max_batched_tokens=budget))
+    vectors = run_embeddings(engine, INPUTS)
+    np.testing.assert_allclose(vectors, reference, atol=2e-5)
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    stats = engine.stats()
+    assert stats.kv_blocks_used == 0 and stats.kv_blocks_cached == 0   # no KV kept after
+    assert not engine.has_work()
+
+
+def test_embeddings_share_steps_with_a_decode_within_the_token_budget(model):
+    engine = Engine(model, EngineConfig(block_size=4, num_kv_blocks=64, prefill_chunk=4,
+                                        max_batched_tokens=6))
+    prompt = (3, 1, 4, 1, 5)
+    rid = engine.add_request(GenRequest(prompt=prompt, params=GREEDY, max_tokens=12))
+    engine.step(); engine.step()                                          # prefilled, decoding
+    job = engine.add_embedding([list(range(1, 40))] * 3)
+    produced, finished = [], []
+    while engine.has_work():
+        outs = engine.step()
+        assert engine.stats().batch_tokens <= 6
+        mine = [o for o in outs if o.id == rid]
+        if len(produced) < 10:
+            assert len(mine) == 1                                         # one token every step
+        produced += mine
+        finished += engine.take_embeddings()
+    assert [d.job_id for d in finished] == [job]
+    assert tokens_of(produced)[-10:] == dense_greedy(model, prompt, 12)[-10:]
+    np.testing.assert_allclose(finished[0].vectors, Engine(model).embed([list(range(1, 40))] * 3),
+                               atol=2e-5)
+    assert engine.stats().kv_blocks_used == 0
+
+
+def test_cancel_releases_a_jobs_blocks_and_bad_inputs_are_refused(model):
+    engine = Engine(model, EngineConfig(block_size=4, num_kv_blocks=16, prefill_chunk=4,
+                                        max_batched_tokens=8, max_model_len=40))
+    job = engine.add_embedding([list(range(1, 30)), list(range(1, 9))])
+    engine.step()
+    assert engine.stats().kv_blocks_used > 0
+    engine.cancel_embedding(job)
+    assert engine.stats().kv_blocks_used == 0 and not engine.has_work()
+    engine.step()
+    assert engine.take_embeddings() == []
+    with pytest.raises(InvalidRequest):
+        engine.add_embedding([[1], []])
+    with pytest.raises(PromptTooLong):
+        engine.add_embedding([list(range(41))])
