@@ -326,7 +326,7 @@ class GenerationStream:
     def __init__(self, *, ctx: StreamContext, tickets: list[Ticket], spec: GenSpec,
                  header: docs.Header, prompt_tokens: int, route: str,
                  headers: tuple[tuple[str, str], ...], arrival_s: float,
-                 echoes: list[Echo | None] | None = None):
+                 echoes: list[Echo | None] | None = None, renderer: Renderer | None = None):
         self.ctx = ctx
         self.prompt_tokens, self.route, self.headers = prompt_tokens, route, headers
         self.arrival_s = arrival_s
@@ -334,7 +334,7 @@ class GenerationStream:
                                                   echoes[index] if echoes else None))
                         for index, ticket in enumerate(tickets)]
         self.ticket = tickets[0]                # the timings of the first choice are observed
-        self.render = renderer_for(spec, header)
+        self.render = renderer or renderer_for(spec, header)   # tool calls: server/toolcalls.py
         self.pending: list[bytes] = []          # bytes not yet handed to the loop
         self.head_sent = self.done = False
         self.last_send_s = arrival_s
