@@ -192,7 +192,7 @@ class ApiApp:
             tl.check_tools_compile(self.served.grammars, spec.tools)
             spec = replace(spec, tools=tl.with_format(spec.tools, self.served.tool_format))
             grammar = tl.call_grammar_spec(spec.tools)
-            if grammar is not None:
+            if grammar is not None and spec.structured is None:   # auto + response_format: that one
                 spec = replace(spec, structured=Structured("tool_choice", grammar))
             offered = spec.tools.tools if spec.tools.offered else ()
         prompt = self.served.encode(self.served.render(spec.messages, tools=offered))

@@ -2,8 +2,9 @@
 history in `messages`, the family's call format, and the grammar that enforces a call.
 
     tools:        [{"type": "function", "function": {"name", "description"?, "parameters"?}}]
-    tool_choice:  "none" (no tools offered) | "auto" (the model chooses; the default when
-                  tools are given) | "required" (at least one call, grammar-enforced) |
+    tool_choice:  "none" (no tools offered) | "auto" (the model chooses text or calls; a
+                  call, once started, is grammar-constrained; the default with tools) |
+                  "required" (at least one call, grammar-enforced) |
                   {"type": "function", "function": {"name": ...}} (that call, enforced)
     parallel_tool_calls: bool (default true): more than one call in an answer
 
@@ -122,13 +123,15 @@ def check_tools_compile(cache: GrammarCache, spec: ToolsSpec) -> None:
 
 
 def call_grammar_spec(spec: ToolsSpec) -> GrammarSpec | None:
-    """`required` and a named function are enforced; `auto` and `none` leave the model free."""
-    if spec.choice not in ("required", "named"):
+    """`required` and a named function are enforced; `auto` lets the model write text or
+    calls, but an answer that starts with the format's trigger must be valid calls (the
+    grammar's auto form: a few ms to compile, cached); `none` leaves the model free."""
+    if not spec.offered:
         return None
     names = [spec.named] if spec.choice == "named" else [t["function"]["name"] for t in spec.tools]
     tools = tuple((name, json.dumps(spec.parameters(name), sort_keys=True)) for name in names)
-    return GrammarSpec("tool_calls", tools=tools, tool_format=spec.fmt,
-                       parallel=spec.parallel and spec.choice == "required")
+    return GrammarSpec("tool_calls", tools=tools, tool_format=spec.fmt, auto=spec.choice == "auto",
+                       parallel=spec.parallel and spec.choice != "named")
 
 
 # --- the template side ---------------------------------------------------------------------------

@@ -68,6 +68,21 @@ def test_named_and_required_choices_return_valid_calls(client, real_model_dir):
     _valid(choice.message.tool_calls[0])
 
 
+def test_auto_answers_text_or_valid_calls(client, real_model_dir):
+    for seed in (1, 2, 3):
+        done = client.chat.completions.create(model=real_model_dir.name, messages=ASK, tools=TOOLS,
+                                              max_tokens=60, temperature=1.0, seed=seed)
+        choice = done.choices[0]
+        if choice.message.tool_calls:          # the model chose a call: the grammar made it valid
+            assert choice.finish_reason in ("tool_calls", "length")
+            for call in choice.message.tool_calls:
+                _valid(call)
+        else:
+            assert isinstance(choice.message.content, str)
+            # a started call is held to the grammar: it parses unless max_tokens cut it
+            assert choice.finish_reason == "length" or not choice.message.content.startswith("<tool_call>")
+
+
 def test_streamed_call_is_assembled_by_the_stream_helper(client, real_model_dir):
     with client.chat.completions.stream(
             model=real_model_dir.name, messages=ASK, tools=TOOLS, max_tokens=80, temperature=0,

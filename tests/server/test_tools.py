@@ -45,7 +45,8 @@ def test_tool_choice_modes_parse():
                            parallel_tool_calls=False)).tools
     assert (spec.choice, spec.named, spec.parallel) == ("named", "get_weather", False)
     assert call_grammar_spec(spec).tools[0][0] == "get_weather" and call_grammar_spec(spec).parallel is False
-    assert call_grammar_spec(parse_chat(chat(tools=[FN])).tools) is None     # auto: the model chooses
+    assert call_grammar_spec(parse_chat(chat(tools=[FN])).tools).auto is True   # text, or a valid call
+    assert call_grammar_spec(parse_chat(chat(tools=[FN], tool_choice="none")).tools) is None
 
 
 @pytest.mark.parametrize("fields, param", [
