@@ -18,7 +18,7 @@ import logging
 import os
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from engine.api import (GenRequest, Grammar, GrammarCache, Model, ModelFormatError, PromptTooLong,
@@ -39,7 +39,9 @@ from server.responses import renderer as responses_renderer
 from server.routes import API_ROUTES, HEALTH_ROUTES, resolve
 from server.static import CHAT_PAGE, ENGINE_PAGE, StaticFiles
 from server.streams import Echo, EmbedStream, GenerationStream, StreamContext
-from server.structured import compile_structured
+from server.structured import Structured, compile_structured
+from server.toolcalls import tool_renderer
+from server import tools as tl
 from template import ChatFormat, TemplateError, TemplateSyntaxError
 
 log = logging.getLogger("tlserve.app")
@@ -80,11 +82,18 @@ class ServedModel:
         except TemplateSyntaxError as err:
             raise ModelFormatError(model.source_path,
                                    f"chat template does not parse: {err}") from None
+        self.reads_tools = "tools" in self.chat.template.names   # else: the default tool prompt
+        self.tool_format = tl.tool_format(self.chat.template.source, self.reads_tools)
 
-    def render(self, messages: tuple[dict, ...], *, add_generation_prompt: bool = True) -> str:
+    def render(self, messages: tuple[dict, ...], *, add_generation_prompt: bool = True,
+               tools: tuple[dict, ...] = ()) -> str:
+        """`tools` reach the template's `tools` variable, or the default prompt (server/tools.py)."""
         try:
             prepared = for_template(messages, self.chat.template.iterates_content_parts)
-            return self.chat.render(prepared, add_generation_prompt=add_generation_prompt)
+            if not self.reads_tools:
+                prepared, tools = tl.with_default_prompt(prepared, tools), ()
+            return self.chat.render(prepared, add_generation_prompt=add_generation_prompt,
+                                    tools=list(tools) or None)
         except TemplateError as exc:
             raise ApiError("template_error", exc.message, param="messages") from None
 
@@ -181,7 +190,15 @@ class ApiApp:
     def chat(self, request: Request, params: Params, extra: Headers) -> GenerationStream:
         spec = api.parse_chat(request.body, self.defaults)
         self._check_model(spec.model)
-        prompt = self.served.encode(self.served.render(spec.messages))
+        offered = ()
+        if spec.tools is not None:              # validated, compiled, in the template's format
+            tl.check_tools_compile(self.served.grammars, spec.tools)
+            spec = replace(spec, tools=tl.with_format(spec.tools, self.served.tool_format))
+            grammar = tl.call_grammar_spec(spec.tools)
+            if grammar is not None and spec.structured is None:   # auto + response_format: that one
+                spec = replace(spec, structured=Structured("tool_choice", grammar))
+            offered = spec.tools.tools if spec.tools.offered else ()
+        prompt = self.served.encode(self.served.render(spec.messages, tools=offered))
         return self._generate(request, spec, [prompt], "chat", "chatcmpl", "messages", extra)
 
     def completions(self, request: Request, params: Params, extra: Headers) -> GenerationStream:
@@ -234,7 +251,7 @@ class ApiApp:
         return GenerationStream(ctx=self.stream_ctx, tickets=tickets, spec=spec, header=header,
                                 prompt_tokens=sum(map(len, prompts)), route=route,
                                 headers=extra, arrival_s=now, echoes=echoes,
-                                renderer=render(header) if render else None)
+                                renderer=render(header) if render else tool_renderer(spec, header))
 
     def _gen_request(self, spec: api.GenSpec, prompt: list[int], prompt_param: str,
                      priority: int, choice: int, grammar: Grammar | None) -> GenRequest:

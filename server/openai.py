@@ -4,8 +4,9 @@ Every body is checked before it reaches the template, the tokenizer or the engin
 
 * a value out of range or of the wrong type      -> 400 `invalid_request_error`, `param` = field
 * a real OpenAI field this engine does not serve -> 422 `unsupported_parameter`
-  (`best_of` > 1, `suffix`, image/audio/file content parts, `tools`, `tool_choice`)
+  (`best_of` > 1, `suffix`, image/audio/file content parts, the legacy `functions`)
 * `response_format`, `guided_*`, `structured_outputs`: server/structured.py
+* `tools`, `tool_choice`, `parallel_tool_calls`, assistant `tool_calls`: server/tools.py
 * unknown fields                                 -> ignored (clients send many)
 
 The served-model check (404 `model_not_found`) and the context check (400
@@ -24,6 +25,7 @@ from server.defaults import SamplingDefaults
 from server.errors import ApiError
 from server.messages import check_content
 from server.structured import Structured, parse_structured
+from server.tools import ToolsSpec, check_tool_calls, check_tool_message, parse_tools
 
 MAX_MESSAGES = 4096             # a conversation longer than this is abuse, not chat
 MAX_EMBEDDING_INPUTS = 2048     # inputs in one /v1/embeddings call (OpenAI's limit)
@@ -35,8 +37,8 @@ MAX_COMPLETION_PROMPTS = 64     # prompts in one /v1/completions call (one choic
 MAX_CHOICES = 8                 # `n`: choices per prompt (each one engine sequence)
 DEFAULT_COMPLETION_MAX_TOKENS = 16   # /v1/completions default (OpenAI's)
 ROLES = frozenset({"system", "user", "assistant", "developer", "tool"})
-UNSUPPORTED_IF_PRESENT = ("tools", "tool_choice", "functions",
-                          "function_call", "suffix")
+UNSUPPORTED_IF_PRESENT = ("functions", "function_call", "suffix")
+CHAT_ONLY = ("tools", "tool_choice")             # /v1/completions has no tools: 422
 _MISSING = object()
 
 
@@ -59,6 +61,7 @@ class GenSpec:
     logprobs: bool = False
     top_logprobs: int = 0
     structured: Structured | None = None        # a grammar the output must follow
+    tools: ToolsSpec | None = None              # chat: functions the model may call
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -267,10 +270,12 @@ def _message(i: int, m: Any) -> dict:
     if content is None and role == "assistant":
         content = ""
     content = check_content(f"{where}.content", content)     # a string or text parts
-    if m.get("tool_calls") is not None:
-        raise unsupported(f"{where}.tool_calls", "Tool calls are not supported.")
     out = {k: v for k, v in m.items() if v is not None}
     out["content"] = content
+    if m.get("tool_calls") is not None:
+        out["tool_calls"] = check_tool_calls(f"{where}.tool_calls", m["tool_calls"])
+    if role == "tool":
+        check_tool_message(where, m)
     return out
 
 
@@ -291,9 +296,13 @@ def parse_chat(body: bytes, defaults: SamplingDefaults = SamplingDefaults()) -> 
     top = integer(doc, "top_logprobs", 0, 0, MAX_TOP_LOGPROBS)
     if top and not logprobs:
         raise bad("top_logprobs", "'top_logprobs' requires 'logprobs' to be true.")
-    return GenSpec(messages=checked, **_common(doc, "chat", default_max=defaults.max_tokens,
-                                               logprobs=logprobs, top_logprobs=top,
-                                               defaults=defaults))
+    common = _common(doc, "chat", default_max=defaults.max_tokens, logprobs=logprobs,
+                     top_logprobs=top, defaults=defaults)
+    tools = parse_tools(doc)
+    if tools is not None and tools.choice in ("required", "named") and common["structured"]:
+        raise unsupported("tool_choice", f"A forced 'tool_choice' cannot be combined with "
+                                         f"'{common['structured'].param}'.")
+    return GenSpec(messages=checked, tools=tools, **common)
 
 
 # --- completions -----------------------------------------------------------------------------
@@ -325,6 +334,9 @@ def parse_completion(body: bytes, defaults: SamplingDefaults = SamplingDefaults(
     doc = load_json_object(body)
     if integer(doc, "best_of", 1, 1) > 1:
         raise unsupported("best_of", "Only best_of = 1 is supported.")
+    for name in CHAT_ONLY:
+        if doc.get(name) is not None:
+            raise unsupported(name, f"'{name}' is served on /v1/chat/completions only.")
     prompts = _prompts(doc)
     echo = boolean(doc, "echo")
     n_logprobs = integer(doc, "logprobs", None, 0, MAX_COMPLETION_LOGPROBS)

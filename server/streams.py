@@ -335,7 +335,7 @@ class GenerationStream:
                                                   echoes[index] if echoes else None))
                         for index, ticket in enumerate(tickets)]
         self.ticket = tickets[0]                # the timings of the first choice are observed
-        self.render = renderer or renderer_for(spec, header)    # given: another API's shape
+        self.render = renderer or renderer_for(spec, header)    # given: another API's shape or tool calls
         self.pending: list[bytes] = []          # bytes not yet handed to the loop
         self.head_sent = self.done = False
         self.last_send_s = arrival_s

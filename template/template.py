@@ -27,6 +27,7 @@ from datetime import datetime
 from .errors import TemplateSyntaxError
 from .evaluator import Limits, compile_body, render_body
 from .contentparts import iterates_content_parts
+from .variables import mentioned_names
 from .lexer import tokenize
 from .parser import parse
 
@@ -54,14 +55,15 @@ def prepare_message(message: dict) -> dict:
 class Template:
     """A compiled template. Build with `Template.parse(source)`; immutable afterwards."""
 
-    __slots__ = ("source", "_body", "limits", "iterates_content_parts")
+    __slots__ = ("source", "_body", "limits", "iterates_content_parts", "names")
 
     def __init__(self, source: str, body, limits: Limits, *,
-                 iterates_content_parts: bool = False) -> None:
+                 iterates_content_parts: bool = False, names: frozenset[str] = frozenset()) -> None:
         self.source = source
         self._body = body
         self.limits = limits
         self.iterates_content_parts = iterates_content_parts   # see template/contentparts.py
+        self.names = names                      # what it reads (template/variables.py)
 
     @classmethod
     def parse(cls, source: str, *, limits: Limits | None = None) -> "Template":
@@ -69,9 +71,10 @@ class Template:
             tree = parse(tokenize(source))
             body = compile_body(tree)
             parts = iterates_content_parts(tree)
+            names = mentioned_names(tree)
         except RecursionError:
             raise TemplateSyntaxError("template nested too deeply", 1, 1) from None
-        return cls(source, body, limits or Limits(), iterates_content_parts=parts)
+        return cls(source, body, limits or Limits(), iterates_content_parts=parts, names=names)
 
     def render(self, context: dict, *, now: datetime | None = None) -> str:
         return render_body(self._body, context, self.limits, now or datetime.now())
@@ -117,8 +120,9 @@ class ChatFormat:
         """Parse `source` now; None or blank means the plain `DEFAULT_TEMPLATE`."""
         return cls(chat_template_for(source), bos_token or "", eos_token or "")
 
-    def render(self, messages, *, add_generation_prompt: bool = True) -> str:
+    def render(self, messages, *, add_generation_prompt: bool = True,
+               tools: list | None = None) -> str:
         """Render a list of message mappings (TemplateError propagates to the caller)."""
         return self.template.render_chat(
             [dict(m) for m in messages], add_generation_prompt=add_generation_prompt,
-            bos_token=self.bos_token, eos_token=self.eos_token)
+            bos_token=self.bos_token, eos_token=self.eos_token, tools=tools)

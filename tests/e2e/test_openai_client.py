@@ -75,7 +75,7 @@ def test_client_error_classes(client, server):
         ask(model="gpt-4o")
     assert missing.value.code == "model_not_found"
     with pytest.raises(openai.UnprocessableEntityError) as unsupported:
-        ask(tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}])
+        ask(extra_body={"functions": [{"name": "f", "parameters": {}}]})
     assert unsupported.value.code == "unsupported_parameter"
     # fill the queue of one: a running stream plus one waiting request
     sock, _ = open_stream(server, chat_body("a", max_tokens=60, stream=True, ignore_eos=True))

@@ -110,7 +110,7 @@ BAD_REQUESTS = [
     ("/v1/chat/completions", {"model": "succ", "messages": [
         {"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]}]}, 422,
      "messages[0].content[0].type", "unsupported_parameter"),
-    ("/v1/chat/completions", chat_body("a", tools=[{"type": "function"}]), 422, "tools",
+    ("/v1/chat/completions", chat_body("a", functions=[{"name": "f"}]), 422, "functions",
      "unsupported_parameter"),
     ("/v1/chat/completions", chat_body("a", model="gpt-4o"), 404, "model", "model_not_found"),
     ("/v1/chat/completions", chat_body("a", max_tokens=5000), 400, "messages",

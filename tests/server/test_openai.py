@@ -54,7 +54,7 @@ def test_out_of_range_values_are_400_naming_the_field(fields, param):
 
 
 @pytest.mark.parametrize("fields, param", [
-    ({"functions": []}, "functions"), ({"tools": []}, "tools"), ({"tool_choice": "auto"}, "tool_choice"),
+    ({"functions": []}, "functions"), ({"function_call": "auto"}, "function_call"),
     ({"response_format": {"type": "json_object"}, "guided_regex": "a+"}, "guided_regex"),
     ({"messages": [{"role": "user", "content": [{"type": "text", "text": "x"},
                                                 {"type": "image_url", "image_url": {}}]}]},
