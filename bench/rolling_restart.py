@@ -279,11 +279,15 @@ def main() -> int:
         r.stop()
     lb.terminate()
     lb.wait(10)
-    steady = rate(tally.token_times, t_start, restart_start)
+    # the steady window starts at the first token: the cold start (every client's prefill
+    # at once) is not steady state, and counting it made restarts look faster than steady
+    first_token_s = min(tally.token_times, default=restart_start)
+    steady = rate(tally.token_times, first_token_s, restart_start)
     during = rate(tally.token_times, restart_start, restart_end)
     result = {"replicas": args.replicas, "clients": args.clients, "model": model_id,
               "duration_s": round(t_end - t_start, 1),
               "restart_s": round(restart_end - restart_start, 1),
+              "steady_window_s": round(max(0.0, restart_start - first_token_s), 1),
               "requests_ok": len(tally.ok), "failed": len(tally.failed),
               "truncated": len(tally.truncated), "steady_tok_s": round(steady, 1),
               "restart_tok_s": round(during, 1),
