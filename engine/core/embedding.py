@@ -29,6 +29,16 @@ from engine.errors import InvalidRequest, PromptTooLong
 from engine.kv.blocks import BlockManager
 
 MIN_NORM = 1e-12                       # an all-zero pooled vector stays zero, not NaN
+# While a generation waits on a step's token, embedding rows may add at most this many
+# tokens to the step: a step's time grows with its rows (~1.6 ms a prefill token on two
+# cores), and a chat's inter-token gap is one step. 128 tokens keep the gap near 0.25 s;
+# with no token waited on, embeddings take the whole rest of `max_batched_tokens`.
+EMBED_TOKENS_BESIDE_SAMPLING = 128
+
+
+def embed_budget_tokens(rest_tokens: int, is_sampling: bool) -> int:
+    """This step's embedding budget: the rest of the step, capped while a token is awaited."""
+    return min(rest_tokens, EMBED_TOKENS_BESIDE_SAMPLING) if is_sampling else rest_tokens
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,7 +41,7 @@ from engine.kv.pools import KVCache, num_blocks_for_budget
 from engine.model.spec import Model
 from engine.core.runner import Chunk, ModelRunner
 from engine.core.scheduler import Scheduled, Scheduler
-from engine.core.embedding import EmbedDone, EmbeddingQueue
+from engine.core.embedding import EmbedDone, EmbeddingQueue, embed_budget_tokens
 from engine.core.sequence import Sequence
 from engine.core.snapshot import EngineSnapshot, StepRecord, build_snapshot, step_record
 from engine.core import prompt_scores, speculative
@@ -153,8 +153,9 @@ class Engine:
             outs.append(TokenOut(id=seq.id, token=None, finish=FINISH_LENGTH))
             self._seqs.pop(seq.id, None)
             self._finish(seq)
-        embeds = self.embeddings.schedule(self.config.max_batched_tokens - plan.num_tokens,
-                                          reserve_blocks=len(self.scheduler.running))
+        budget = embed_budget_tokens(self.config.max_batched_tokens - plan.num_tokens,
+                                     is_sampling=any(item.samples for item in plan.scheduled))
+        embeds = self.embeddings.schedule(budget, reserve_blocks=len(self.scheduler.running))
         self._last_batch_tokens = plan.num_tokens + sum(e.num_tokens for e in embeds)
         if not plan.scheduled and not embeds:
             return outs

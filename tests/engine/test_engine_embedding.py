@@ -78,3 +78,22 @@ def test_cancel_releases_a_jobs_blocks_and_bad_inputs_are_refused(model):
         engine.add_embedding([[1], []])
     with pytest.raises(PromptTooLong):
         engine.add_embedding([list(range(41))])
+
+
+def test_while_a_token_is_awaited_embeddings_add_at_most_their_cap_to_a_step(model):
+    """The step is a chat's inter-token gap: beside a decode, embedding rows are capped at
+    EMBED_TOKENS_BESIDE_SAMPLING; with nothing sampled they take the whole budget."""
+    from engine.core.embedding import EMBED_TOKENS_BESIDE_SAMPLING as CAP
+    engine = Engine(model, EngineConfig(block_size=4, num_kv_blocks=400, prefill_chunk=64,
+                                        max_batched_tokens=4 * CAP))
+    engine.add_embedding([list(range(1, 60))] * 12)
+    engine.step()
+    assert engine.stats().batch_tokens > CAP                  # alone: the whole budget
+    rid = engine.add_request(GenRequest(prompt=(3, 1, 4), params=GREEDY, max_tokens=40))
+    decoding = 0
+    while engine.has_work() and decoding < 5:
+        outs = engine.step()
+        if any(o.id == rid and o.token is not None for o in outs):
+            decoding += 1
+            assert engine.stats().batch_tokens <= 3 + CAP     # its prompt or decode rows + the cap
+        engine.take_embeddings()
