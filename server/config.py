@@ -55,7 +55,7 @@ class ServeConfig:
     default_overrides: tuple[tuple[str, Any], ...] = ()   # [defaults] + TL_DEFAULTS__ values
     config_path: str = ""                      # the file this came from ("" = none)
     engine: EngineConfig = field(default_factory=EngineConfig)
-    queue_capacity: int = 256                  # admitted but not yet scheduled requests
+    queue_capacity: int = 1024                 # admitted but not yet scheduled requests
     queue_deadline_ms: int = 120_000           # unscheduled past this -> 503 no_capacity (before the head)
     handle_signals: bool = False               # run() sets True: SIGTERM drains
     step_delay_s: float = 0.0                  # slows each engine step (fault tests only)

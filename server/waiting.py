@@ -30,6 +30,10 @@ import math
 from dataclasses import dataclass
 
 MIN_RETRY_AFTER_S = 1        # what load balancers and the gateway honour before retrying
+# openai-python ignores a Retry-After above 60 s (it then backs off for at most 8 s and burns
+# its retries); a longer estimate is sent as 60 so clients that honour it come back late,
+# not early.
+MAX_RETRY_AFTER_S = 60
 SERVICE_SMOOTHING = 0.2      # weight of the newest finished request in the mean
 
 
@@ -102,5 +106,5 @@ class RefusedClients:
 
 
 def retry_after_s(wait_s: float) -> int:
-    """The `Retry-After` value for an estimated wait: whole seconds, never below the minimum."""
-    return max(MIN_RETRY_AFTER_S, math.ceil(wait_s))
+    """The `Retry-After` value for an estimated wait: whole seconds, within the bounds."""
+    return min(MAX_RETRY_AFTER_S, max(MIN_RETRY_AFTER_S, math.ceil(wait_s)))

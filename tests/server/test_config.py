@@ -30,7 +30,7 @@ def test_runtime_toml_and_env_overrides():
     assert cfg.http_listen == ":8000" and cfg.health_listen == ":9464"
     assert cfg.engine.prefix_cache == "radix" and cfg.engine.prefill_chunk == 512
     # defaults
-    assert cfg.engine.block_size == 16 and cfg.queue_capacity == 256
+    assert cfg.engine.block_size == 16 and cfg.queue_capacity == 1024
     assert cfg.engine.speculative is None
     # environment overrides win over the file, converted with the key's type
     env = {"TL_ENGINE__PREFILL_CHUNK": "64", "TL_ENGINE__PREFIX_CACHE": "none",

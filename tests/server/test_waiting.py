@@ -24,8 +24,10 @@ def test_wait_is_completions_needed_times_service_over_slots():
     assert est.wait_s(WaitInputs(running_requests=4, waiting_requests=3, max_num_seqs=4)) == 3.0
 
 
-@pytest.mark.parametrize("wait_s, header", [(0.0, 1), (0.2, 1), (1.0, 1), (1.01, 2), (37.5, 38)])
+@pytest.mark.parametrize("wait_s, header", [(0.0, 1), (0.2, 1), (1.0, 1), (1.01, 2), (37.5, 38),
+                                            (60.0, 60), (60.5, 60), (250.0, 60)])
 def test_retry_after_is_whole_seconds_at_least_one(wait_s, header):
+    """...and at most 60: openai-python ignores a longer Retry-After and retries at once."""
     assert retry_after_s(wait_s) == header
 
 
