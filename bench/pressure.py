@@ -40,6 +40,10 @@ import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tests.e2e.helpers import read_until_closed_or  # noqa: E402  (one socket reader)
+
 SERVER_LINE = re.compile(r"ready: API on (\S+), health on (\S+)")    # the model has loaded
 DONE = b"data: [DONE]\n\n"
 PROBE_INTERVAL_S = 0.2
@@ -116,13 +120,6 @@ def open_raw_stream(addr: tuple[str, int], payload: bytes, model: str) -> socket
     return sock
 
 
-def read_until(sock: socket.socket, marker: bytes, received: bytes = b"") -> bytes:
-    while marker not in received:
-        data = sock.recv(65536)
-        if not data:
-            break
-        received += data
-    return received
 
 
 def served_model(server: Server) -> str:
@@ -160,7 +157,7 @@ def run_streams(server: Server, n: int, tokens: int) -> dict:
         started = time.monotonic()
         try:
             sock = open_raw_stream(server.http, chat_payload(tokens), model)
-            body = read_until(sock, DONE)
+            body = read_until_closed_or(sock, DONE)
             sock.close()
             ok = DONE in body and b'"error"' not in body and body.startswith(b"HTTP/1.1 200")
             status = body[9:12].decode() if body else "closed"
@@ -235,7 +232,7 @@ def storm(server: Server, args) -> dict:
         sock = open_raw_stream(server.http, chat_payload(STORM_TOKENS), model)
         socks.append(sock)
     for sock in socks:
-        read_until(sock, b"data: ")                          # the first chunk
+        read_until_closed_or(sock, b"data: ")                          # the first chunk
     busy = server.idle_state()
     for sock in socks:                                       # RST: linger on, timeout 0
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
@@ -254,7 +251,7 @@ def drain(server: Server, args) -> dict:
     model = served_model(server)
     socks = [open_raw_stream(server.http, chat_payload(args.tokens), model)
              for _ in range(args.streams)]
-    firsts = [read_until(sock, b"data: ") for sock in socks]
+    firsts = [read_until_closed_or(sock, b"data: ") for sock in socks]
     server.proc.send_signal(signal.SIGTERM)
     signalled = time.monotonic()
     refused = False
@@ -265,7 +262,7 @@ def drain(server: Server, args) -> dict:
             time.sleep(0.05)
         except OSError:
             refused = True
-    bodies = [read_until(sock, DONE, first) for sock, first in zip(socks, firsts)]
+    bodies = [read_until_closed_or(sock, DONE, first) for sock, first in zip(socks, firsts)]
     done = sum(DONE in b and b'"error"' not in b for b in bodies)
     code = server.proc.wait(600)
     drain_s = time.monotonic() - signalled

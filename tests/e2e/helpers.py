@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
+import threading
 from contextlib import contextmanager
 
 import requests
@@ -91,3 +93,19 @@ def read_until_closed_or(sock: socket.socket, marker: bytes, received: bytes = b
             break
         received += data
     return received
+
+
+def read_startup(proc: subprocess.Popen, timeout_s: float) -> str:
+    """A server process's stderr up to its "ready" line (or its one-line refusal); a watchdog
+    kills a process that goes silent, so a hang cannot block the suite."""
+    watchdog = threading.Timer(timeout_s, proc.kill)
+    watchdog.start()
+    lines = []
+    try:
+        for line in proc.stderr:
+            lines.append(line)
+            if " ready: " in line or line.startswith("tlserve: "):
+                break
+    finally:
+        watchdog.cancel()
+    return "".join(lines)

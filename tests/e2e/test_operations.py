@@ -15,7 +15,8 @@ import requests
 
 from server.config import ServeConfig
 from server.serve import StartupError, bind, load
-from tests.e2e.helpers import TIMEOUT_S, chat_body, post, running_server, stream_chunks
+from tests.e2e.helpers import (TIMEOUT_S, chat_body, post, read_startup, running_server,
+                               stream_chunks)
 from tests.oracle import REPO_ROOT
 
 KEY = "sk-e2e-secret-42"
@@ -138,16 +139,8 @@ def test_version_and_start_up_log_of_changed_keys(succ_model_dir, tmp_path):
     proc = subprocess.Popen([sys.executable, str(REPO_ROOT / "tlserve.py"), "--config",
                              str(config)], cwd=REPO_ROOT / "tests", stderr=subprocess.PIPE,
                             text=True)
-    watchdog = threading.Timer(120, proc.kill)                 # a silent hang cannot block
-    watchdog.start()
     try:
-        lines = []
-        for line in proc.stderr:
-            lines.append(line)
-            if " ready: " in line or line.startswith("tlserve: "):
-                break
-        watchdog.cancel()
-        text = "".join(lines)
+        text = read_startup(proc, 120)
         assert " ready: " in text, text
         assert f"config file: {config}" in text
         assert "[engine].queue_capacity = 7" in text and "[defaults].max_tokens = 5" in text

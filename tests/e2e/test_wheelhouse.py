@@ -14,13 +14,13 @@ import re
 import shutil
 import subprocess
 import sys
-import threading
 import zipfile
 from pathlib import Path
 
 import pytest
 import requests
 
+from tests.e2e.helpers import read_startup
 from tests.oracle import REPO_ROOT
 
 WHEELHOUSE = REPO_ROOT / "wheelhouse"
@@ -96,16 +96,8 @@ def test_air_gapped_install_and_serve(wheelhouse, project_wheel, tmp_path):
     # cwd has no artifacts/: the installed command finds the model in the per-user folder
     proc = subprocess.Popen([str(tlserve), "--port", "0", "--health-port", "0"], env=run_env,
                             cwd=tmp_path, stderr=subprocess.PIPE, text=True)
-    watchdog = threading.Timer(START_TIMEOUT_S, proc.kill)     # a silent hang cannot block
-    watchdog.start()
     try:
-        lines = []
-        for line in proc.stderr:
-            lines.append(line)
-            if " ready: " in line or line.startswith("tlserve: "):
-                break
-        watchdog.cancel()
-        text = "".join(lines)
+        text = read_startup(proc, START_TIMEOUT_S)
         assert " ready: " in text, text
         api = re.search(r"listening: API on (\S+),", text).group(1)
         user_folder = home / "data" / "tl-serve" / "models" / "smol-135m"
