@@ -42,7 +42,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.e2e.helpers import read_until_closed_or  # noqa: E402  (one socket reader)
+from tests.e2e.helpers import parse_metrics, read_until_closed_or  # noqa: E402  (shared)
 
 SERVER_LINE = re.compile(r"ready: API on (\S+), health on (\S+)")    # the model has loaded
 DONE = b"data: [DONE]\n\n"
@@ -82,13 +82,7 @@ class Server:
 
     def metrics(self) -> dict[str, float]:
         with urllib.request.urlopen(self.health + "/metrics", timeout=10) as r:
-            text = r.read().decode()
-        out = {}
-        for line in text.splitlines():
-            if line and not line.startswith("#"):
-                name, _, value = line.rpartition(" ")
-                out[name] = float(value)
-        return out
+            return parse_metrics(r.read().decode())
 
     def idle_state(self) -> dict:
         m = self.metrics()

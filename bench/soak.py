@@ -28,7 +28,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.pressure import Server, served_model         # noqa: E402
+from bench.pressure import Server, idle_after, served_model  # noqa: E402
 
 RSS_INTERVAL_S = 5.0
 WARMUP_SHARE = 0.3               # RSS growth is measured from the first sample after this share
@@ -133,15 +133,6 @@ def soak(server: Server, seconds: float, workers: int, seed: int) -> dict:
     return {"counts": counts, "samples": samples, "model": model}
 
 
-def idle_blocks(server: Server) -> dict:
-    deadline = time.monotonic() + IDLE_WITHIN_S
-    state = server.idle_state()
-    while (state["active_sequences"] or state["used_blocks"]) and time.monotonic() < deadline:
-        time.sleep(0.1)
-        state = server.idle_state()
-    return state
-
-
 def report(run: dict, seconds: float, idle: dict, log: list[str], code: int) -> dict:
     counts, samples = run["counts"], run["samples"]
     unexpected = {f"{kind} {status}": n for (kind, status), n in counts.items()
@@ -171,7 +162,7 @@ def main() -> None:
     server = Server(args.model_dir, {})
     try:
         run = soak(server, seconds, args.workers, args.seed)
-        idle = idle_blocks(server)
+        idle = idle_after(server, IDLE_WITHIN_S)
     finally:
         code = server.stop()
     result = report(run, seconds, idle, server.log, code)

@@ -59,15 +59,19 @@ def chat_stream_text(chunks: list[dict]) -> str:
     return "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
 
 
-def metrics(handle) -> dict[str, float]:
-    """The /metrics samples as {"name{labels}": value}."""
-    text = requests.get(handle.health_url + "/metrics", timeout=TIMEOUT_S).text
+def parse_metrics(text: str) -> dict[str, float]:
+    """Prometheus text -> the samples as {"name{labels}": value}."""
     out = {}
     for line in text.splitlines():
         if line and not line.startswith("#"):
             name, _, value = line.rpartition(" ")
             out[name] = float(value)
     return out
+
+
+def metrics(handle) -> dict[str, float]:
+    """The /metrics samples of a running server as {"name{labels}": value}."""
+    return parse_metrics(requests.get(handle.health_url + "/metrics", timeout=TIMEOUT_S).text)
 
 
 def open_stream(handle, body: dict) -> tuple[socket.socket, bytes]:
