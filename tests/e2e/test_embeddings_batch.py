@@ -28,8 +28,11 @@ def model_id(tiny_llama_dir):
 
 @pytest.fixture(scope="module")
 def server(tiny_llama_dir):
+    # 5 ms per step: packed embeddings cost the chat one step per token; a serial embed (the
+    # fault) holds the engine thread for the whole batch with no step in between
     with running_server(tiny_llama_dir, engine=EngineConfig(max_batched_tokens=BUDGET_TOKENS,
-                                                            prefill_chunk=32)) as handle:
+                                                            prefill_chunk=32),
+                        step_delay_s=0.005) as handle:
         yield handle
 
 
@@ -68,8 +71,12 @@ def test_a_chat_keeps_streaming_while_256_inputs_are_embedded(server, model_id):
     # one forward per input between steps would freeze the chat for the whole call; packed
     # into the steps, the chat gets a token in every step the embeddings run in
     assert len(during) >= 10, (len(during), ended - started)
-    gaps = np.diff([started] + during + [ended])
-    assert gaps.max() < (ended - started) / 5
+    # Serial embedding freezes the chat for (nearly) the whole call: one gap ~ the call. The
+    # loop thread's own work for the call (tokenizing 256 inputs, serializing 256 vectors) is
+    # one stall of tens of ms that a short call makes a large fraction of it, so the bound is
+    # half the call, which the serial engine fails and the packed one passes with room.
+    gaps = np.diff([started] + during)
+    assert gaps.max() < (ended - started) / 2
 
 
 def test_langchain_embed_documents_and_query(server, model_id, tiny_llama_dir):
