@@ -139,23 +139,35 @@ class ModelRunner:
         return self._attend_gathered(qg, layer, g)
 
     def _attend_gathered(self, qg: np.ndarray, layer: int, g: GatherGroup) -> np.ndarray:
-        """A gathered group's queries qg [B, KV, G*n, hd] over its blocks -> [B*n, H*hd]."""
+        """A gathered group's queries qg [B, KV, G*n, hd] over its blocks -> [B*n, H*hd].
+
+        With shared leading blocks the keys come in two parts, the shared ones (scored by one
+        gemm per KV head, `_shared_scores`) and each member's own; the softmax runs over both
+        without joining them: one shift (the max over both parts), exp in place, and the
+        division by the sum of both parts applied late, to the [.., hd] context rather than to
+        the [.., L] scores. Every pass over the scores costs as much as the gemm that made them.
+        """
         cfg = self.config
         kvh, hd, grp, b, n = cfg.num_kv_heads, cfg.head_dim, self.group_size, g.batch, g.num_queries
         keys, values = self.kv.gather(layer, g.block_index)                                  # [B, L, KV, hd]
         scores = qg @ keys.transpose(0, 2, 3, 1)                                            # [B, KV, G*n, L]
         scores += g.bias
-        num_shared = 0
+        shift = scores.max(axis=-1)                                                         # [B, KV, G*n]
+        shared = None
         if g.shared_blocks is not None:
             shared_keys, shared_values = self.kv.gather_blocks(layer, g.shared_blocks)       # [S, KV, hd]
-            num_shared = shared_keys.shape[0]
-            scores = np.concatenate([_shared_scores(qg, shared_keys), scores], axis=-1)     # [B, KV, G*n, S+L]
-        scores -= scores.max(axis=-1, keepdims=True)
+            shared = _shared_scores(qg, shared_keys)                                        # [KV, B*G*n, S]
+            np.maximum(shift, _per_member(shared.max(axis=-1), b), out=shift)
+        scores -= shift[..., None]
         np.exp(scores, out=scores)
-        scores /= scores.sum(axis=-1, keepdims=True)                                        # softmax over keys
-        ctx = scores[..., num_shared:] @ values.transpose(0, 2, 1, 3)                       # [B, KV, G*n, hd]
-        if num_shared:
-            ctx += _shared_context(scores[..., :num_shared], shared_values)                 # [B, KV, G*n, hd]
+        norm = scores.sum(axis=-1)                                                          # [B, KV, G*n]
+        ctx = scores @ values.transpose(0, 2, 1, 3)                                         # [B, KV, G*n, hd]
+        if shared is not None:
+            shared -= _per_head(shift)[..., None]
+            np.exp(shared, out=shared)
+            norm += _per_member(shared.sum(axis=-1), b)
+            ctx += _per_member(shared @ shared_values.transpose(1, 0, 2), b)                # [B, KV, G*n, hd]
+        ctx /= norm[..., None]                                                              # softmax, normalised late
         ctx = ctx.reshape(b, kvh, grp, n, hd).transpose(0, 3, 1, 2, 4)                      # [B, n, KV, G, hd]
         return ctx.reshape(b * n, cfg.q_size)                                               # [B*n, H*hd]
 
@@ -193,19 +205,24 @@ class ModelRunner:
 def _shared_scores(qg: np.ndarray, keys: np.ndarray) -> np.ndarray:
     """Every member's queries against the keys they all share, one gemm per KV head.
 
-    qg [B, KV, Gn, hd], keys [S, KV, hd] -> scores [B, KV, Gn, S]. Stacking the members'
-    queries turns B small [Gn, hd] @ [hd, S] products into one [B*Gn, hd] @ [hd, S].
+    qg [B, KV, Gn, hd], keys [S, KV, hd] -> scores [KV, B*Gn, S]. Stacking the members'
+    queries turns B small [Gn, hd] @ [hd, S] products into one [B*Gn, hd] @ [hd, S]; the
+    result stays in that head-major layout (`_per_member` views its reductions per member).
     """
     b, kvh, gn, hd = qg.shape
     rows = qg.transpose(1, 0, 2, 3).reshape(kvh, b * gn, hd)                           # [KV, B*Gn, hd]
     keys_hm = np.ascontiguousarray(keys.transpose(1, 0, 2))                            # [KV, S, hd]
-    scores = rows @ keys_hm.transpose(0, 2, 1)                                         # [KV, B*Gn, S]
-    return scores.reshape(kvh, b, gn, -1).transpose(1, 0, 2, 3)                        # [B, KV, Gn, S]
+    return rows @ keys_hm.transpose(0, 2, 1)                                           # [KV, B*Gn, S]
 
 
-def _shared_context(probs: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """probs [B, KV, Gn, S] @ the shared values [S, KV, hd] -> [B, KV, Gn, hd], one gemm per head."""
-    b, kvh, gn, s = probs.shape
-    rows = probs.transpose(1, 0, 2, 3).reshape(kvh, b * gn, s)                         # [KV, B*Gn, S]
-    ctx = rows @ values.transpose(1, 0, 2)                                             # [KV, B*Gn, hd]
-    return ctx.reshape(kvh, b, gn, -1).transpose(1, 0, 2, 3)                           # [B, KV, Gn, hd]
+def _per_member(head_major: np.ndarray, batch: int) -> np.ndarray:
+    """[KV, B*Gn, ...] -> a [B, KV, Gn, ...] view: the shared part's rows, member first."""
+    kvh, rows = head_major.shape[:2]
+    shape = (kvh, batch, rows // batch) + head_major.shape[2:]
+    return head_major.reshape(shape).swapaxes(0, 1)
+
+
+def _per_head(member_major: np.ndarray) -> np.ndarray:
+    """[B, KV, Gn] -> [KV, B*Gn]: a per-query value in the shared part's row order."""
+    b, kvh, gn = member_major.shape
+    return member_major.transpose(1, 0, 2).reshape(kvh, b * gn)
