@@ -115,6 +115,7 @@ class EngineStats:
     prefix_hit_tokens: int = 0
     prompt_tokens: int = 0
     preemptions_total: int = 0
+    prefix_waits_total: int = 0             # requests that waited for a shared prefix in flight
     evictions_total: int = 0
     spec_draft_tokens: int = 0
     spec_accepted_tokens: int = 0

@@ -312,6 +312,7 @@ class Engine:
             prefix_hit_tokens=sch.prefix_hit_tokens,
             prompt_tokens=sch.prompt_tokens,
             preemptions_total=sch.preemptions_total,
+            prefix_waits_total=sch.prefix_waits_total,
             evictions_total=blocks.evictions_total,
             spec_draft_tokens=self._spec_draft_tokens,
             spec_accepted_tokens=self._spec_accepted_tokens,

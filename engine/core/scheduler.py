@@ -12,10 +12,12 @@ limits, `max_batched_tokens` (rows of the forward) and `max_num_seqs` (sequences
    the waiting queue with its output so far, to be prefilled again later;
 3. if nobody was preempted, waiting sequences are admitted in the same order while there
    is budget, room in the batch and blocks: each first takes the longest cached prefix of
-   its tokens from the radix tree, then allocates blocks for its first piece. A fork
-   (`GenRequest.wait_for_prefix`: the other choices of an n > 1 request) is passed over
-   while a running sequence still computes the whole blocks they share, so the prompt is
-   computed once and the fork takes its blocks from the tree.
+   its tokens from the radix tree, then allocates blocks for its first piece. A request
+   whose prompt starts with whole blocks that a running sequence is still computing is
+   passed over until they are computed, then takes them from the tree: requests that
+   arrive together on a new shared prefix compute it once. Waiting costs a step, so it
+   applies when the prefix in flight is at least `PREFIX_WAIT_MIN_TOKENS` long, or to a
+   fork (`GenRequest.wait_for_prefix`: the other choices of an n > 1 request) always.
 
 Waiting is not bounded here: the server's admission queue (server/bridge.py) is the one
 bound on queued requests. A request still waiting past its deadline is expired (`expire`). Order is strict: a waiting request that cannot
@@ -33,6 +35,11 @@ from typing import Callable
 from engine.types import EngineConfig
 from engine.kv.blocks import BlockManager
 from engine.core.sequence import Sequence
+
+# A waiting request is passed over while a running sequence still computes at least this
+# many prompt tokens it could share (whole blocks): waiting one step is then cheaper than
+# computing them twice. A short common start (a chat template's first block) is not worth it.
+PREFIX_WAIT_MIN_TOKENS = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +74,7 @@ class Scheduler:
         self.preemptions_total = 0
         self.prefix_hit_tokens = 0
         self.prompt_tokens = 0
+        self.prefix_waits_total = 0         # requests passed over for a prefix in flight
 
     # ----------------------------------------------------------------- queue
 
@@ -150,8 +158,8 @@ class Scheduler:
         while index < len(self.waiting) and budget > 0 and \
                 len(self.running) < self.config.max_num_seqs:
             seq = self.waiting[index]
-            if seq.req.wait_for_prefix and self._prefix_in_flight(seq):
-                index += 1                 # a fork waits; the requests behind it go on
+            if self._waits_for_prefix(seq):
+                index += 1                 # it waits; the requests behind it go on
                 continue
             self._take_cached_prefix(seq)
             want = min(seq.num_uncomputed, self.config.prefill_chunk, budget)
@@ -168,18 +176,28 @@ class Scheduler:
             plan.scheduled.append(Scheduled(seq, want, want == seq.num_uncomputed))
             budget -= want
 
-    def _prefix_in_flight(self, seq: Sequence) -> bool:
-        """Is a running sequence still computing whole blocks that `seq` could share?"""
+    def _waits_for_prefix(self, seq: Sequence) -> bool:
+        """Should `seq` wait for a prefix a running sequence is computing? (counted once)"""
+        in_flight = self._prefix_in_flight_tokens(seq)
+        waits = in_flight > 0 if seq.req.wait_for_prefix else in_flight >= PREFIX_WAIT_MIN_TOKENS
+        if waits and not seq.waited_for_prefix:
+            seq.waited_for_prefix = True
+            self.prefix_waits_total += 1
+        return waits
+
+    def _prefix_in_flight_tokens(self, seq: Sequence) -> int:
+        """Tokens of whole blocks `seq` shares with a running sequence that has not computed
+        them yet (the largest over the running sequences; 0: nothing to wait for)."""
         bs = self.blocks.block_size
         whole = (len(seq.tokens) - 1) // bs * bs          # tokens in shareable whole blocks
+        best = 0
         for other in self.running:
             common = 0
             while common < whole and \
                     other.tokens[common:common + bs] == seq.tokens[common:common + bs]:
                 common += bs
-            if common and other.num_computed < common:
-                return True
-        return False
+            best = max(best, common - other.num_computed)
+        return best
 
     def _take_cached_prefix(self, seq: Sequence) -> None:
         """Start from the longest cached prefix; at least one token is always computed."""

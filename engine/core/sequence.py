@@ -21,7 +21,8 @@ class Sequence:
     __slots__ = ("id", "req", "tokens", "num_prompt", "num_computed", "blocks", "seed",
                  "arrival", "num_generated", "output_counts", "radix_node",
                  "num_committed_blocks", "was_scheduled", "stop_ids", "eos_ids",
-                 "_prompt_set", "constraint", "num_prompt_scored", "prompt_scored")
+                 "_prompt_set", "constraint", "num_prompt_scored", "prompt_scored",
+                 "waited_for_prefix")
 
     def __init__(self, seq_id: int, req: GenRequest, *, seed: int, arrival: int,
                  eos_ids: frozenset[int]):
@@ -44,6 +45,7 @@ class Sequence:
         self.constraint = None                       # engine.grammar Constraint, set by the engine
         self.num_prompt_scored = 1                   # prompt scoring: the next token to score
         self.prompt_scored = False                   # ... and whether the prompt is done
+        self.waited_for_prefix = False               # passed over once for a prefix in flight
 
     @property
     def sort_key(self) -> tuple[int, int]:

@@ -38,7 +38,7 @@ def parse(text: str) -> tuple[dict[str, str], dict[str, float]]:
 def test_engine_gauges_and_server_counters():
     stats = EngineStats(kv_blocks_used=3, kv_blocks_cached=2, kv_blocks_free=11, queue_depth=4,
                         active_sequences=2, batch_tokens=17, prefix_hit_ratio=0.25,
-                        preemptions_total=1, evictions_total=5)
+                        preemptions_total=1, evictions_total=5, prefix_waits_total=6)
     server = ServerMetrics()
     server.count_request("chat", 200)
     server.count_request("chat", 200)
@@ -54,6 +54,8 @@ def test_engine_gauges_and_server_counters():
     assert samples["tl_engine_queue_depth"] == 4 and samples["tl_engine_batch_tokens"] == 17
     assert samples["tl_engine_prefix_cache_hit_ratio"] == 0.25
     assert types["tl_engine_preemptions_total"] == "counter"
+    assert types["tl_engine_prefix_waits_total"] == "counter"
+    assert samples["tl_engine_prefix_waits_total"] == 6
     assert samples['tl_http_requests_total{route="chat",status="200"}'] == 2
     assert samples['tl_http_requests_total{route="chat",status="429"}'] == 1
     assert samples["tl_prompt_tokens_total"] == 10 and samples["tl_generation_tokens_total"] == 5
