@@ -98,6 +98,8 @@ class EngineConfig:
     max_num_seqs: int = 64                  # sequences in one step
     max_batched_tokens: int = 2048          # tokens in one step (decode rows + prefill chunks)
     prefill_chunk: int = 512                # longest prefill piece of one sequence per step
+    tokens_beside_decode: int = 256         # the latency policy: prefill + embedding rows in a step
+                                            # that also decodes (engine/core/scheduler.py)
     prefix_cache: str = "radix"             # one of PREFIX_CACHE_MODES: "radix" | "none"
     max_model_len: int | None = None        # None: the model's max_position_embeddings
     speculative: SpeculativeConfig | None = None

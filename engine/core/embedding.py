@@ -2,8 +2,9 @@
 
 An embeddings call (n inputs) becomes an `EmbedJob` of n `EmbedPart`s. Every step, after
 the scheduler has placed the generation rows, the parts take what is left of
-`max_batched_tokens` -- the same per-step token budget that bounds a decode's latency when
-prompts arrive, so a running chat keeps its pace while a big embeddings call runs:
+`max_batched_tokens`; while a token is awaited, only what the step's prompt rows left of
+`tokens_beside_decode` (the scheduler's latency policy), so a running chat keeps its pace
+while a big embeddings call runs:
 
 * a part starts only when blocks for its WHOLE input can be had and a block of growth room
   per running sequence stays available, so a started part always finishes within a few
@@ -29,16 +30,14 @@ from engine.errors import InvalidRequest, PromptTooLong
 from engine.kv.blocks import BlockManager
 
 MIN_NORM = 1e-12                       # an all-zero pooled vector stays zero, not NaN
-# While a generation waits on a step's token, embedding rows may add at most this many
-# tokens to the step: a step's time grows with its rows (~1.6 ms a prefill token on two
-# cores), and a chat's inter-token gap is one step. 128 tokens keep the gap near 0.25 s;
-# with no token waited on, embeddings take the whole rest of `max_batched_tokens`.
-EMBED_TOKENS_BESIDE_SAMPLING = 128
 
 
-def embed_budget_tokens(rest_tokens: int, is_sampling: bool) -> int:
-    """This step's embedding budget: the rest of the step, capped while a token is awaited."""
-    return min(rest_tokens, EMBED_TOKENS_BESIDE_SAMPLING) if is_sampling else rest_tokens
+def embed_budget_tokens(rest_tokens: int, room_tokens: int, is_sampling: bool) -> int:
+    """This step's embedding budget: the rest of the step; while a token is awaited, only
+    what the step's prompt rows left of the latency policy's allowance (`room_tokens`:
+    `EngineConfig.tokens_beside_decode` minus them; a step's time grows with its rows, and
+    a chat's inter-token gap is one step)."""
+    return max(0, min(rest_tokens, room_tokens)) if is_sampling else rest_tokens
 
 
 @dataclass(frozen=True, slots=True)

@@ -154,6 +154,7 @@ class Engine:
             self._seqs.pop(seq.id, None)
             self._finish(seq)
         budget = embed_budget_tokens(self.config.max_batched_tokens - plan.num_tokens,
+                                     self.config.tokens_beside_decode - plan.prefill_tokens,
                                      is_sampling=any(item.samples for item in plan.scheduled))
         embeds = self.embeddings.schedule(budget, reserve_blocks=len(self.scheduler.running))
         self._last_batch_tokens = plan.num_tokens + sum(e.num_tokens for e in embeds)

@@ -1,7 +1,12 @@
 """The scheduler: who runs in this step, with how many tokens, and who must make room.
 
 What it is: continuous batching. Every step the scheduler builds one batch under two
-limits, `max_batched_tokens` (rows of the forward) and `max_num_seqs` (sequences):
+limits, `max_batched_tokens` (rows of the forward) and `max_num_seqs` (sequences), and
+one latency policy: a step's time grows with its rows, and a decoding stream waits one
+step per token, so while any running sequence decodes, the prefill rows of the step
+(running prefills and new admissions; the engine adds embedding rows under the same
+allowance while a token is awaited) stay within `tokens_beside_decode`. Decode rows go first and are never cut;
+with nobody decoding a step may fill `max_batched_tokens` (prompts alone: throughput).
 
 1. running sequences, highest priority then earliest arrival first: a decoding one gets
    its one token (plus speculative drafts when there is budget), a prefilling one its next
@@ -55,6 +60,7 @@ class StepPlan:
     scheduled: list[Scheduled] = field(default_factory=list)
     preempted: list[Sequence] = field(default_factory=list)
     cannot_fit: list[Sequence] = field(default_factory=list)    # alone and still out of blocks
+    prefill_tokens: int = 0         # prompt rows in the step (not decode rows, not drafts)
 
     @property
     def num_tokens(self) -> int:
@@ -110,19 +116,35 @@ class Scheduler:
     def schedule(self) -> StepPlan:
         plan = StepPlan()
         budget = self.config.max_batched_tokens
+        prefill_room = self.prefill_allowance()
         self.running.sort(key=lambda s: s.sort_key)
         index = 0
         while index < len(self.running) and budget > 0:
             seq = self.running[index]
-            item = self._schedule_running(seq, budget, plan)
+            prefilling = seq.num_uncomputed > 1
+            if prefilling and prefill_room <= 0:
+                index += 1                 # its next piece waits for a step with room
+                continue
+            limit = min(budget, prefill_room) if prefilling else budget
+            item = self._schedule_running(seq, limit, plan)
             if item is None:               # seq itself was preempted or cannot fit
                 continue
             plan.scheduled.append(item)
             budget -= item.num_tokens + len(item.drafts)
+            if prefilling:
+                prefill_room -= item.num_tokens
+                plan.prefill_tokens += item.num_tokens
             index += 1
         if not plan.preempted:
-            self._admit(plan, budget)
+            plan.prefill_tokens += self._admit(plan, min(budget, prefill_room))
         return plan
+
+    def prefill_allowance(self) -> int:
+        """Prefill tokens this step may hold: `tokens_beside_decode` while a running
+        sequence decodes (its next token waits on this step), else the whole step."""
+        if any(seq.num_uncomputed == 1 for seq in self.running):
+            return min(self.config.tokens_beside_decode, self.config.max_batched_tokens)
+        return self.config.max_batched_tokens
 
     def _schedule_running(self, seq: Sequence, budget: int, plan: StepPlan) -> Scheduled | None:
         remaining = seq.num_uncomputed
@@ -153,8 +175,9 @@ class Scheduler:
         plan.preempted.append(seq)
         self.preemptions_total += 1
 
-    def _admit(self, plan: StepPlan, budget: int) -> None:
-        index = 0
+    def _admit(self, plan: StepPlan, budget: int) -> int:
+        """Admit waiting sequences in order within `budget` tokens; returns the tokens used."""
+        start_budget, index = budget, 0
         while index < len(self.waiting) and budget > 0 and \
                 len(self.running) < self.config.max_num_seqs:
             seq = self.waiting[index]
@@ -166,7 +189,7 @@ class Scheduler:
             if not self.blocks.grow(seq.blocks, seq.num_computed + want):
                 self.blocks.release(seq.blocks)
                 seq.reset_for_recompute()
-                return
+                break
             self.waiting.pop(index)
             if not seq.was_scheduled:
                 seq.was_scheduled = True
@@ -175,6 +198,7 @@ class Scheduler:
             self.running.append(seq)
             plan.scheduled.append(Scheduled(seq, want, want == seq.num_uncomputed))
             budget -= want
+        return start_budget - budget
 
     def _waits_for_prefix(self, seq: Sequence) -> bool:
         """Should `seq` wait for a prefix a running sequence is computing? (counted once)"""

@@ -82,10 +82,10 @@ def test_cancel_releases_a_jobs_blocks_and_bad_inputs_are_refused(model):
 
 def test_while_a_token_is_awaited_embeddings_add_at_most_their_cap_to_a_step(model):
     """The step is a chat's inter-token gap: beside a decode, embedding rows are capped at
-    EMBED_TOKENS_BESIDE_SAMPLING; with nothing sampled they take the whole budget."""
-    from engine.core.embedding import EMBED_TOKENS_BESIDE_SAMPLING as CAP
+    the latency policy's tokens_beside_decode; with nothing sampled they take the whole budget."""
+    CAP = 128
     engine = Engine(model, EngineConfig(block_size=4, num_kv_blocks=400, prefill_chunk=64,
-                                        max_batched_tokens=4 * CAP))
+                                        max_batched_tokens=4 * CAP, tokens_beside_decode=CAP))
     engine.add_embedding([list(range(1, 60))] * 12)
     engine.step()
     assert engine.stats().batch_tokens > CAP                  # alone: the whole budget

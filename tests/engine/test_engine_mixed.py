@@ -15,6 +15,8 @@ CONFIGS = {
                                    max_batched_tokens=16, speculative=SPEC),
     "roomy-no-cache": EngineConfig(block_size=8, num_kv_blocks=200, prefix_cache="none", prefill_chunk=6),
     "roomy-spec": EngineConfig(block_size=2, num_kv_blocks=400, speculative=SPEC, max_num_seqs=3),
+    "tight-latency": EngineConfig(block_size=4, num_kv_blocks=60, prefill_chunk=6,
+                                  max_batched_tokens=16, tokens_beside_decode=2),
 }
 
 
