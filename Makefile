@@ -17,7 +17,7 @@ NODE_CLIENT  := tests/e2e/node
 OPENAI_NODE_PIN := openai@6.49.0
 CHECKOV_PIN  := checkov==3.3.30
 
-.PHONY: serve test model install bench browser wheelhouse checkov haproxy node-client soak
+.PHONY: serve test model install bench bench-deps browser wheelhouse checkov haproxy node-client soak
 
 $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,11 @@ test: model browser wheelhouse checkov haproxy node-client
 
 bench: model
 	$(PY) bench/run_all.py
+
+# h2load (Debian's nghttp2-client) for `bench/load_sweep.py --client h2load`; not part of `make test`.
+bench-deps:
+	@command -v h2load >/dev/null || \
+	  (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q nghttp2-client)
 
 # pip download skips wheels already in the folder; the project wheel is rebuilt each time.
 wheelhouse: install

@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from bench.load_client import percentile                             # noqa: E402
 from engine.api import Engine, EngineConfig, GenRequest, SamplingParams, load_model, tune_malloc   # noqa: E402
 from cli.fetch import DEFAULT_DEST                              # noqa: E402
 from server.config import ServeConfig                              # noqa: E402
@@ -39,13 +40,6 @@ from server.serve import spawn                                     # noqa: E402
 MODEL_DIR = ROOT / DEFAULT_DEST                   # the repository's fetched model
 BASE_PROMPT = ("You are reviewing a short story about a lighthouse keeper who finds a message "
                "in a bottle. Summarise the plot, name the main character, and suggest a title")
-
-
-def percentile(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
 
 
 def prompt_for(i: int) -> str:

@@ -1,0 +1,176 @@
+"""A fair serving benchmark: closed-loop streaming load at several concurrencies and server
+settings, the numpy roofline in the same run, and the two cases issue 14 measures.
+
+What it measures: C clients each send streaming chat requests back to back (prompts of
+~40-100 tokens that differ per request, `max_tokens` 128, temperature 0, `ignore_eos`) for a
+duration after a warm-up that is not counted, and prints output tok/s, TTFT p50/p99, ITL
+p50/p99 (gaps between a stream's text chunks), requests ok/failed, the client's own CPU
+share, and served tok/s over the roofline's tok/s at batch min(C, 128) (bench/roofline.py,
+run before any server starts). Fair because the server always runs in a process of its own
+(our `tlserve.py --config runtime.toml`, spawned per setting, or any OpenAI-compatible URL)
+and the client is cheap: one thread, selectors, raw HTTP/1.1 (bench/load_client.py), or
+`h2load --h1` (`--client h2load`; `make bench-deps` installs it) as a C cross-check.
+
+    python bench/load_sweep.py --quick                       # smoke run, < 60 s
+    python bench/load_sweep.py --concurrency 1,16,64,128,256 \\
+        --config-set max_num_seqs=64 --config-set max_num_seqs=128,max_batched_tokens=512
+    python bench/load_sweep.py --case prefix                 # cached 400-token prefix vs short
+    python bench/load_sweep.py --case spec                   # prompt-lookup on vs off
+    python bench/load_sweep.py --url http://127.0.0.1:8080 --model smol --no-roofline
+
+`--set KEY=VALUE` (repeatable) becomes `TL_ENGINE__KEY=VALUE` for every spawned server (a
+dot for a nested key: `speculative.method`); each `--config-set 'k=v,k=v'` is one more
+server setting to sweep. `--no-ignore-eos` for servers that refuse the field (answers may
+then be shorter). Prints a table, then one JSON line per cell. Never run by the tests.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench import h2load_client                                           # noqa: E402
+from bench.load_cases import prefix_case, spec_case                        # noqa: E402
+from bench.load_client import run_load, summarize                         # noqa: E402
+from bench.load_server import (at_url, chat_body, chat_prompt, config_sets,  # noqa: E402
+                               settings_env, spawned)
+from bench.roofline import run_roofline                                    # noqa: E402
+
+ROOFLINE_MAX_BATCH = 128          # the largest batch bench/roofline.py times
+CELL_PROMPT_STRIDE = 1_000_000    # each cell's prompts start at its own index: none repeats
+H2LOAD_TIMEOUT_S = 3600.0
+H2LOAD_WARMUP_STREAMS = 4
+QUICK = {"concurrency": "1,4", "max_tokens": 16, "warmup_s": 1.0, "duration_s": 4.0,
+         "prefix_rounds": 1, "h2load_rounds": 1}
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--case", choices=("sweep", "prefix", "spec"), default="sweep")
+    p.add_argument("--url", default="", help="an OpenAI-compatible server (else: spawn ours)")
+    p.add_argument("--model", default="", help="with --url: the model name (default: the first listed)")
+    p.add_argument("--api-key", default="")
+    p.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false")
+    p.add_argument("--model-dir", default=None, help="our server's model (default: runtime.toml's)")
+    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                   help="a setting of every spawned server (TL_ENGINE__KEY=VALUE)")
+    p.add_argument("--config-set", action="append", default=[], metavar="'K=V,K=V'",
+                   help="one server setting of the sweep (repeatable)")
+    p.add_argument("--concurrency", default="1,16,64")
+    p.add_argument("--max-tokens", type=int, default=128)
+    p.add_argument("--warmup-s", type=float, default=15.0,
+                   help="not counted; lasts at least until every client has seen a token")
+    p.add_argument("--duration-s", type=float, default=60.0)
+    p.add_argument("--requests", type=int, default=0, help="count mode: this many per cell")
+    p.add_argument("--client", choices=("python", "h2load"), default="python")
+    p.add_argument("--h2load-rounds", type=int, default=2, help="h2load: requests per connection")
+    p.add_argument("--prefix-rounds", type=int, default=3, help="prefix: bursts of each kind")
+    p.add_argument("--roofline", action=argparse.BooleanOptionalAction, default=None,
+                   help="run the numpy roofline first (default: on, off with --quick)")
+    p.add_argument("--quick", action="store_true", help="a smoke run (< 60 s)")
+    args = p.parse_args(argv)
+    if args.quick:
+        for name, value in QUICK.items():
+            setattr(args, name, value)
+    if args.roofline is None:
+        args.roofline = not args.quick and args.case == "sweep"
+    if args.url and (args.config_set or args.sets or args.case == "spec"):
+        p.error("--url measures a server as it runs: no --set, --config-set or --case spec")
+    return args
+
+
+@contextmanager
+def open_server(args: argparse.Namespace, pairs: list[str]):
+    """(Endpoint, Server or None): ours spawned with `pairs` + --set, or the --url one."""
+    if args.url:
+        yield at_url(args.url, args.model, args.api_key), None
+        return
+    label = ",".join(pairs) or "defaults"
+    with spawned(args.model_dir, settings_env(args.sets + pairs), label) as pair:
+        yield pair
+
+
+def roofline_at(roof: dict, streams: int) -> tuple[int, float]:
+    """The roofline batch nearest min(streams, 128) and its tok/s ((0, 0.0) without one)."""
+    if not roof:
+        return 0, 0.0
+    batch = min(roof, key=lambda b: abs(b - min(streams, ROOFLINE_MAX_BATCH)))
+    return batch, roof[batch].tok_s
+
+
+def measure(endpoint, streams: int, cell: int, args: argparse.Namespace) -> dict:
+    base = cell * CELL_PROMPT_STRIDE
+    def body(i: int) -> bytes:
+        return chat_body(endpoint.model, chat_prompt(base + i), args.max_tokens,
+                         ignore_eos=args.ignore_eos)
+    if args.client == "h2load":
+        warm = min(streams, H2LOAD_WARMUP_STREAMS)        # the server's first requests, uncounted
+        h2load_client.run(endpoint.target, body(0), warm, warm, args.max_tokens, H2LOAD_TIMEOUT_S)
+        return h2load_client.run(endpoint.target, body(0), streams, streams * args.h2load_rounds,
+                                 args.max_tokens, H2LOAD_TIMEOUT_S)
+    result = run_load(endpoint.target, body, streams, warmup_s=args.warmup_s,
+                      duration_s=args.duration_s, requests=args.requests)
+    return summarize(result)
+
+
+def sweep(args: argparse.Namespace, roof: dict) -> list[dict]:
+    levels = [int(x) for x in args.concurrency.split(",")]
+    rows = []
+    for setting in args.config_set or [""]:
+        pairs = config_sets(setting)
+        with open_server(args, pairs) as (endpoint, server):
+            for streams in levels:
+                row = {"case": "sweep", "client": args.client, "server": endpoint.label,
+                       "settings": ",".join(args.sets + pairs) or "defaults", "streams": streams}
+                row.update(measure(endpoint, streams, len(rows), args))
+                batch, roof_tok_s = roofline_at(roof, streams)
+                if batch:
+                    row.update(roofline_batch=batch, roofline_tok_s=roof_tok_s,
+                               ratio_to_roofline=round(row["tok_s"] / roof_tok_s, 3))
+                rows.append(row)
+                print(json.dumps(row), file=sys.stderr, flush=True)     # progress
+                endpoint.settle(server)
+    return rows
+
+
+def print_sweep(rows: list[dict]) -> None:
+    """One row per (settings, streams); h2load's rows show time to first byte, mean and max."""
+    h2load = rows and rows[0]["client"] == "h2load"
+    first = ("ttfb_mean_s", "ttfb_max_s") if h2load else ("ttft_p50_s", "ttft_p99_s")
+    cols = (("streams", 8), ("tok_s", 9), (first[0], 11), (first[1], 11),
+            ("itl_p50_s", 10), ("itl_p99_s", 10), ("requests_ok", 6), ("requests_failed", 7),
+            ("client_cpu_share", 8), ("ratio_to_roofline", 9))
+    heads = ("streams", "tok/s", "TTFB mean" if h2load else "TTFT p50",
+             "TTFB max" if h2load else "TTFT p99", "ITL p50", "ITL p99", "ok", "failed",
+             "cli CPU", "x roof")
+    print(f"{'settings':<40}" + "".join(f"{h:>{w}}" for h, (_, w) in zip(heads, cols)))
+    for r in rows:
+        cells = (r.get(k) for k, _ in cols)
+        print(f"{r['settings'][:39]:<40}" + "".join(f"{'-' if v is None else v!s:>{w}}"
+                                                    for v, (_, w) in zip(cells, cols)))
+    for r in rows:
+        print(json.dumps(r))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.client == "h2load" and not h2load_client.available():
+        raise SystemExit("h2load not found: `make bench-deps` installs Debian's nghttp2-client")
+    roof = run_roofline() if args.roofline else {}     # before any server: nothing else runs
+    if args.case == "sweep":
+        print_sweep(sweep(args, roof))
+    elif args.case == "prefix":
+        prefix_case(args, open_server)
+    else:
+        spec_case(args, open_server)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
