@@ -18,6 +18,7 @@ import urllib.parse
 import urllib.request
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Iterable, Iterator
 
 from bench.load_client import Target
@@ -115,9 +116,11 @@ def _wait_ready(health_url: str) -> None:
 
 
 @contextmanager
-def spawned(model_dir: str | None, env: dict[str, str], label: str) -> Iterator[tuple[Endpoint, Server]]:
-    """Our server in a child process with `env` overrides; SIGTERM at the end."""
-    server = Server(model_dir, {**env, ENV_PREFIX + "ACCESS_LOG": "off"})
+def spawned(model_dir: str | None, env: dict[str, str], label: str,
+            repo: Path | None = None) -> Iterator[tuple[Endpoint, Server]]:
+    """Our server (from `repo`, default this checkout) in a child process with `env`
+    overrides; SIGTERM at the end."""
+    server = Server(model_dir, {**env, ENV_PREFIX + "ACCESS_LOG": "off"}, *([repo] if repo else []))
     try:
         _wait_ready(server.health)
         host, port = server.http

@@ -20,7 +20,9 @@ and the client is cheap: one thread, selectors, raw HTTP/1.1 (bench/load_client.
 
 `--set KEY=VALUE` (repeatable) becomes `TL_ENGINE__KEY=VALUE` for every spawned server (a
 dot for a nested key: `speculative.method`); each `--config-set 'k=v,k=v'` is one more
-server setting to sweep. `--no-ignore-eos` for servers that refuse the field (answers may
+server setting to sweep; its pseudo-key `repo=PATH` spawns the server from another
+checkout, so two versions alternate in one run (`--config-set repo=../before
+--config-set repo=.`: the before/after table). `--no-ignore-eos` for servers that refuse the field (answers may
 then be shorter). Prints a table, then one JSON line per cell. Never run by the tests.
 """
 from __future__ import annotations
@@ -42,6 +44,7 @@ from bench.load_server import (at_url, chat_body, chat_prompt, config_sets,  # n
 from bench.roofline import run_roofline                                    # noqa: E402
 
 ROOFLINE_MAX_BATCH = 128          # the largest batch bench/roofline.py times
+REPO_KEY = "repo"                 # in a --config-set: spawn tlserve.py from that checkout
 CELL_PROMPT_STRIDE = 1_000_000    # each cell's prompts start at its own index: none repeats
 H2LOAD_TIMEOUT_S = 3600.0
 H2LOAD_WARMUP_STREAMS = 4
@@ -92,7 +95,10 @@ def open_server(args: argparse.Namespace, pairs: list[str]):
         yield at_url(args.url, args.model, args.api_key), None
         return
     label = ",".join(pairs) or "defaults"
-    with spawned(args.model_dir, settings_env(args.sets + pairs), label) as pair:
+    repo = [p.split("=", 1)[1] for p in pairs if p.startswith(REPO_KEY + "=")]   # not a config key
+    pairs = [p for p in pairs if not p.startswith(REPO_KEY + "=")]
+    with spawned(args.model_dir, settings_env(args.sets + pairs), label,
+                 Path(repo[-1]).resolve() if repo else None) as pair:
         yield pair
 
 

@@ -59,12 +59,13 @@ MAX_EMBED_300_S = 15.0
 class Server:
     """tlserve.py in a child process on free ports; its stderr is kept for the report."""
 
-    def __init__(self, model_dir: str | None, env: dict[str, str]):
-        cmd = [sys.executable, str(REPO / "tlserve.py"), "--config", str(REPO / "runtime.toml"),
+    def __init__(self, model_dir: str | None, env: dict[str, str], repo: Path = REPO):
+        """`repo`: the checkout whose tlserve.py runs (another one: an A/B of two versions)."""
+        cmd = [sys.executable, str(repo / "tlserve.py"), "--config", str(repo / "runtime.toml"),
                "--port", "0", "--health-port", "0"]
         if model_dir:
             cmd += ["--model-dir", model_dir]
-        self.proc = subprocess.Popen(cmd, cwd=REPO, stderr=subprocess.PIPE, text=True,
+        self.proc = subprocess.Popen(cmd, cwd=repo, stderr=subprocess.PIPE, text=True,
                                      env={**os.environ, **env})
         self.log: list[str] = []
         self.http, self.health = self._wait_listening()
