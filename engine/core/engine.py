@@ -217,8 +217,12 @@ class Engine:
                 seq.num_computed += 1                    # the draft's K/V is now valid
                 self._spec_accepted_tokens += 1
         self._spec_draft_tokens += len(item.drafts)
-        if item.drafts and outs[-1].finish is None:
-            self._commit_full_blocks(seq)                # blocks filled by accepted drafts
+        if item.drafts:
+            accepted = seq.num_computed > start + item.num_tokens
+            seq.draft_misses = 0 if accepted else seq.draft_misses + 1
+            seq.draft_pause_steps = speculative.pause_after(seq.draft_misses)
+            if outs[-1].finish is None:
+                self._commit_full_blocks(seq)            # blocks filled by accepted drafts
         return outs
 
     def _sample(self, seq: Sequence, logits_row: np.ndarray, argmax: int) -> TokenOut:
@@ -267,6 +271,9 @@ class Engine:
             seq.num_committed_blocks += 1
 
     def _drafts(self, seq: Sequence, budget: int) -> list[int]:
+        if seq.draft_pause_steps > 0:                    # its last drafts all missed
+            seq.draft_pause_steps -= 1
+            return []
         room = min(budget, seq.req.max_tokens - seq.num_generated - 1,
                    self._max_model_len - len(seq.tokens) - 1)
         return speculative.propose(seq.tokens, self.config.speculative, room)

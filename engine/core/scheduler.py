@@ -40,6 +40,7 @@ from typing import Callable
 from engine.types import EngineConfig
 from engine.kv.blocks import BlockManager
 from engine.core.sequence import Sequence
+from engine.core.speculative import SPEC_MAX_DECODING
 
 # A waiting request is passed over while a running sequence still computes at least this
 # many prompt tokens it could share (whole blocks): waiting one step is then cheaper than
@@ -81,6 +82,7 @@ class Scheduler:
         self.prefix_hit_tokens = 0
         self.prompt_tokens = 0
         self.prefix_waits_total = 0         # requests passed over for a prefix in flight
+        self._speculate = True              # this step: few enough decode rows for drafts
 
     # ----------------------------------------------------------------- queue
 
@@ -117,6 +119,7 @@ class Scheduler:
         plan = StepPlan()
         budget = self.config.max_batched_tokens
         prefill_room = self.prefill_allowance()
+        self._speculate = sum(s.num_uncomputed == 1 for s in self.running) <= SPEC_MAX_DECODING
         self.running.sort(key=lambda s: s.sort_key)
         index = 0
         while index < len(self.running) and budget > 0:
@@ -149,7 +152,7 @@ class Scheduler:
     def _schedule_running(self, seq: Sequence, budget: int, plan: StepPlan) -> Scheduled | None:
         remaining = seq.num_uncomputed
         drafts: tuple[int, ...] = ()
-        if remaining == 1 and self.drafter is not None and budget > 1:
+        if remaining == 1 and self.drafter is not None and self._speculate and budget > 1:
             drafts = tuple(self.drafter(seq, budget - 1))
         want = min(remaining, self.config.prefill_chunk, budget)
         while True:

@@ -22,7 +22,7 @@ class Sequence:
                  "arrival", "num_generated", "output_counts", "radix_node",
                  "num_committed_blocks", "was_scheduled", "stop_ids", "eos_ids",
                  "_prompt_set", "constraint", "num_prompt_scored", "prompt_scored",
-                 "waited_for_prefix")
+                 "waited_for_prefix", "draft_misses", "draft_pause_steps")
 
     def __init__(self, seq_id: int, req: GenRequest, *, seed: int, arrival: int,
                  eos_ids: frozenset[int]):
@@ -46,6 +46,8 @@ class Sequence:
         self.num_prompt_scored = 1                   # prompt scoring: the next token to score
         self.prompt_scored = False                   # ... and whether the prompt is done
         self.waited_for_prefix = False               # passed over once for a prefix in flight
+        self.draft_misses = 0                        # speculation: all-rejected drafts in a row
+        self.draft_pause_steps = 0                   # ... and the steps left without drafts
 
     @property
     def sort_key(self) -> tuple[int, int]:

@@ -17,6 +17,14 @@ draw. Drafts cost nothing when rejected except their share of the step.
 `check_config` is the one check of a `SpeculativeConfig` (the Engine runs it, the server's
 config runs it at start-up); it raises `InvalidConfig` naming the field.
 
+Where it is free: drafts are extra rows of a step. A step of a few rows is bound by
+reading the weights, so a few more rows cost little; a step of many rows is bound by
+arithmetic, so every draft row costs its full share. Two guards keep speculation to the
+first case: no drafts while more than `SPEC_MAX_DECODING` sequences decode (the scheduler),
+and a sequence whose drafts were all rejected pauses drafting for 1, 2, 4 ... up to
+`SPEC_MAX_PAUSE_STEPS` steps (`pause_after`; an accepted draft resets it), so ordinary chat,
+where few drafts hit, pays for few of them. Neither guard changes an output.
+
 What it is not: a draft model, or tree speculation.
 """
 from __future__ import annotations
@@ -28,6 +36,15 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from engine.errors import InvalidConfig
 from engine.types import SPECULATIVE_METHODS, SpeculativeConfig
+
+SPEC_MAX_DECODING = 8          # more decoding sequences than this: the step is compute-bound, no drafts
+SPEC_MAX_PAUSE_STEPS = 32      # the longest pause of a sequence whose drafts keep missing
+
+
+def pause_after(misses_in_a_row: int) -> int:
+    """Steps without drafts after `misses_in_a_row` all-rejected verifications (1, 2, 4 ...)."""
+    return min(2 ** (misses_in_a_row - 1), SPEC_MAX_PAUSE_STEPS) if misses_in_a_row > 0 else 0
+
 
 # What each field must be, in words: the engine's messages and the server's config share them.
 SPECULATIVE_RULES = {

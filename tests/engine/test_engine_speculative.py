@@ -88,3 +88,40 @@ def test_accepted_drafts_give_several_tokens_per_step_and_stop_in_the_middle():
     stats = engine.stats()
     assert stats.spec_draft_tokens == 4 and stats.spec_accepted_tokens == 3
     assert stats.kv_blocks_used == 0 and not engine.has_work()
+
+
+# --------------------------------------------------------------------------- where it is free
+
+def test_no_drafts_while_more_sequences_decode_than_the_guard_allows():
+    from engine.core.speculative import SPEC_MAX_DECODING
+    model = random_model(seed=2)
+    prompts = repetitive_prompts(model) * 3                     # 12 streams with drafts to offer
+    greedy = SamplingParams(temperature=0.0)
+    for count, drafts_expected in ((SPEC_MAX_DECODING + 1, False), (SPEC_MAX_DECODING, True)):
+        engine = Engine(model, EngineConfig(block_size=4, num_kv_blocks=256, speculative=SPEC))
+        for p in prompts[:count]:
+            engine.add_request(GenRequest(prompt=p, params=greedy, max_tokens=24))
+        for _ in range(6):                                      # every one decodes, none finished
+            engine.step()
+        assert (engine.stats().spec_draft_tokens > 0) is drafts_expected, count
+
+
+def test_a_sequence_whose_drafts_keep_missing_pauses_drafting_and_answers_the_same():
+    """succ always says k+1; the prompt pairs every k with 100+k, so each draft (100+k ...)
+    is rejected: drafting pauses 1, 2, 4 ... steps, and the answer is plain decoding's."""
+    from engine.core.speculative import pause_after
+    model = succ_model()
+    prompt = tuple(t for k in range(10, 30) for t in (k, 100 + k)) + (9,)     # 41 of 64 positions
+    spec = SpeculativeConfig(num_speculative_tokens=2, prompt_lookup_min=1, prompt_lookup_max=1)
+    engine = Engine(model, EngineConfig(block_size=4, num_kv_blocks=128, speculative=spec))
+    rid = engine.add_request(GenRequest(prompt=prompt, params=SamplingParams(temperature=0.0),
+                                        max_tokens=20))
+    steps_with_drafts, tokens = 0, []
+    while engine.has_work():
+        before = engine.stats().spec_draft_tokens
+        tokens += [o.token for o in engine.step() if o.id == rid]
+        steps_with_drafts += engine.stats().spec_draft_tokens > before
+    assert tokens == list(range(10, 30))                         # succ's answer, unchanged
+    assert engine.stats().spec_accepted_tokens == 0
+    assert 3 <= steps_with_drafts <= 5                           # 1, 2, 4, 8 steps apart, not 19
+    assert [pause_after(m) for m in range(6)] == [0, 1, 2, 4, 8, 16]
