@@ -19,9 +19,10 @@ from engine.core.speculative import SPECULATIVE_RULES
 from engine.core.speculative import check_config as check_speculative_config
 from engine.errors import (InvalidConfig, InvalidRequest, ModelFormatError, PromptTooLong,
                            RequestRefused)
-from engine.grammar.automaton import Grammar
+from engine.grammar.automaton import MAX_COMPILE_WORK, Grammar
 from engine.grammar.compile import GrammarCache, GrammarSpec, ToolCallFormat, schema_spec
 from engine.grammar.errors import GrammarError, GrammarInvalid, GrammarUnsupported
+from engine.grammar.json_schema import MAX_SCHEMA_DEPTH
 from engine.kv.blocks import PREFIX_CACHE_RULE, check_prefix_cache
 from engine.memory import tune_malloc
 from engine.model.llama import generate as generate_dense
@@ -39,7 +40,8 @@ __all__ = [
     "EngineSnapshot", "EngineStats", "FINISH_DEADLINE", "FINISH_LENGTH", "FINISH_STOP",
     "generate_dense", "GenRequest", "Grammar", "GrammarCache", "GrammarError", "GrammarInvalid",
     "GrammarSpec", "GrammarUnsupported", "InvalidConfig", "InvalidRequest", "load_model",
-    "MAX_TOP_LOGPROBS", "Model", "model_name", "ModelConfig", "ModelFormatError",
+    "MAX_COMPILE_WORK", "MAX_SCHEMA_DEPTH", "MAX_TOP_LOGPROBS", "Model", "model_name",
+    "ModelConfig", "ModelFormatError",
     "PREFIX_CACHE_MODES", "PREFIX_CACHE_RULE", "PromptLogprobs", "PromptTooLong", "RequestId",
     "RequestRefused", "sample", "SamplingParams", "schema_spec", "SPECULATIVE_METHODS",
     "SPECULATIVE_RULES", "SpeculativeConfig", "StepRecord", "Tokenizer", "TokenOut",

@@ -6,13 +6,21 @@ rule (epsilon moves removed at compile time). A run is a set of stacks of frames
 `(rule, state)`: a call pushes the callee's start frame and leaves the caller's frame at
 the call's return state; a rule in an accepting state may pop. That is a pushdown
 automaton, so recursive JSON Schemas ($ref to an enclosing model) and nesting compile to a
-finite table; `MAX_STACK_FRAMES` bounds the nesting a generation may reach.
+finite table; `MAX_STACK_FRAMES` bounds the nesting a generation may reach. A call in tail
+position (the caller's return state can only return) replaces the caller's frame instead of
+pushing: the same language, but a chain of calls (an object's members, one rule per
+member) costs one frame, not one per link.
 
 `Matcher` is the runner (one per grammar, engine thread only): it interns each distinct set
 of stacks as a small int and memoises `(state, byte) -> state`. Bytes that are a proper
 prefix of a UTF-8 character are held in the state until the character is complete; such a
 prefix is allowed when some character edge admits a code point that starts with it.
 `DEAD` (-1) is the state after a byte the grammar forbids.
+
+Compiling is bounded: `MAX_COMPILE_WORK` counts NFA states built (`NFA_STATE_WORK` each)
+and epsilon-closure visits (one each) over all rules; a grammar that needs more
+(`((a{1000}){1000})`, long chains of optionals) is refused with `GrammarInvalid` before it
+costs the loop thread more than about a second.
 """
 from __future__ import annotations
 
@@ -22,9 +30,11 @@ from engine.grammar import charset
 from engine.grammar.errors import GrammarInvalid
 
 DEAD = -1
-MAX_STACK_FRAMES = 64           # nesting depth of calls a generation may reach
+MAX_STACK_FRAMES = 128          # call nesting a generation may reach (a schema level takes <= 2)
 MAX_MEMO_ENTRIES = 1 << 20      # (state, byte) transitions remembered before a reset
 FRAME_BITS = 24                 # a frame is rule << FRAME_BITS | state, one int
+MAX_COMPILE_WORK = 1_000_000    # work units of one compile (about 0.5 us each)
+NFA_STATE_WORK = 4              # units per NFA state built (a closure visit is 1)
 
 
 @dataclass(frozen=True)
@@ -44,11 +54,26 @@ class Grammar:
 
 # --------------------------------------------------------------------------- compile
 
+class _Budget:
+    """The work one compile may still do (shared by its rules)."""
+
+    def __init__(self, units: int):
+        self.left = units
+
+    def spend(self, units: int) -> None:
+        self.left -= units
+        if self.left < 0:
+            raise GrammarInvalid(f"the schema or pattern is too large to compile: its automaton needs more "
+                                 f"than {MAX_COMPILE_WORK} construction steps (MAX_COMPILE_WORK)")
+
+
 class _Nfa:
-    def __init__(self):
+    def __init__(self, budget: _Budget):
         self.edges: list[list[tuple]] = []          # [state] -> [(label, dst)]; label None = eps
+        self.budget = budget
 
     def new(self) -> int:
+        self.budget.spend(NFA_STATE_WORK)
         self.edges.append([])
         return len(self.edges) - 1
 
@@ -110,8 +135,8 @@ class _Nfa:
         return seen
 
 
-def _compile_rule(e, names: dict[str, int]) -> Rule:
-    nfa = _Nfa()
+def _compile_rule(e, names: dict[str, int], budget: _Budget) -> Rule:
+    nfa = _Nfa(budget)
     start, end = nfa.new(), nfa.new()
     nfa.build(e, start, end, names)
     index = {start: 0}
@@ -121,6 +146,7 @@ def _compile_rule(e, names: dict[str, int]) -> Rule:
     while i < len(order):                               # only states reachable by real edges
         s = order[i]
         cl = nfa.closure(s)
+        budget.spend(len(cl))
         c_edges, n_edges = [], []
         for t in sorted(cl):
             for label, dst in nfa.edges[t]:
@@ -142,7 +168,8 @@ def compile_grammar(rules: dict[str, tuple], root: str, key: str, *, raw_bytes: 
     """Named expressions -> a `Grammar` whose rule 0 is `root`."""
     names = [root] + [n for n in rules if n != root]
     index = {n: i for i, n in enumerate(names)}
-    return Grammar(tuple(_compile_rule(rules[n], index) for n in names), key, raw_bytes)
+    budget = _Budget(MAX_COMPILE_WORK)
+    return Grammar(tuple(_compile_rule(rules[n], index, budget) for n in names), key, raw_bytes)
 
 
 # --------------------------------------------------------------------------- run
@@ -158,6 +185,8 @@ class Matcher:
         self._states: list[tuple[int, bytes]] = []      # byte state id -> (char state, pending)
         self._state_ids: dict[tuple[int, bytes], int] = {}
         self._memo: dict[tuple[int, int], int] = {}
+        self._tail = [frozenset(s for s in rule.accepting if not rule.char_edges[s] and not rule.call_edges[s])
+                      for rule in self._rules]          # [rule] return states that can only return
         self.initial = self._byte_state(self._char_state(self._closure([(0,)])), b"")
 
     # -- interning
@@ -191,8 +220,11 @@ class Matcher:
             state = top & ((1 << FRAME_BITS) - 1)
             if rule.char_edges[state] or (len(st) == 1 and state in rule.accepting):
                 keep.add(st)
-            if len(st) < MAX_STACK_FRAMES:
-                for callee, ret in rule.call_edges[state]:
+            tail = self._tail[top >> FRAME_BITS]
+            for callee, ret in rule.call_edges[state]:
+                if ret in tail:                         # nothing left to do here: replace the frame
+                    todo.append(st[:-1] + (callee << FRAME_BITS,))
+                elif len(st) < MAX_STACK_FRAMES:
                     todo.append(st[:-1] + ((top >> FRAME_BITS) << FRAME_BITS | ret, callee << FRAME_BITS))
             if state in rule.accepting and len(st) > 1:
                 todo.append(st[:-1])

@@ -1,7 +1,9 @@
 """The per-sequence constraint the sampler consults, and the per-grammar runtime it shares.
 
-`GrammarRuntime` (one per compiled grammar, engine thread only) owns the `Matcher` and a
-bounded cache of masks by automaton state. `Constraint` is one sequence's cursor: its
+`GrammarRuntime` (one per compiled grammar, engine thread only) owns the `Matcher`, its
+dense transition table (dense.py) and a bounded cache of masks by automaton state, shared
+by every sequence of that grammar: rows of a batch sit in a few states (inside a string,
+after a key), so one build serves them all. `Constraint` is one sequence's cursor: its
 state after the tokens generated so far. The sampler asks `allows(token)` for the token it
 sampled first (a few memoised byte steps) and `mask()` only when that token is refused or
 the request needs the whole masked distribution (filters, logprobs).
@@ -15,6 +17,7 @@ from collections import OrderedDict
 import numpy as np
 
 from engine.grammar.automaton import DEAD, Grammar, Matcher
+from engine.grammar.dense import DenseSteps, trie_mask
 from engine.grammar.vocab import TokenTable, allowed_tokens, build_table
 
 MAX_CACHED_MASKS = 512          # masks kept per grammar (each [V] bool: 49 KB for smol-135m)
@@ -25,8 +28,9 @@ class GrammarRuntime:
     def __init__(self, grammar: Grammar, table: TokenTable):
         self.grammar, self.table = grammar, table
         self.matcher = Matcher(grammar)
+        self.dense = DenseSteps(self.matcher)
         self._masks: OrderedDict[int, np.ndarray] = OrderedDict()
-        self.masks_built = 0
+        self.masks_built = 0            # full vocabulary walks (the counter tests read)
 
     def step_token(self, state: int, token: int) -> int:
         data = self.table.token_bytes[token] if 0 <= token < self.table.vocab_size else None
@@ -37,11 +41,28 @@ class GrammarRuntime:
         if cached is not None:
             self._masks.move_to_end(state)
             return cached
-        mask = allowed_tokens(self.table, self.matcher, state)
-        self.masks_built += 1
+        mask = self._build(state)
         self._masks[state] = mask
         if len(self._masks) > MAX_CACHED_MASKS:
             self._masks.popitem(last=False)
+        return mask
+
+    def _build(self, state: int) -> np.ndarray:
+        """bool [V]; a state no character may follow needs no walk (EOS if it accepts)."""
+        table = self.table
+        if not self.matcher.can_continue(state):
+            mask = np.zeros(table.vocab_size, dtype=bool)
+            if self.matcher.accepts(state):
+                mask[list(table.eos_ids)] = True
+            return mask
+        self.masks_built += 1
+        ok = trie_mask(table.trie, self.dense, state, len(table.sorted_bytes))        # [N] sorted order
+        if ok is None:                                  # too many states for the dense table
+            return allowed_tokens(table, self.matcher, state)
+        mask = np.zeros(table.vocab_size, dtype=bool)
+        mask[table.sorted_ids[ok]] = True
+        if self.matcher.accepts(state):
+            mask[list(table.eos_ids)] = True
         return mask
 
 

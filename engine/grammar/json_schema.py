@@ -13,6 +13,12 @@ included), `nullable: true`, and the annotations (title, description, default, .
 The grammar writes a subset of what the schema allows, never more: properties in the
 schema's order, no property that is not declared unless `additionalProperties` allows it
 explicitly, bounded whitespace. Every sentence of the grammar validates.
+
+Size: a sub-schema whose expression is used in more than one place (an array's item, an
+object member's value, an extra property's value) is named once as a rule and called, never
+copied, so the compiled size grows linearly with nesting (copies doubled it per level). A
+schema nested deeper than MAX_SCHEMA_DEPTH is refused (`GrammarInvalid`, naming the path):
+the compile runs on the server's loop thread and its cost must stay bounded.
 """
 from __future__ import annotations
 
@@ -42,6 +48,8 @@ FORMATS = {
 }
 FORMATS["date-time"] = FORMATS["date"] + "T" + FORMATS["time"]
 SHARED_CHAR_ABOVE = 4           # a maxLength above this repeats a call, not the expression
+MAX_SCHEMA_DEPTH = 32           # nested sub-schemas (a $ref, anyOf, items, a property: one each)
+SHARED_NODES_ABOVE = 24         # a reused value expression larger than this becomes a called rule
 _SEP = ex.seq(jt.WS, ex.lit(","), jt.WS)
 
 
@@ -56,6 +64,7 @@ class SchemaCompiler:
         self.root = root
         self.rules: dict[str, tuple] = {}
         self._count = 0
+        self._depth = 0                     # sub-schemas open on the current path
 
     def fresh(self, stem: str, e: tuple) -> tuple:
         self._count += 1
@@ -63,8 +72,23 @@ class SchemaCompiler:
         self.rules[name] = e
         return ex.ref(name)
 
+    def shared(self, stem: str, e: tuple) -> tuple:
+        """`e` for a place that uses it more than once: a call of one rule when it is large."""
+        return e if e[0] == "n" or _size_at_most(e, SHARED_NODES_ABOVE) else self.fresh(stem, e)
+
     # -- dispatch
     def value(self, s, path: str) -> tuple:
+        """The expression of one sub-schema, one level deeper than its parent."""
+        if self._depth >= MAX_SCHEMA_DEPTH:
+            raise GrammarInvalid(f"the schema at {path} is nested deeper than the limit of "
+                                 f"{MAX_SCHEMA_DEPTH} levels (MAX_SCHEMA_DEPTH)", path=path)
+        self._depth += 1
+        try:
+            return self._value(s, path)
+        finally:
+            self._depth -= 1
+
+    def _value(self, s, path: str) -> tuple:
         if s is True or s == {}:
             return self.any_value()
         if s is False:
@@ -77,7 +101,7 @@ class SchemaCompiler:
                                          path=f"{path}.{key}", keyword=key)
         if s.get("nullable") is True:
             rest = {k: v for k, v in s.items() if k != "nullable"}
-            return ex.alt(self.value(rest, path), ex.lit("null"))
+            return ex.alt(self._value(rest, path), ex.lit("null"))     # the same level
         if "$ref" in s:
             return self.reference(s["$ref"], f"{path}.$ref")
         if "allOf" in s:
@@ -179,12 +203,12 @@ class SchemaCompiler:
         members = []
         for name in names:
             sub = props[name] if name in props else extra
-            members.append((name in required, ex.seq(jt.literal(name), jt.WS, ex.lit(":"), jt.WS,
-                                                     self.value(sub, f"{path}.properties.{name}"))))
+            sub_value = self.shared("obj.value", self.value(sub, f"{path}.properties.{name}"))
+            members.append((name in required, ex.seq(jt.literal(name), jt.WS, ex.lit(":"), jt.WS, sub_value)))
         tail = None
         if extra is not False:
             member = ex.seq(self.key_not_in(names, path), jt.WS, ex.lit(":"), jt.WS,
-                            self.value(extra, f"{path}.additionalProperties"))
+                            self.shared("obj.extra", self.value(extra, f"{path}.additionalProperties")))
             tail = member
         body = self._ordered_members(members, tail)
         return ex.seq(ex.lit("{"), jt.WS, body, jt.WS, ex.lit("}"))
@@ -235,7 +259,7 @@ class SchemaCompiler:
         if hi is not None and lo > hi:
             raise GrammarInvalid(f"no array at {path} can satisfy its item bounds", path=path)
         elems = [self.value(p, f"{path}.prefixItems[{i}]") for i, p in enumerate(prefix)]
-        item = None if items is False else self.value(items, f"{path}.items")
+        item = None if items is False else self.shared("array.item", self.value(items, f"{path}.items"))
         body = ex.EMPTY if item is None or hi is not None else ex.star(ex.seq(_SEP, item))
         top = hi if hi is not None else max(lo, len(prefix), 1)
         for i in reversed(range(1, top)):
@@ -302,6 +326,21 @@ class SchemaCompiler:
             raise GrammarUnsupported(f"no integer lies within the bounds at {path}", path=path,
                                      keyword="minimum" if "minimum" in bounds else "exclusiveMinimum")
         return jt.int_range(lo, hi)
+
+
+def _size_at_most(e: tuple, limit: int) -> bool:
+    """The expression has at most `limit` nodes (counting stops there: O(limit))."""
+    todo, count = [e], 0
+    while todo:
+        node = todo.pop()
+        count += 1
+        if count > limit:
+            return False
+        if node[0] == "s" or node[0] == "a":
+            todo.extend(node[1])
+        elif node[0] == "r":
+            todo.append(node[1])
+    return True
 
 
 def _json_type(v) -> str:

@@ -6,7 +6,9 @@ previous one (`lcp`). `allowed_tokens` keeps the automaton state after each byte
 current path (`path[d]` = state after d bytes), restarts each token at its shared prefix,
 and skips every token that shares a prefix the automaton already refused. Special tokens
 are not in the table (a grammar never writes "<|im_end|>"); EOS is decided separately by
-whether the automaton accepts.
+whether the automaton accepts. The engine builds its masks from the same entries as a trie
+by depth (trie.py, walked with numpy by dense.py); `allowed_tokens` stays the per-token
+reference that walk is tested against (and the fallback past dense.MAX_DENSE_STATES).
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.grammar.automaton import DEAD, Matcher
+from engine.grammar.trie import VocabTrie, build_trie
 
 
 @dataclass(frozen=True, eq=False)
@@ -25,11 +28,13 @@ class TokenTable:
     sorted_ids: np.ndarray                      # [N] int32 ids in that order
     lcp: np.ndarray                             # [N] int32 prefix shared with the previous entry
     eos_ids: frozenset[int]
+    trie: VocabTrie                             # the same entries as a trie by depth (dense.py walks it)
 
     def nbytes(self) -> int:
-        """Memory held by the table (bytes objects counted at their payload + header)."""
+        """Memory held by the table and its trie (bytes objects at their payload + header)."""
         payload = sum(len(b) + 33 for b in self.sorted_bytes)     # CPython bytes header ~33
-        return payload + self.sorted_ids.nbytes + self.lcp.nbytes + 8 * len(self.token_bytes)
+        return (payload + self.sorted_ids.nbytes + self.lcp.nbytes + 8 * len(self.token_bytes)
+                + self.trie.nbytes())
 
 
 def build_table(token_bytes: list[bytes | None], special_ids, eos_ids) -> TokenTable:
@@ -47,11 +52,13 @@ def build_table(token_bytes: list[bytes | None], special_ids, eos_ids) -> TokenT
             j += 1
         lcp[k] = j
     return TokenTable(len(token_bytes), tuple(kept), data,
-                      np.array([i for _, i in order], dtype=np.int32), lcp, frozenset(eos_ids))
+                      np.array([i for _, i in order], dtype=np.int32), lcp, frozenset(eos_ids),
+                      build_trie(data, lcp))
 
 
 def allowed_tokens(table: TokenTable, matcher: Matcher, state: int) -> np.ndarray:
-    """bool [V]: the tokens whose bytes the automaton accepts from `state` (EOS: if it accepts)."""
+    """bool [V]: the tokens whose bytes the automaton accepts from `state` (EOS: if it accepts).
+    The per-token reference walk; the engine builds the same mask with dense.trie_mask."""
     mask = np.zeros(table.vocab_size, dtype=bool)
     ok = np.zeros(len(table.sorted_bytes), dtype=bool)             # [N] in sorted order
     path = [state]

@@ -12,6 +12,7 @@ import openai
 import pydantic
 import pytest
 
+from engine.api import MAX_COMPILE_WORK, MAX_SCHEMA_DEPTH
 from tests.e2e.helpers import chat_body, post, running_server
 
 
@@ -100,3 +101,36 @@ def test_errors_name_the_field(server, tiny_llama_dir, fields, status, param, wo
     r = post(server, "/v1/chat/completions", chat_body("x", model=tiny_llama_dir.name, **fields))
     error = r.json()["error"]
     assert r.status_code == status and error["param"] == param and words in error["message"], r.text
+
+
+def _nested_arrays(levels: int) -> dict:
+    schema: dict = {"type": "integer", "minimum": 0, "maximum": 9}
+    for _ in range(levels - 1):
+        schema = {"type": "array", "items": schema, "minItems": 1, "maxItems": 1}
+    return schema
+
+
+def test_schemas_past_the_compile_limits_are_400_naming_limit_and_path(server, tiny_llama_dir):
+    model = tiny_llama_dir.name
+    deep = _nested_arrays(MAX_SCHEMA_DEPTH + 1)
+    path = "$" + ".items" * MAX_SCHEMA_DEPTH
+    cases = [
+        ({"response_format": {"type": "json_schema", "json_schema": {"name": "deep", "schema": deep}}},
+         "response_format.json_schema.schema", [path, "MAX_SCHEMA_DEPTH", str(MAX_SCHEMA_DEPTH)]),
+        ({"guided_json": json.dumps(_nested_arrays(50))}, "guided_json", ["MAX_SCHEMA_DEPTH"]),
+        ({"tools": [{"type": "function", "function": {"name": "f", "parameters": deep}}]},
+         "tools[0].function.parameters", [path, "MAX_SCHEMA_DEPTH"]),
+        ({"guided_regex": "((a{1000}){1000}){1000}"}, "guided_regex", ["MAX_COMPILE_WORK", str(MAX_COMPILE_WORK)]),
+    ]
+    for fields, param, words in cases:
+        r = post(server, "/v1/chat/completions", chat_body("x", model=model, max_tokens=4, **fields))
+        error = r.json()["error"]
+        assert r.status_code == 400 and error["type"] == "invalid_request_error", r.text
+        assert error["param"] == param and all(w in error["message"] for w in words), r.text
+    at_limit = {"type": "json_schema", "json_schema": {"name": "deep", "schema": _nested_arrays(MAX_SCHEMA_DEPTH)}}
+    ok = post(server, "/v1/chat/completions", chat_body("x", model=model, max_tokens=400, temperature=1.0, seed=1,
+                                                         response_format=at_limit))
+    assert ok.status_code == 200, ok.text
+    choice = ok.json()["choices"][0]
+    assert choice["finish_reason"] == "stop", choice         # every level written, then closed
+    jsonschema.validate(json.loads(choice["message"]["content"]), at_limit["json_schema"]["schema"])
