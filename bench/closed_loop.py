@@ -12,6 +12,10 @@ lasts until every stream has finished its first request; then the run is timed f
     ITL p50/p99      gaps between a request's consecutive tokens (the step times it waited)
     roofline ratio   output tok/s / the numpy roofline at batch min(C, 128), same run
 
+`--burst N` adds, as the window opens, N extra requests of `BURST_PROMPT_TOKENS` prompt
+tokens and one output token each (not counted as streams; their TTFT max is reported):
+prompts arriving while streams decode, the case the latency policy is for.
+
 Each `--set` is one engine setting (comma-separated key=value of EngineConfig), swept
 against every `--streams` value: the table the README's sweep and the choice of the
 defaults (`max_num_seqs`, `tokens_beside_decode`) come from. The server adds only its
@@ -41,6 +45,7 @@ from load_client import percentile                                              
 GREEDY = SamplingParams(temperature=0.0, ignore_eos=True)
 OUTPUT_TOKENS = 128
 PROMPT_MIN_TOKENS, PROMPT_SPAN_TOKENS = 40, 61        # prompts of 40..100 tokens
+BURST_PROMPT_TOKENS = 512
 
 
 def prompt_for(n: int) -> tuple[int, ...]:
@@ -62,10 +67,11 @@ class Window:
         return self.start_s <= t < self.end_s
 
 
-def run(model, settings: dict, streams: int, seconds: float) -> dict:
+def run(model, settings: dict, streams: int, seconds: float, burst: int = 0) -> dict:
     engine = Engine(model, EngineConfig(**settings))
     win = Window(float("inf"), float("inf"))      # opens when the warm-up requests are done
     sent, last_token_s, count = {}, {}, 0
+    burst_sent, burst_ttft_s = {}, []
 
     def send(max_tokens: int = OUTPUT_TOKENS) -> None:
         nonlocal count
@@ -81,7 +87,13 @@ def run(model, settings: dict, streams: int, seconds: float) -> dict:
         now = time.perf_counter()
         if win.start_s == float("inf") and count >= 2 * streams:
             win = Window(now, now + seconds)
+            for b in range(burst):                  # long prompts arriving all at once
+                prompt = tuple(2000 + (b * 131 + j * 7) % 40000 for j in range(BURST_PROMPT_TOKENS))
+                burst_sent[engine.add_request(GenRequest(prompt=prompt, params=GREEDY, max_tokens=1))] = now
         for o in outs:
+            if o.id in burst_sent:
+                burst_ttft_s.append(now - burst_sent.pop(o.id))
+                continue
             if o.token is None:
                 continue
             arrived_s, prompt_tokens = sent[o.id]
@@ -101,7 +113,9 @@ def run(model, settings: dict, streams: int, seconds: float) -> dict:
             "prompt_tok_s": round(win.prompt_tokens / seconds, 1),
             "ttft_p50_s": round(percentile(win.ttft_s, 50), 3), "ttft_p99_s": round(percentile(win.ttft_s, 99), 3),
             "itl_p50_s": round(percentile(win.itl_s, 50), 3), "itl_p99_s": round(percentile(win.itl_s, 99), 3),
-            "itl_max_s": round(max(win.itl_s, default=float("nan")), 3)}
+            "itl_max_s": round(max(win.itl_s, default=float("nan")), 3),
+            **({"burst": burst, "burst_ttft_max_s": round(max(burst_ttft_s, default=float("nan")), 3)}
+               if burst else {})}
 
 
 def parse_setting(text: str) -> dict:
@@ -117,6 +131,7 @@ def main() -> None:
     ap.add_argument("--streams", default="16,64,128")
     ap.add_argument("--seconds", type=float, default=40.0)
     ap.add_argument("--set", action="append", default=[], help="EngineConfig key=value,... (repeatable)")
+    ap.add_argument("--burst", type=int, default=0, help="extra 512-token prompts as the window opens")
     ap.add_argument("--no-roofline", action="store_true")
     args = ap.parse_args()
     roof = {} if args.no_roofline else run_roofline()
@@ -125,7 +140,8 @@ def main() -> None:
     rows = []
     for text in args.set or ["max_num_seqs=128"]:
         for streams in (int(s) for s in args.streams.split(",")):
-            row = run(model, {"kv_cache_mib": 1536, **parse_setting(text)}, streams, args.seconds)
+            row = run(model, {"kv_cache_mib": 1536, **parse_setting(text)}, streams, args.seconds,
+                      args.burst)
             ref = roof.get(min(streams, 128))
             row["roofline_tok_s"] = ref.tok_s if ref else None
             row["ratio"] = round(row["tok_s"] / ref.tok_s, 3) if ref else None

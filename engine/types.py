@@ -93,12 +93,12 @@ class SpeculativeConfig:
 @dataclass(frozen=True, kw_only=True)
 class EngineConfig:
     block_size: int = 16                    # tokens per KV block
-    kv_cache_mib: int = 1024                # memory budget for the K/V pools (smol-135m: 1456 blocks, 23k tokens)
+    kv_cache_mib: int = 1536                # memory budget for the K/V pools (smol-135m: 2184 blocks, 35k tokens)
     num_kv_blocks: int | None = None        # overrides kv_cache_mib when set (tests use tiny pools)
-    max_num_seqs: int = 64                  # sequences in one step
+    max_num_seqs: int = 128                 # sequences in one step
     max_batched_tokens: int = 2048          # tokens in one step (decode rows + prefill chunks)
     prefill_chunk: int = 512                # longest prefill piece of one sequence per step
-    tokens_beside_decode: int = 256         # the latency policy: prefill + embedding rows in a step
+    tokens_beside_decode: int = 128         # the latency policy: prefill + embedding rows in a step
                                             # that also decodes (engine/core/scheduler.py)
     prefix_cache: str = "radix"             # one of PREFIX_CACHE_MODES: "radix" | "none"
     max_model_len: int | None = None        # None: the model's max_position_embeddings
