@@ -43,6 +43,11 @@ REDACTED = "<redacted>"
 class ConfigError(ValueError):
     """A configuration value or key was refused; the message names the key."""
 
+# Prompt-lookup speculation is on unless a config says "none": its outputs are identical by
+# construction and its guards (engine/core/speculative.py) keep it to where it is free.
+DEFAULT_SPECULATIVE = "prompt_lookup"
+
+
 @dataclass(frozen=True, kw_only=True)
 class ServeConfig:
     model_dir: str = DEFAULT_MODEL_DIR
@@ -54,7 +59,8 @@ class ServeConfig:
     access_log: str = "stdout"                 # JSON lines: "stdout" | "stderr" | "off" | a path
     default_overrides: tuple[tuple[str, Any], ...] = ()   # [defaults] + TL_DEFAULTS__ values
     config_path: str = ""                      # the file this came from ("" = none)
-    engine: EngineConfig = field(default_factory=EngineConfig)
+    engine: EngineConfig = field(default_factory=lambda: EngineConfig(
+        speculative=SpeculativeConfig(method=DEFAULT_SPECULATIVE)))
     queue_capacity: int = 1024                 # admitted but not yet scheduled requests
     queue_deadline_ms: int = 120_000           # unscheduled past this -> 503 no_capacity (before the head)
     handle_signals: bool = False               # run() sets True: SIGTERM drains
@@ -292,7 +298,8 @@ def _build(values: dict[str, Any]) -> ServeConfig:
         values["model_dir"] = _default_model_dir()
     engine = {k: values[k] for k in ENGINE_FIELDS if k in values}
     serve = {k: values[k] for k in SERVE_FIELDS if k in values}
-    engine_cfg = EngineConfig(**engine, speculative=_speculative(values.get("speculative")))
+    engine_cfg = EngineConfig(**engine, speculative=_speculative(values.get("speculative",
+                                                                           DEFAULT_SPECULATIVE)))
     return ServeConfig(**serve, engine=engine_cfg)
 
 

@@ -31,7 +31,8 @@ def test_runtime_toml_and_env_overrides():
     assert cfg.engine.prefix_cache == "radix" and cfg.engine.prefill_chunk == 512
     # defaults
     assert cfg.engine.block_size == 16 and cfg.queue_capacity == 1024
-    assert cfg.engine.speculative is None
+    assert cfg.engine.speculative == SpeculativeConfig()      # prompt lookup, on by default
+    assert ServeConfig.from_toml('[engine]\nspeculative = "none"\n', {}).engine.speculative is None
     # environment overrides win over the file, converted with the key's type
     env = {"TL_ENGINE__PREFILL_CHUNK": "64", "TL_ENGINE__PREFIX_CACHE": "none",
            "TL_ENGINE__QUEUE_CAPACITY": "3", "TL_ENGINE__MODEL_ID": "mine",
