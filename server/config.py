@@ -155,6 +155,7 @@ KEYS: dict[str, Key] = {
     "max_num_seqs": Key(int, _positive, "an integer >= 1"),
     "max_batched_tokens": Key(int, _positive, "an integer >= 1"),
     "tokens_beside_decode": Key(int, _positive, "an integer >= 1"),
+    "itl_target_ms": Key(int, lambda v: v >= 0, "an integer >= 0 (0: off)"),
     "max_model_len": Key(int, _positive, "an integer >= 1"),
     "queue_capacity": Key(int, _positive, "an integer >= 1"),
     "queue_deadline_ms": Key(int, _positive, "an integer >= 1"),
@@ -174,7 +175,8 @@ SPECULATIVE_KINDS: dict[str, type] = {"method": str, "num_speculative_tokens": i
 SPECULATIVE_KEYS: dict[str, Key] = {name: Key(kind, lambda v: True, SPECULATIVE_RULES[name])
                                     for name, kind in SPECULATIVE_KINDS.items()}
 ENGINE_FIELDS = ("prefill_chunk", "block_size", "kv_cache_mib", "num_kv_blocks",
-                 "max_num_seqs", "max_batched_tokens", "tokens_beside_decode", "max_model_len",
+                 "max_num_seqs", "max_batched_tokens", "tokens_beside_decode", "itl_target_ms",
+                 "max_model_len",
                  "prefix_cache")
 SERVE_FIELDS = ("model_dir", "model_id", "http_listen", "health_listen", "queue_capacity",
                 "queue_deadline_ms", "step_delay_s", "drain_timeout_s", "ping_interval_s",

@@ -153,15 +153,16 @@ class Engine:
             outs.append(TokenOut(id=seq.id, token=None, finish=FINISH_LENGTH))
             self._seqs.pop(seq.id, None)
             self._finish(seq)
+        sampling_rows = sum(1 + len(item.drafts) for item in plan.scheduled if item.samples)
         budget = embed_budget_tokens(self.config.max_batched_tokens - plan.num_tokens,
-                                     self.config.tokens_beside_decode - plan.prefill_tokens,
-                                     is_sampling=any(item.samples for item in plan.scheduled))
+                                     self.scheduler.latency_allowance(sampling_rows) - plan.prefill_tokens,
+                                     is_sampling=sampling_rows > 0)
         embeds = self.embeddings.schedule(budget, reserve_blocks=len(self.scheduler.running))
         self._last_batch_tokens = plan.num_tokens + sum(e.num_tokens for e in embeds)
         if not plan.scheduled and not embeds:
             return outs
         self._steps_total += 1
-        scheduled_s = self.clock() if self.record_steps else 0.0
+        scheduled_s = self.clock()
         chunks = [self._chunk(item) for item in plan.scheduled]
         num_rows = sum(len(c.tokens) for c in chunks)
         chunks += [e.chunk() for e in embeds]                                  # rows after the rest
@@ -175,6 +176,7 @@ class Engine:
             end = row + chunk.num_logits
             outs.extend(self._postprocess(item, logits[row:end], argmax[row:end]))
             row = end
+        self.scheduler.step_cost.observe(self._last_batch_tokens, self.clock() - scheduled_s)
         if self.record_steps:
             times_s = (start_s, scheduled_s, forward_s, self.clock())
             self.last_step = step_record(self._steps_total, times_s, plan)

@@ -5,8 +5,11 @@ limits, `max_batched_tokens` (rows of the forward) and `max_num_seqs` (sequences
 one latency policy: a step's time grows with its rows, and a decoding stream waits one
 step per token, so while any running sequence decodes, the prefill rows of the step
 (running prefills and new admissions; the engine adds embedding rows under the same
-allowance while a token is awaited) stay within `tokens_beside_decode`. Decode rows go first and are never cut;
-with nobody decoding a step may fill `max_batched_tokens` (prompts alone: throughput).
+allowance while a token is awaited) stay within an allowance: as many rows as keep the
+step within `itl_target_ms` by the step times measured so far (engine/core/step_cost.py),
+and never fewer than `tokens_beside_decode` (so prompts always progress). Decode rows go
+first and are never cut; with nobody decoding a step may fill `max_batched_tokens`
+(prompts alone: throughput).
 
 1. running sequences, highest priority then earliest arrival first: a decoding one gets
    its one token (plus speculative drafts when there is budget), a prefilling one its next
@@ -41,6 +44,7 @@ from engine.types import EngineConfig
 from engine.kv.blocks import BlockManager
 from engine.core.sequence import Sequence
 from engine.core.speculative import SPEC_MAX_DECODING
+from engine.core.step_cost import StepCostModel
 
 # A waiting request is passed over while a running sequence still computes at least this
 # many prompt tokens it could share (whole blocks): waiting one step is then cheaper than
@@ -62,6 +66,7 @@ class StepPlan:
     preempted: list[Sequence] = field(default_factory=list)
     cannot_fit: list[Sequence] = field(default_factory=list)    # alone and still out of blocks
     prefill_tokens: int = 0         # prompt rows in the step (not decode rows, not drafts)
+    prefill_allowance: int = 0      # the latency policy's limit on them
 
     @property
     def num_tokens(self) -> int:
@@ -83,6 +88,7 @@ class Scheduler:
         self.prompt_tokens = 0
         self.prefix_waits_total = 0         # requests passed over for a prefix in flight
         self._speculate = True              # this step: few enough decode rows for drafts
+        self.step_cost = StepCostModel()    # fed by the engine after every step
 
     # ----------------------------------------------------------------- queue
 
@@ -118,7 +124,7 @@ class Scheduler:
     def schedule(self) -> StepPlan:
         plan = StepPlan()
         budget = self.config.max_batched_tokens
-        prefill_room = self.prefill_allowance()
+        prefill_room = plan.prefill_allowance = self.prefill_allowance()
         self._speculate = sum(s.num_uncomputed == 1 for s in self.running) <= SPEC_MAX_DECODING
         self.running.sort(key=lambda s: s.sort_key)
         index = 0
@@ -143,11 +149,21 @@ class Scheduler:
         return plan
 
     def prefill_allowance(self) -> int:
-        """Prefill tokens this step may hold: `tokens_beside_decode` while a running
-        sequence decodes (its next token waits on this step), else the whole step."""
-        if any(seq.num_uncomputed == 1 for seq in self.running):
-            return min(self.config.tokens_beside_decode, self.config.max_batched_tokens)
-        return self.config.max_batched_tokens
+        """Prefill tokens this step may hold. While running sequences decode (their next
+        token waits on this step): what keeps the step within `itl_target_ms` beside
+        their rows by the learned step cost, at least `tokens_beside_decode`; else the
+        whole step."""
+        decoding = sum(seq.num_uncomputed == 1 for seq in self.running)
+        return self.latency_allowance(decoding) if decoding else self.config.max_batched_tokens
+
+    def latency_allowance(self, awaited_rows: int) -> int:
+        """Other rows a step may add beside `awaited_rows` rows whose token is awaited."""
+        cfg = self.config
+        floor = min(cfg.tokens_beside_decode, cfg.max_batched_tokens)
+        rows = self.step_cost.rows_within(cfg.itl_target_ms / 1000) if cfg.itl_target_ms else None
+        if rows is None:
+            return floor
+        return max(floor, min(cfg.max_batched_tokens, rows - awaited_rows))
 
     def _schedule_running(self, seq: Sequence, budget: int, plan: StepPlan) -> Scheduled | None:
         remaining = seq.num_uncomputed

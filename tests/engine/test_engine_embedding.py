@@ -85,7 +85,8 @@ def test_while_a_token_is_awaited_embeddings_add_at_most_their_cap_to_a_step(mod
     the latency policy's tokens_beside_decode; with nothing sampled they take the whole budget."""
     CAP = 128
     engine = Engine(model, EngineConfig(block_size=4, num_kv_blocks=400, prefill_chunk=64,
-                                        max_batched_tokens=4 * CAP, tokens_beside_decode=CAP))
+                                        max_batched_tokens=4 * CAP, tokens_beside_decode=CAP,
+                                        itl_target_ms=0))        # the fixed allowance only
     engine.add_embedding([list(range(1, 60))] * 12)
     engine.step()
     assert engine.stats().batch_tokens > CAP                  # alone: the whole budget

@@ -1,5 +1,6 @@
 """The latency policy: while a running sequence decodes, a step's prompt rows stay within
-`tokens_beside_decode` (decode rows first, never cut); with nobody decoding a prompt may
+an allowance (decode rows first, never cut): what keeps the step within `itl_target_ms` by
+the learned step cost, at least `tokens_beside_decode`; with nobody decoding a prompt may
 fill the step. A decoding stream then gets a token every step while long prompts arrive."""
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import numpy as np
 
 from engine.api import EngineConfig, GenRequest
 from engine.core.engine import Engine
+from engine.core.step_cost import MIN_STEPS_OBSERVED, StepCostModel
 from tests.engine.engine_models import GREEDY, dense_greedy, random_model
 
 BESIDE = 5
@@ -18,7 +20,8 @@ def _prompt(seed: int, n: int) -> tuple[int, ...]:
 
 def _engine(model) -> Engine:
     return Engine(model, EngineConfig(block_size=4, num_kv_blocks=200, prefill_chunk=32,
-                                      max_batched_tokens=64, tokens_beside_decode=BESIDE))
+                                      max_batched_tokens=64, tokens_beside_decode=BESIDE,
+                                      itl_target_ms=0))          # the fixed allowance only
 
 
 def test_alone_a_prompt_takes_a_whole_chunk():
@@ -59,3 +62,42 @@ def test_the_allowance_never_exceeds_the_step():
     engine.add_request(GenRequest(prompt=_prompt(5, 3), params=GREEDY, max_tokens=5))
     engine.step()
     assert engine.scheduler.prefill_allowance() == 8
+
+
+# --------------------------------------------------------------------------- the learned step cost
+
+def _fed(fixed_s: float, per_row_s: float, rows=(8, 40, 16, 64, 24, 100, 10, 70, 30, 90)) -> StepCostModel:
+    model = StepCostModel()
+    for n in rows:
+        model.observe(n, fixed_s + per_row_s * n)
+    return model
+
+
+def test_the_step_cost_fit_recovers_an_affine_step_time():
+    fixed_s, per_row_s = _fed(0.030, 0.002).fit()
+    assert abs(fixed_s - 0.030) < 1e-9 and abs(per_row_s - 0.002) < 1e-12
+    assert _fed(0.030, 0.002).rows_within(0.5) == 235                 # (0.5 - 0.03) / 0.002
+    assert _fed(0.030, 0.002, rows=(8,) * 20).rows_within(0.5) is None    # no spread: no slope
+    assert _fed(0.030, 0.002, rows=(8, 40, 16)).rows_within(0.5) is None  # too few steps
+    assert MIN_STEPS_OBSERVED > 3
+    flat = StepCostModel()
+    for n in (8, 40, 16, 64, 24, 100, 10, 70, 30, 90):
+        flat.observe(n, 0.0)                                           # a clock that never moves
+    assert flat.rows_within(0.5) is None
+
+
+def test_with_a_learned_cost_the_allowance_is_what_fits_the_target_beside_the_decodes():
+    model = random_model(seed=34)
+    engine = Engine(model, EngineConfig(block_size=4, num_kv_blocks=200, max_batched_tokens=512,
+                                        tokens_beside_decode=BESIDE, itl_target_ms=500))
+    for i in range(3):
+        engine.add_request(GenRequest(prompt=_prompt(40 + i, 4), params=GREEDY, max_tokens=30))
+    engine.step()                                                      # all three decode now
+    engine.scheduler.step_cost = _fed(0.030, 0.002)                    # 235 rows within 0.5 s
+    assert engine.scheduler.prefill_allowance() == 235 - 3
+    engine.scheduler.step_cost = _fed(0.450, 0.002)                    # a slow machine: 25 rows
+    assert engine.scheduler.prefill_allowance() == 25 - 3
+    engine.scheduler.step_cost = _fed(0.499, 0.002)                    # nothing fits: the floor
+    assert engine.scheduler.prefill_allowance() == BESIDE
+    engine.scheduler.step_cost = _fed(0.0001, 0.00001)                 # everything fits: the step
+    assert engine.scheduler.prefill_allowance() == 512
