@@ -172,7 +172,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.case == "sweep":
         print_sweep(sweep(args, roof))
     elif args.case == "prefix":
-        prefix_case(args, open_server)
+        for setting in args.config_set or [""]:          # e.g. repo=../before, repo=.
+            print(f"# prefix case: {setting or 'defaults'}")
+            prefix_case(args, lambda a, pairs, more=config_sets(setting): open_server(a, pairs + more))
     else:
         spec_case(args, open_server)
     return 0
