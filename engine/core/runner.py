@@ -29,6 +29,7 @@ What it is not: scheduling or sampling. Chunks in, logits out.
 """
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,6 +42,10 @@ from engine.model.spec import LlamaWeights, ModelConfig
 
 F32 = np.float32
 NO_ROWS = np.zeros(0, dtype=np.int64)        # no hidden rows wanted: plain generation steps
+# Shared-prefix scores at least this large have their exp pass split over two threads:
+# numpy's elementwise passes run on one core (BLAS uses both only inside a gemm), and they
+# are most of a cached prefix's cost. Smaller arrays are not worth a thread hand-off.
+PARALLEL_MIN_ELEMENTS = 1 << 18
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +74,10 @@ class ModelRunner:
         # RoPE angles for every position once: [max_model_len, hd/2] each.
         self.cos_table, self.sin_table = llama.rope_cos_sin(
             np.arange(max_model_len), config.head_dim, config.rope_theta)
+        # One helper thread for the elementwise passes (numpy releases the GIL in them);
+        # started on first use, idle otherwise.
+        self.helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tl-runner")
+        self.parallel_min_elements = PARALLEL_MIN_ELEMENTS
 
     # ----------------------------------------------------------------- the step
 
@@ -163,13 +172,24 @@ class ModelRunner:
         norm = scores.sum(axis=-1)                                                          # [B, KV, G*n]
         ctx = scores @ values.transpose(0, 2, 1, 3)                                         # [B, KV, G*n, hd]
         if shared is not None:
-            shared -= _per_head(shift)[..., None]
-            np.exp(shared, out=shared)
-            norm += _per_member(shared.sum(axis=-1), b)
+            norm += _per_member(self._exp_rows(shared, _per_head(shift)), b)
             ctx += _per_member(shared @ shared_values.transpose(1, 0, 2), b)                # [B, KV, G*n, hd]
         ctx /= norm[..., None]                                                              # softmax, normalised late
         ctx = ctx.reshape(b, kvh, grp, n, hd).transpose(0, 3, 1, 2, 4)                      # [B, n, KV, G, hd]
         return ctx.reshape(b * n, cfg.q_size)                                               # [B*n, H*hd]
+
+    def _exp_rows(self, scores: np.ndarray, shift: np.ndarray) -> np.ndarray:
+        """scores [KV, R, S] -> exp(scores - shift) in place; returns the row sums [KV, R].
+
+        A large array is cut in two halves of rows, one on the helper thread: the same
+        arithmetic on the same elements, so the result does not depend on the split."""
+        rows = scores.shape[1]
+        if scores.size < self.parallel_min_elements or rows < 2:
+            return _exp_shifted(scores, shift)
+        half = rows // 2
+        other = self.helper.submit(_exp_shifted, scores[:, half:], shift[:, half:])
+        first = _exp_shifted(scores[:, :half], shift[:, :half])
+        return np.concatenate([first, other.result()], axis=1)                              # [KV, R]
 
     def _attend_mirror(self, qg: np.ndarray, layer: int, g: MirrorGroup) -> np.ndarray:
         """Decode rows over the mirror's dense rows (views, no gather): qg [B, KV, G, hd].
@@ -213,6 +233,13 @@ def _shared_scores(qg: np.ndarray, keys: np.ndarray) -> np.ndarray:
     rows = qg.transpose(1, 0, 2, 3).reshape(kvh, b * gn, hd)                           # [KV, B*Gn, hd]
     keys_hm = np.ascontiguousarray(keys.transpose(1, 0, 2))                            # [KV, S, hd]
     return rows @ keys_hm.transpose(0, 2, 1)                                           # [KV, B*Gn, S]
+
+
+def _exp_shifted(scores: np.ndarray, shift: np.ndarray) -> np.ndarray:
+    """scores [KV, R, S] -= shift [KV, R]; exp in place; returns the sums over S [KV, R]."""
+    scores -= shift[..., None]
+    np.exp(scores, out=scores)
+    return scores.sum(axis=-1)
 
 
 def _per_member(head_major: np.ndarray, batch: int) -> np.ndarray:

@@ -94,7 +94,8 @@ def test_engine_mixes_greedy_rows_with_processed_ones():
 
 # --------------------------------------------------------------------------- runner fast paths
 
-def test_shared_prefix_blocks_are_attended_once_and_match_dense():
+@pytest.mark.parametrize("split", [False, True], ids=["one-thread", "exp-split-over-two"])
+def test_shared_prefix_blocks_are_attended_once_and_match_dense(split):
     model = random_model(seed=11)
     rng = np.random.default_rng(5)
     prefix = list(map(int, rng.integers(0, 64, 2 * BS)))                  # two full blocks
@@ -102,12 +103,18 @@ def test_shared_prefix_blocks_are_attended_once_and_match_dense():
     tables = [(0, 1, 2), (0, 1, 3), (0, 1, 4)]                            # blocks 0, 1 shared
     run = ModelRunner(model.config, model.weights, KVCache(model.config, 8, BS), 64)
     run.forward([Chunk(tuple(prefix), 0, (0, 1), 0)])
+    if split:                                                             # the helper thread's path
+        run.parallel_min_elements = 0
+        calls = []
+        submit = run.helper.submit
+        run.helper.submit = lambda *a: calls.append(1) or submit(*a)
     chunks = [Chunk(tuple(s[2 * BS:]), 2 * BS, t, 3) for s, t in zip(seqs, tables)]
     (group,) = run.planner.plan(chunks)
     assert list(group.shared_blocks) == [0, 1] and group.block_index.tolist() == [[2], [3], [4]]
     got = run.forward(chunks)                                             # [9, V]
     want = np.concatenate([logits_of(model, s)[2 * BS:] for s in seqs])
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert not split or len(calls) == model.config.num_layers             # one hand-off a layer
 
 
 def test_blocks_a_query_cannot_wholly_see_are_not_shared():
