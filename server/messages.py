@@ -31,28 +31,31 @@ def _bad(param: str, message: str) -> ApiError:
     return ApiError("invalid_request", message, param=param)
 
 
-def check_part(where: str, part: Any) -> dict:
-    """One content part -> the part itself (a text part), or the 400/422 naming it."""
+def check_part(where: str, part: Any, text_types: tuple[str, ...] = (TEXT_PART,)) -> dict:
+    """One content part -> the part itself (a text part, its type one of `text_types`), or
+    the 400/422 naming it."""
     if not isinstance(part, dict):
         raise _bad(where, f"'{where}' must be an object with 'type' and 'text'.")
     kind = part.get("type")
     if kind in MEDIA_PARTS:
         raise ApiError("unsupported_parameter", f"Content parts of type {kind!r} are not "
                        "supported: this model reads text only.", param=f"{where}.type")
-    if kind != TEXT_PART:
+    if kind not in text_types:
+        expected = " or ".join(repr(t) for t in text_types)
         raise _bad(f"{where}.type", f"{kind!r} is not a valid content part type; expected "
-                                    "'text'.")
+                                    f"{expected}.")
     if not isinstance(part.get("text"), str):
         raise _bad(f"{where}.text", f"'{where}.text' must be a string.")
     return part
 
 
-def check_content(where: str, content: Any) -> str | list[dict]:
+def check_content(where: str, content: Any,
+                  text_types: tuple[str, ...] = (TEXT_PART,)) -> str | list[dict]:
     """A message's `content`: a string, or a list of text parts (kept as given)."""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return [check_part(f"{where}[{j}]", part) for j, part in enumerate(content)]
+        return [check_part(f"{where}[{j}]", part, text_types) for j, part in enumerate(content)]
     raise _bad(where, f"'{where}' must be a string or a list of content parts.")
 
 

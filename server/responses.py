@@ -31,7 +31,7 @@ from engine.api import FINISH_LENGTH, GrammarSpec, SamplingParams, schema_spec
 from server import documents as docs
 from server.defaults import SamplingDefaults
 from server.errors import ApiError
-from server.messages import MEDIA_PARTS
+from server.messages import check_content
 from server.openai import (GenSpec, bad, boolean, integer, load_json_object, model_name,
                            number, unsupported)
 from server.streams import Piece
@@ -40,7 +40,7 @@ from sse import event
 
 MAX_INPUT_ITEMS = 4096          # as many as chat's MAX_MESSAGES
 INPUT_ROLES = frozenset({"user", "assistant", "system", "developer"})
-TEXT_PARTS = frozenset({"input_text", "output_text"})  # output_text: an earlier answer sent back
+TEXT_PARTS = ("input_text", "output_text")  # output_text: an earlier answer sent back
 # Items a stateful or tool-calling server would take; this one has neither yet.
 UNSERVED_ITEMS = frozenset({"function_call", "function_call_output", "reasoning",
                             "item_reference", "custom_tool_call", "custom_tool_call_output"})
@@ -68,25 +68,12 @@ class ResponsesSpec:
 # ---- parsing -------------------------------------------------------------------------------
 
 def _content(where: str, content: Any) -> str | list[dict]:
-    """A message item's content: a string, or text parts -> chat text parts."""
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        raise bad(where, f"'{where}' must be a string or a list of content parts.")
-    parts = []
-    for j, part in enumerate(content):
-        at = f"{where}[{j}]"
-        kind = part.get("type") if isinstance(part, dict) else None
-        if kind in MEDIA_PARTS:
-            raise unsupported(f"{at}.type", f"Content parts of type {kind!r} are not "
-                                            "supported: this model reads text only.")
-        if kind not in TEXT_PARTS:
-            raise bad(f"{at}.type", f"{kind!r} is not a valid content part type here; "
-                                    "expected 'input_text' (or 'output_text').")
-        if not isinstance(part.get("text"), str):
-            raise bad(f"{at}.text", f"'{at}.text' must be a string.")
-        parts.append({"type": "text", "text": part["text"]})
-    return parts
+    """A message item's content: a string, or text parts (the chat check, with the
+    Responses API's part types) -> chat text parts."""
+    checked = check_content(where, content, TEXT_PARTS)
+    if isinstance(checked, str):
+        return checked
+    return [{"type": "text", "text": part["text"]} for part in checked]
 
 
 def _item(i: int, item: Any) -> dict:

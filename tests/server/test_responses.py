@@ -237,3 +237,18 @@ def test_an_error_before_the_head_is_an_openai_error_response():
     out = stream_.poll(0.0)
     assert out.done and out.head.status == 500
     assert json.loads(b"".join(out.chunks))["error"]["type"] == "server_error"
+
+
+def test_content_parts_are_checked_by_the_chat_rule_with_the_responses_part_types():
+    def content_refusal(parts):
+        return refusal(input=[{"role": "user", "content": parts}])
+    err = content_refusal([{"type": "text", "text": "chat's type"}])
+    assert (err.status, err.param) == (400, "input[0].content[0].type")
+    assert "'input_text' or 'output_text'" in err.message
+    err = content_refusal(["not an object"])
+    assert (err.status, err.param) == (400, "input[0].content[0]")
+    err = content_refusal([{"type": "input_text", "text": 3}])
+    assert (err.status, err.param) == (400, "input[0].content[0].text")
+    ok = parse(input=[{"role": "user", "content": [{"type": "input_text", "text": "a"},
+                                                     {"type": "output_text", "text": "b"}]}])
+    assert ok.gen.messages[0]["content"] == [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]
