@@ -7,12 +7,20 @@ import subprocess
 import threading
 from contextlib import contextmanager
 
+import openai
 import requests
 
 from server.config import ServeConfig
 from server.serve import spawn
 
 TIMEOUT_S = 30
+
+
+def openai_client(handle, timeout_s: float = TIMEOUT_S) -> openai.OpenAI:
+    """The official client pointed at a running server: no retries (a test sees the first
+    answer), no key (the test servers have none)."""
+    return openai.OpenAI(base_url=handle.http_url + "/v1", api_key="unused", max_retries=0,
+                         timeout=timeout_s)
 
 
 @contextmanager

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import json
 
-import openai
 import pytest
 
 from server.app import choice_seed
-from tests.e2e.helpers import post, running_server, sse_events
+from tests.e2e.helpers import post, running_server, sse_events, openai_client
 
 PROMPT = "the quick brown fox jumps over the lazy dog " * 3
 
@@ -44,7 +43,7 @@ def test_seeded_choices_reproducible_distinct_and_choice_zero_is_n1(tiny):
 
 def test_greedy_n2_gives_two_identical_choices_each_with_its_finish(tiny):
     handle, name = tiny
-    client = openai.OpenAI(base_url=handle.http_url + "/v1", api_key="x", max_retries=0)
+    client = openai_client(handle)
     done = client.chat.completions.create(model=name, messages=[{"role": "user",
                                                                  "content": PROMPT}],
                                           n=2, max_tokens=5, temperature=0)

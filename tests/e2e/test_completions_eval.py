@@ -11,7 +11,7 @@ import pytest
 
 from engine.model import llama
 from engine.model.loader import load_model
-from tests.e2e.helpers import post, running_server, sse_events
+from tests.e2e.helpers import post, running_server, sse_events, openai_client
 
 TOP = 3
 TOLERANCE = 1e-4
@@ -96,7 +96,7 @@ def test_streamed_echo_sends_the_scored_prompt_first(tiny):
 
 def test_openai_client_scores_a_batch(tiny):
     handle, model, name = tiny
-    client = openai.OpenAI(base_url=handle.http_url + "/v1", api_key="x", max_retries=0)
+    client = openai_client(handle)
     done = client.completions.create(model=name, prompt=["one", "two three"], echo=True,
                                      max_tokens=0, logprobs=20)
     assert [c.text for c in done.choices] == ["one", "two three"]

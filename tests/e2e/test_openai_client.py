@@ -6,7 +6,7 @@ import threading
 import openai
 import pytest
 
-from tests.e2e.helpers import chat_body, metrics, open_stream, post, running_server
+from tests.e2e.helpers import chat_body, metrics, open_stream, post, running_server, openai_client
 from tests.polling import wait_for
 
 
@@ -24,8 +24,7 @@ def _engine(**fields):
 
 @pytest.fixture(scope="module")
 def client(server):
-    return openai.OpenAI(base_url=server.http_url + "/v1", api_key="unused", max_retries=0,
-                         timeout=30)
+    return openai_client(server, timeout_s=30)
 
 
 def test_client_chat_and_stream_with_usage(client):

@@ -14,7 +14,7 @@ import pytest
 import requests
 from openai.types.responses import ResponseFailedEvent
 
-from tests.e2e.helpers import TIMEOUT_S, post, running_server
+from tests.e2e.helpers import TIMEOUT_S, post, running_server, openai_client
 from tests.polling import wait_for
 
 ENUM_FORMAT = {"format": {"type": "json_schema", "name": "word",
@@ -37,8 +37,7 @@ def server(succ_model_dir):
 
 @pytest.fixture(scope="module")
 def client(server):
-    return openai.OpenAI(base_url=server.http_url + "/v1", api_key="unused", max_retries=0,
-                         timeout=30)
+    return openai_client(server, timeout_s=30)
 
 
 def test_create_cut_by_max_output_tokens_is_incomplete(client):

@@ -8,12 +8,11 @@ import re
 from typing import Optional
 
 import jsonschema
-import openai
 import pydantic
 import pytest
 
 from engine.api import MAX_COMPILE_WORK, MAX_SCHEMA_DEPTH
-from tests.e2e.helpers import chat_body, post, running_server
+from tests.e2e.helpers import chat_body, post, running_server, openai_client
 
 
 class Color(str, enum.Enum):
@@ -42,7 +41,7 @@ def server(tiny_llama_dir):
 
 @pytest.fixture(scope="module")
 def client(server):
-    return openai.OpenAI(base_url=server.http_url + "/v1", api_key="unused", max_retries=0, timeout=60)
+    return openai_client(server, timeout_s=60)
 
 
 def test_openai_parse_returns_a_pydantic_object(client, tiny_llama_dir):

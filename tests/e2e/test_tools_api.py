@@ -8,12 +8,11 @@ from __future__ import annotations
 import json
 
 import jsonschema
-import openai
 import pydantic
 import pytest
 
 from server.config import EngineConfig
-from tests.e2e.helpers import running_server
+from tests.e2e.helpers import running_server, openai_client
 
 pytestmark = pytest.mark.real_model
 
@@ -42,7 +41,7 @@ def server(real_model_dir):
 
 @pytest.fixture(scope="module")
 def client(server):
-    return openai.OpenAI(base_url=server.http_url + "/v1", api_key="unused", max_retries=0, timeout=120)
+    return openai_client(server, timeout_s=120)
 
 
 def _valid(call) -> dict:
