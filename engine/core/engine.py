@@ -40,7 +40,7 @@ from engine.kv.blocks import BlockManager
 from engine.kv.pools import KVCache, num_blocks_for_budget
 from engine.model.spec import Model
 from engine.core.runner import Chunk, ModelRunner
-from engine.core.scheduler import Scheduled, Scheduler
+from engine.core.scheduler import Scheduled, Scheduler, StepPlan
 from engine.core.embedding import EmbedDone, EmbeddingQueue, embed_budget_tokens
 from engine.core.sequence import Sequence
 from engine.core.snapshot import EngineSnapshot, StepRecord, build_snapshot, step_record
@@ -153,11 +153,7 @@ class Engine:
             outs.append(TokenOut(id=seq.id, token=None, finish=FINISH_LENGTH))
             self._seqs.pop(seq.id, None)
             self._finish(seq)
-        sampling_rows = sum(1 + len(item.drafts) for item in plan.scheduled if item.samples)
-        budget = embed_budget_tokens(self.config.max_batched_tokens - plan.num_tokens,
-                                     self.scheduler.latency_allowance(sampling_rows) - plan.prefill_tokens,
-                                     is_sampling=sampling_rows > 0)
-        embeds = self.embeddings.schedule(budget, reserve_blocks=len(self.scheduler.running))
+        embeds = self._embedding_rows(plan) if self.embeddings.has_work() else []
         self._last_batch_tokens = plan.num_tokens + sum(e.num_tokens for e in embeds)
         if not plan.scheduled and not embeds:
             return outs
@@ -181,6 +177,15 @@ class Engine:
             times_s = (start_s, scheduled_s, forward_s, self.clock())
             self.last_step = step_record(self._steps_total, times_s, plan)
         return outs
+
+    def _embedding_rows(self, plan: StepPlan) -> list:
+        """Embedding pieces for this step, within the latency policy's room while a token
+        is awaited (engine/core/embedding.py: `embed_budget_tokens`)."""
+        sampling_rows = sum(1 + len(item.drafts) for item in plan.scheduled if item.samples)
+        budget = embed_budget_tokens(self.config.max_batched_tokens - plan.num_tokens,
+                                     self.scheduler.latency_allowance(sampling_rows) - plan.prefill_tokens,
+                                     is_sampling=sampling_rows > 0)
+        return self.embeddings.schedule(budget, reserve_blocks=len(self.scheduler.running))
 
     @staticmethod
     def _chunk(item: Scheduled) -> Chunk:

@@ -124,8 +124,9 @@ class Scheduler:
     def schedule(self) -> StepPlan:
         plan = StepPlan()
         budget = self.config.max_batched_tokens
-        prefill_room = plan.prefill_allowance = self.prefill_allowance()
-        self._speculate = sum(s.num_uncomputed == 1 for s in self.running) <= SPEC_MAX_DECODING
+        decoding = self._num_decoding()
+        prefill_room = plan.prefill_allowance = self._allowance(decoding)
+        self._speculate = decoding <= SPEC_MAX_DECODING
         self.running.sort(key=lambda s: s.sort_key)
         index = 0
         while index < len(self.running) and budget > 0:
@@ -153,7 +154,12 @@ class Scheduler:
         token waits on this step): what keeps the step within `itl_target_ms` beside
         their rows by the learned step cost, at least `tokens_beside_decode`; else the
         whole step."""
-        decoding = sum(seq.num_uncomputed == 1 for seq in self.running)
+        return self._allowance(self._num_decoding())
+
+    def _num_decoding(self) -> int:
+        return sum(seq.num_uncomputed == 1 for seq in self.running)
+
+    def _allowance(self, decoding: int) -> int:
         return self.latency_allowance(decoding) if decoding else self.config.max_batched_tokens
 
     def latency_allowance(self, awaited_rows: int) -> int:
