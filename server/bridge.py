@@ -45,6 +45,7 @@ from typing import Callable, ClassVar, Union
 
 from engine.api import (FINISH_DEADLINE, Engine, EngineStats, GenRequest, PromptLogprobs,
                         PromptTooLong, RequestRefused, TokenOut)
+from server.arrivals import ArrivalWindow
 from server.embedding_jobs import EmbedTicket, EmbeddingJobs
 from server.engine_view import EngineView
 from server.errors import ApiError
@@ -201,8 +202,9 @@ class EngineBridge:
 
     def __init__(self, engine: Engine, *, queue: QueuePolicy, step_delay_s: float = 0.0,
                  clock: Callable[[], float] = time.monotonic, view: EngineView | None = None,
-                 tracer: TraceWriter | None = None):
+                 tracer: TraceWriter | None = None, arrivals: ArrivalWindow = ArrivalWindow(0)):
         self._engine = engine
+        self._arrivals = arrivals               # an idle engine's wait for the rest of a burst
         self._clock = clock                     # the engine's clock: deadlines are compared there
         self.queue = queue
         self.gate = AdmissionGate(queue.capacity_requests)
@@ -339,6 +341,9 @@ class EngineBridge:
                     self._cond.wait()
                 if self._stopping:
                     break
+                if not self._engine.has_work():                    # idle: let a burst land
+                    self._arrivals.gather(self._cond, lambda: len(self._inbox),
+                                          lambda: self._stopping)
                 commands, self._inbox = self._inbox, []
             for command in commands:
                 self._apply(command)

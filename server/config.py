@@ -32,6 +32,7 @@ from engine.api import (PREFIX_CACHE_MODES, PREFIX_CACHE_RULE, SPECULATIVE_METHO
                         check_speculative_config, model_name)
 
 from server import defaults as sampling
+from server.arrivals import DEFAULT_ARRIVAL_WINDOW_MS
 from server.http.connstate import parse_address
 
 ENV_PREFIX = "TL_ENGINE__"
@@ -39,6 +40,7 @@ DEFAULT_MODEL_DIR = "artifacts/models/smol-135m"
 USER_MODEL_SUBDIR = "tl-serve/models/smol-135m"    # under $XDG_DATA_HOME (~/.local/share)
 ACCESS_LOG_STREAMS = ("stdout", "stderr", "off")   # else: a file path
 REDACTED = "<redacted>"
+MAX_ARRIVAL_WINDOW_MS = 1000                       # a longer wait would be a delay, not a window
 
 class ConfigError(ValueError):
     """A configuration value or key was refused; the message names the key."""
@@ -65,6 +67,7 @@ class ServeConfig:
     queue_deadline_ms: int = 120_000           # unscheduled past this -> 503 no_capacity (before the head)
     handle_signals: bool = False               # run() sets True: SIGTERM drains
     step_delay_s: float = 0.0                  # slows each engine step (fault tests only)
+    arrival_window_ms: int = DEFAULT_ARRIVAL_WINDOW_MS   # an idle engine gathers a burst (0: off)
     drain_timeout_s: float = 60.0              # in-flight streams get this long on SIGTERM
     ping_interval_s: float = 15.0              # SSE ": ping" after this long without a token
     engine_view: bool = True                   # /engine and /engine/snapshot on the health port
@@ -160,6 +163,8 @@ KEYS: dict[str, Key] = {
     "queue_capacity": Key(int, _positive, "an integer >= 1"),
     "queue_deadline_ms": Key(int, _positive, "an integer >= 1"),
     "step_delay_s": Key(float, _non_negative, "a number >= 0"),
+    "arrival_window_ms": Key(int, lambda v: 0 <= v <= MAX_ARRIVAL_WINDOW_MS,
+                             f"an integer from 0 (off) to {MAX_ARRIVAL_WINDOW_MS}"),
     "drain_timeout_s": Key(float, _non_negative, "a number >= 0"),
     "ping_interval_s": Key(float, lambda v: v > 0, "a number > 0"),
     "engine_view": Key(bool, lambda v: True, "true or false"),
@@ -179,7 +184,8 @@ ENGINE_FIELDS = ("prefill_chunk", "block_size", "kv_cache_mib", "num_kv_blocks",
                  "max_model_len",
                  "prefix_cache")
 SERVE_FIELDS = ("model_dir", "model_id", "http_listen", "health_listen", "queue_capacity",
-                "queue_deadline_ms", "step_delay_s", "drain_timeout_s", "ping_interval_s",
+                "queue_deadline_ms", "step_delay_s", "arrival_window_ms", "drain_timeout_s",
+                "ping_interval_s",
                 "engine_view", "trace_file", "trace_max_mib",
                 "api_key", "cors_allow_origins", "access_log", "default_overrides")
 PATH_KEYS = ("model_dir", "api_key_file", "access_log", "trace_file")   # relative to the config file

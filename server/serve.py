@@ -32,6 +32,7 @@ from engine.api import (Engine, EngineConfig, ModelFormatError, load_model, mode
 from server import defaults as sampling
 from server.access import AccessLog, open_access_log
 from server.app import ApiApp, HealthApp, ServedModel, ServerState
+from server.arrivals import ArrivalWindow
 from server.auth import ApiKeyCheck
 from server.bridge import EngineBridge, QueuePolicy
 from server.config import ConfigError, ServeConfig, settings_changed
@@ -163,6 +164,7 @@ def load(cfg: ServeConfig, handle: ServerHandle, wrap_engine: EngineWrapper | No
                         batch_slots=engine_cfg.max_num_seqs)
     bridge = EngineBridge(wrap_engine(engine) if wrap_engine else engine, queue=queue,
                           step_delay_s=cfg.step_delay_s,
+                          arrivals=ArrivalWindow(cfg.arrival_window_ms),
                           view=EngineView() if cfg.engine_view else None,
                           tracer=_tracer(cfg))
     served = ServedModel(model, cfg.model_id, engine.max_model_len(),
