@@ -149,6 +149,8 @@ class Engine:
         for out in outs:
             self._seqs.pop(out.id)
         plan = self.scheduler.schedule()
+        for copy in plan.copies:                         # prefix hits that end inside a block
+            self.kv.copy_rows(copy.src_block, copy.dst_block, copy.num_tokens)
         for seq in plan.cannot_fit:
             outs.append(TokenOut(id=seq.id, token=None, finish=FINISH_LENGTH))
             self._seqs.pop(seq.id, None)

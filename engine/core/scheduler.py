@@ -60,11 +60,21 @@ class Scheduled:
     drafts: tuple[int, ...] = ()        # speculative tokens appended after the last token
 
 
+@dataclass(frozen=True, slots=True)
+class BlockCopy:
+    """Copy K/V rows 0..num_tokens-1 of a cached block into a sequence's own new block (for
+    every layer) before the step's forward: a prefix hit that ends inside a block."""
+    src_block: int
+    dst_block: int
+    num_tokens: int
+
+
 @dataclass(slots=True)
 class StepPlan:
     scheduled: list[Scheduled] = field(default_factory=list)
     preempted: list[Sequence] = field(default_factory=list)
     cannot_fit: list[Sequence] = field(default_factory=list)    # alone and still out of blocks
+    copies: list[BlockCopy] = field(default_factory=list)       # run before the forward
     prefill_tokens: int = 0         # prompt rows in the step (not decode rows, not drafts)
     prefill_allowance: int = 0      # the latency policy's limit on them
 
@@ -209,12 +219,14 @@ class Scheduler:
             if self._waits_for_prefix(seq):
                 index += 1                 # it waits; the requests behind it go on
                 continue
-            self._take_cached_prefix(seq)
+            copy = self._take_cached_prefix(seq)
             want = min(seq.num_uncomputed, self.config.prefill_chunk, budget)
             if not self.blocks.grow(seq.blocks, seq.num_computed + want):
                 self.blocks.release(seq.blocks)
                 seq.reset_for_recompute()
                 break
+            if copy is not None:
+                plan.copies.append(copy)
             self.waiting.pop(index)
             if not seq.was_scheduled:
                 seq.was_scheduled = True
@@ -248,13 +260,35 @@ class Scheduler:
             best = max(best, common - other.num_computed)
         return best
 
-    def _take_cached_prefix(self, seq: Sequence) -> None:
-        """Start from the longest cached prefix; at least one token is always computed."""
-        max_blocks = (len(seq.tokens) - 1) // self.blocks.block_size
+    def _take_cached_prefix(self, seq: Sequence) -> BlockCopy | None:
+        """Start from the longest cached prefix; at least one token is always computed.
+
+        Whole blocks are shared from the tree; where the prompt then leaves the cached path
+        inside a block (a question after a system prompt whose last block is partly its
+        own), the matching leading rows of that cached block are copied into a fresh block
+        of this sequence, so the hit is exact to the token. Returns that copy, if any."""
+        bs = self.blocks.block_size
+        max_blocks = (len(seq.tokens) - 1) // bs
         if seq.scores_prompt:              # prompt scoring needs every position's logits
-            max_blocks = 0
+            self._share_blocks(seq, 0)
+            return None
+        node = self._share_blocks(seq, max_blocks)
+        done = seq.num_computed
+        src, common = self.blocks.match_partial(node, seq.tokens[done:len(seq.tokens) - 1])
+        if common == 0:
+            return None
+        fresh = self.blocks.allocate(1)
+        if fresh is None:
+            return None
+        seq.blocks.append(fresh[0])
+        seq.num_computed = done + common
+        return BlockCopy(src, fresh[0], common)
+
+    def _share_blocks(self, seq: Sequence, max_blocks: int):
+        """Take the longest cached run of whole blocks; returns its tree node."""
         blocks, node = self.blocks.match_prefix(seq.tokens, max_blocks)
         seq.blocks = blocks
         seq.radix_node = node
         seq.num_committed_blocks = len(blocks)
         seq.num_computed = len(blocks) * self.blocks.block_size
+        return node

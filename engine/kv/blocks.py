@@ -130,6 +130,17 @@ class BlockManager:
             self._take_ref(node)
         return [node.block for node in path], (path[-1] if path else self.radix.root)
 
+    def match_partial(self, node: RadixNode | None, tokens) -> tuple[int, int]:
+        """After `match_prefix`: a cached block below `node` whose first n ids are
+        `tokens[:n]`, as (block id, n); its rows 0..n-1 hold exactly the K/V of those
+        positions, since a block's K/V depend only on the ids up to them. (-1, 0) when
+        there is none or the cache is off. No reference is taken: the caller copies the
+        rows in the same step, before any forward can write that block again."""
+        if node is None or self.radix is None:
+            return -1, 0
+        child, common = self.radix.partial_match(node, tokens[:self.block_size - 1])
+        return (child.block, common) if child is not None else (-1, 0)
+
     def _take_ref(self, node: RadixNode) -> None:
         if self.ref_counts[node.block] == 0:
             self.num_used_blocks += 1

@@ -67,6 +67,11 @@ class KVCache:
         self.k_slots[layer][slots] = k
         self.v_slots[layer][slots] = v
 
+    def copy_rows(self, src_block: int, dst_block: int, num_rows: int) -> None:
+        """Rows 0..num_rows-1 of one block into another, in every layer's K and V."""
+        for pool in (*self.k, *self.v):
+            pool[dst_block, :num_rows] = pool[src_block, :num_rows]
+
     def gather(self, layer: int, block_index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """block_index [B, nb] -> (K, V) each [B, nb*bs, KV, hd] (copies)."""
         b, nb = block_index.shape

@@ -16,6 +16,10 @@ longer cached prefix still hangs below it.
 """
 from __future__ import annotations
 
+# A node with more children than this is not scanned for a partial block (the scan is a
+# Python loop over its children's keys): a root under thousands of unrelated first blocks.
+MAX_PARTIAL_SCAN_CHILDREN = 256
+
 
 class RadixNode:
     """One full block of a cached prefix."""
@@ -53,6 +57,23 @@ class RadixCache:
             path.append(child)
             node = child
         return path
+
+    def partial_match(self, node: RadixNode, tokens) -> tuple[RadixNode | None, int]:
+        """The child of `node` whose block starts with the most leading ids of `tokens`
+        (fewer than a block: a prompt that leaves the cached path inside a block), and how
+        many: (None, 0) when none starts with `tokens[0]` or `node` has too many children."""
+        if len(node.children) > MAX_PARTIAL_SCAN_CHILDREN:
+            return None, 0
+        best, best_len = None, 0
+        for key, child in node.children.items():
+            common = 0
+            for mine, theirs in zip(tokens, key):
+                if mine != theirs:
+                    break
+                common += 1
+            if common > best_len:
+                best, best_len = child, common
+        return best, best_len
 
     def __len__(self) -> int:
         return len(self.node_of_block)

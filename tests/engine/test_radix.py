@@ -59,3 +59,23 @@ def test_a_referenced_parent_does_not_become_evictable():
     cache.mark_unreferenced(11)
     assert cache.evict_one(lambda b: False) == 11
     assert cache.num_evictable == 0
+
+
+def test_partial_match_finds_the_child_block_sharing_the_most_leading_ids():
+    cache = RadixCache(4)
+    top = cache.insert(cache.root, (1, 2, 3, 4), 10)
+    cache.insert(top, (5, 6, 7, 8), 11)
+    cache.insert(top, (5, 6, 9, 9), 12)
+    cache.insert(top, (7, 7, 7, 7), 13)
+    child, common = cache.partial_match(top, (5, 6, 7, 0))
+    assert (child.block, common) == (11, 3)
+    assert cache.partial_match(top, (8, 6, 7)) == (None, 0)              # no child starts with 8
+    assert cache.partial_match(top, ())[1] == 0
+
+
+def test_partial_match_skips_a_node_with_too_many_children():
+    from engine.kv.radix import MAX_PARTIAL_SCAN_CHILDREN
+    cache = RadixCache(2)
+    for i in range(MAX_PARTIAL_SCAN_CHILDREN + 1):
+        cache.insert(cache.root, (i, 0), 100 + i)
+    assert cache.partial_match(cache.root, (3, 9)) == (None, 0)
