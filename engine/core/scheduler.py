@@ -20,7 +20,9 @@ first and are never cut; with nobody decoding a step may fill `max_batched_token
    the waiting queue with its output so far, to be prefilled again later;
 3. if nobody was preempted, waiting sequences are admitted in the same order while there
    is budget, room in the batch and blocks: each first takes the longest cached prefix of
-   its tokens from the radix tree, then allocates blocks for its first piece. A request
+   its tokens from the radix tree (whole blocks shared, then the leading rows of a cached
+   block it matches only in part copied: exact to the token), then allocates blocks for
+   its first piece. A request
    whose prompt starts with whole blocks that a running sequence is still computing is
    passed over until they are computed, then takes them from the tree: requests that
    arrive together on a new shared prefix compute it once. Waiting costs a step, so it
