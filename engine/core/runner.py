@@ -46,6 +46,10 @@ NO_ROWS = np.zeros(0, dtype=np.int64)        # no hidden rows wanted: plain gene
 # numpy's elementwise passes run on one core (BLAS uses both only inside a gemm), and they
 # are most of a cached prefix's cost. Smaller arrays are not worth a thread hand-off.
 PARALLEL_MIN_ELEMENTS = 1 << 18
+# Decode attention over the mirror is split over the two threads from this many score
+# elements (rows x heads x keys; 32 rows of 256 keys): below it the hand-off (~0.3 ms to
+# wake the helper) costs more than half the work saves.
+MIRROR_PARALLEL_MIN_ELEMENTS = 1 << 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +82,7 @@ class ModelRunner:
         # started on first use, idle otherwise.
         self.helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tl-runner")
         self.parallel_min_elements = PARALLEL_MIN_ELEMENTS
+        self.mirror_parallel_min_elements = MIRROR_PARALLEL_MIN_ELEMENTS
 
     # ----------------------------------------------------------------- the step
 
@@ -197,7 +202,9 @@ class ModelRunner:
         In the usual case the members own mirror rows 0..B-1 in order and qg is used as
         is; otherwise it is scattered into the rows (idle rows attend with zeros and are
         dropped). Either way each row's numbers are the same: a batched matmul treats
-        every [G, hd] @ [hd, L] product on its own.
+        every [G, hd] @ [hd, L] product on its own. A large group's rows are cut in two
+        halves, one on the helper thread: each row's arithmetic is unchanged, and the two
+        cores stream the mirror's K/V (the step's largest reads after the weights).
         """
         cfg = self.config
         span, length = g.span_rows, g.num_tokens
@@ -207,17 +214,35 @@ class ModelRunner:
             q_all = np.zeros((span,) + qg.shape[1:], dtype=F32)                             # [R, KV, G, hd]
             q_all[g.mirror_rows] = qg
         keys, values = self.mirror.views(layer, span, length)                               # [R, KV, L, hd] each
-        scores = q_all @ keys.transpose(0, 1, 3, 2)                                         # [R, KV, G, L]
-        if g.bias is not None:                                                              # rows of unequal length
-            scores += g.bias
-        scores -= scores.max(axis=-1, keepdims=True)
-        np.exp(scores, out=scores)
-        ctx = scores @ values                                                               # [R, KV, G, hd]
-        norm = scores.sum(axis=-1, keepdims=True)                                           # [R, KV, G, 1]
+        ctx = np.empty(q_all.shape, dtype=F32)                                              # [R, KV, G, hd]
+
+        def rows(a: int, b: int) -> None:
+            bias = None if g.bias is None else g.bias[a:b]
+            _mirror_softmax_ctx(q_all[a:b], keys[a:b], values[a:b], bias, ctx[a:b])
+        elements = span * q_all.shape[1] * q_all.shape[2] * length                          # score elements
+        if elements < self.mirror_parallel_min_elements or span < 2:
+            rows(0, span)
+        else:
+            half = span // 2
+            other = self.helper.submit(rows, half, span)
+            rows(0, half)
+            other.result()
         if not g.in_order:
-            ctx, norm = ctx[g.mirror_rows], norm[g.mirror_rows]                             # [B, KV, G, hd|1]
-        ctx /= norm                                                                         # softmax, normalised late
+            ctx = ctx[g.mirror_rows]                                                        # [B, KV, G, hd]
         return ctx.reshape(g.batch, cfg.q_size)                                             # [B, H*hd]
+
+
+def _mirror_softmax_ctx(q: np.ndarray, keys: np.ndarray, values: np.ndarray,
+                        bias: np.ndarray | None, out: np.ndarray) -> None:
+    """out = softmax(q K^T + bias) V for rows of the mirror: q/out [r, KV, G, hd], keys and
+    values [r, KV, L, hd], bias [r, 1, 1, L] or None; normalised late, on the context."""
+    scores = q @ keys.transpose(0, 1, 3, 2)                                                 # [r, KV, G, L]
+    if bias is not None:                                                                    # rows of unequal length
+        scores += bias
+    scores -= scores.max(axis=-1, keepdims=True)
+    np.exp(scores, out=scores)
+    np.matmul(scores, values, out=out)                                                      # [r, KV, G, hd]
+    out /= scores.sum(axis=-1, keepdims=True)
 
 
 # --------------------------------------------------------------------------- shared prefix

@@ -114,7 +114,11 @@ class DecodeMirror:
         row_bytes = block_bytes(self.kv.config, 1)                          # per row and position
         step = CAPACITY_STEP_TOKENS
         doubled = (_grow(rows, self.rows_cap), _round_up(_grow(tokens, self.cap_tokens), step))
-        tight = (max(rows, self.rows_cap), _round_up(max(tokens, self.cap_tokens), step))
+        # Else the positions needed, and as many of the doubled rows as the budget holds
+        # beside them (growing one row at a time would copy the whole mirror per arrival).
+        tight_tokens = _round_up(max(tokens, self.cap_tokens), step)
+        rows_that_fit = self.max_bytes // (tight_tokens * row_bytes)
+        tight = (max(rows, self.rows_cap, min(doubled[0], rows_that_fit)), tight_tokens)
         fits = [shape for shape in (doubled, tight) if shape[0] * shape[1] * row_bytes <= self.max_bytes]
         if not fits:
             return False

@@ -137,3 +137,30 @@ def test_decode_rows_in_mirror_order_skip_the_scatter_and_match_dense():
     assert isinstance(group, MirrorGroup) and group.in_order
     got = run.forward(chunks)
     np.testing.assert_allclose(got, np.stack([logits_of(model, t)[7] for t in toks]), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("in_order", [True, False], ids=["rows-in-order", "scattered-rows"])
+def test_mirror_attention_split_over_two_threads_matches_dense(in_order):
+    """Decode rows of unequal lengths (a bias) over the mirror, cut in halves for the helper."""
+    model = random_model(seed=14)
+    rng = np.random.default_rng(7)
+    lengths = [9, 6, 11, 8, 10]
+    toks = [list(map(int, rng.integers(0, 64, n))) for n in lengths]
+    tables = [tuple(range(3 * i, 3 * i + 3)) for i in range(len(toks))]
+    run = ModelRunner(model.config, model.weights, KVCache(model.config, 16, BS), 64, mirror_bytes=1 << 22)
+    run.mirror_parallel_min_elements = 0
+    calls = []
+    submit = run.helper.submit
+    run.helper.submit = lambda *a: calls.append(1) or submit(*a)
+    run.forward([Chunk(tuple(t[:-2]), 0, tb, 0, i) for i, (t, tb) in enumerate(zip(toks, tables))])
+    run.forward([Chunk((t[-2],), len(t) - 2, tb, 1, i)                     # mirror rows 0..4
+                 for i, (t, tb) in enumerate(zip(toks, tables))])
+    members = list(range(len(toks))) if in_order else [4, 1, 3]     # a subset: rows not in order
+    chunks = [Chunk((toks[i][-1],), len(toks[i]) - 1, tables[i], 1, i) for i in members]
+    calls.clear()
+    (group,) = run.planner.plan(chunks)
+    assert isinstance(group, MirrorGroup) and group.in_order == in_order and group.bias is not None
+    got = run.forward(chunks)
+    want = np.stack([logits_of(model, toks[i])[-1] for i in members])
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert len(calls) == model.config.num_layers                          # one hand-off a layer

@@ -163,3 +163,17 @@ def test_kv_cache_nbytes_counts_every_pool_array():
     model = random_model(layers=3, kv_heads=2, head_dim=8)
     kv = KVCache(model.config, 5, BS)
     assert kv.nbytes == sum(a.nbytes for a in kv.k + kv.v) == 3 * 2 * 5 * BS * 2 * 8 * 4
+
+
+def test_mirror_growth_that_cannot_double_takes_all_the_rows_the_budget_holds():
+    from engine.kv.mirror import CAPACITY_STEP_TOKENS, DecodeMirror
+    from engine.kv.pools import block_bytes
+    model = random_model(seed=21)
+    kv = KVCache(model.config, 8, 4)
+    row_bytes = block_bytes(model.config, 1)
+    budget = 10 * CAPACITY_STEP_TOKENS * row_bytes                 # 10 rows of 128 positions
+    mirror = DecodeMirror(kv, model.config.num_layers, budget)
+    assert mirror._reserve(6, 100) and (mirror.rows_cap, mirror.cap_tokens) == (6, 128)
+    assert mirror._reserve(7, 100)                                  # 12 rows do not fit: 10 do
+    assert (mirror.rows_cap, mirror.cap_tokens) == (10, 128)
+    assert not mirror._reserve(11, 100)
