@@ -8,8 +8,9 @@ step per token, so while any running sequence decodes, the prefill rows of the s
 allowance while a token is awaited) stay within an allowance: as many rows as keep the
 step within `itl_target_ms` by the step times measured so far (engine/core/step_cost.py),
 and never fewer than `tokens_beside_decode` (so prompts always progress). Decode rows go
-first and are never cut; with nobody decoding a step may fill `max_batched_tokens`
-(prompts alone: throughput).
+first and are never cut. With nobody decoding, steps keep that size too (a burst of prompts
+then answers its first requests one step after another, not all at the end of one long
+step), except that one prompt may always take a whole `prefill_chunk`.
 
 1. running sequences, highest priority then earliest arrival first: a decoding one gets
    its one token (plus speculative drafts when there is budget), a prefilling one its next
@@ -165,14 +166,20 @@ class Scheduler:
         """Prefill tokens this step may hold. While running sequences decode (their next
         token waits on this step): what keeps the step within `itl_target_ms` beside
         their rows by the learned step cost, at least `tokens_beside_decode`; else the
-        whole step."""
+        same for no decoding rows, but at least one `prefill_chunk`."""
         return self._allowance(self._num_decoding())
 
     def _num_decoding(self) -> int:
         return sum(seq.num_uncomputed == 1 for seq in self.running)
 
     def _allowance(self, decoding: int) -> int:
-        return self.latency_allowance(decoding) if decoding else self.config.max_batched_tokens
+        if decoding:
+            return self.latency_allowance(decoding)
+        # Nobody waits for a token: one prompt may take a whole chunk, and several share
+        # steps of the latency policy's size, so the first of a burst answer one step
+        # after another rather than all at the end of one long step.
+        return min(self.config.max_batched_tokens,
+                   max(self.config.prefill_chunk, self.latency_allowance(0)))
 
     def latency_allowance(self, awaited_rows: int) -> int:
         """Other rows a step may add beside `awaited_rows` rows whose token is awaited."""

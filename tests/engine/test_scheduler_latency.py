@@ -1,7 +1,7 @@
 """The latency policy: while a running sequence decodes, a step's prompt rows stay within
 an allowance (decode rows first, never cut): what keeps the step within `itl_target_ms` by
-the learned step cost, at least `tokens_beside_decode`; with nobody decoding a prompt may
-fill the step. A decoding stream then gets a token every step while long prompts arrive."""
+the learned step cost, at least `tokens_beside_decode`; with nobody decoding, steps of that
+size too, but one prompt always gets a whole chunk. A decoding stream then gets a token every step while long prompts arrive."""
 from __future__ import annotations
 
 import numpy as np
@@ -101,3 +101,22 @@ def test_with_a_learned_cost_the_allowance_is_what_fits_the_target_beside_the_de
     assert engine.scheduler.prefill_allowance() == BESIDE
     engine.scheduler.step_cost = _fed(0.0001, 0.00001)                 # everything fits: the step
     assert engine.scheduler.prefill_allowance() == 512
+
+
+def test_with_nobody_decoding_a_burst_shares_steps_of_the_policy_size_and_one_prompt_a_chunk():
+    model = random_model(seed=35)
+    engine = Engine(model, EngineConfig(block_size=4, num_kv_blocks=400, max_batched_tokens=512,
+                                        prefill_chunk=64, tokens_beside_decode=BESIDE,
+                                        itl_target_ms=500))
+    engine.scheduler.step_cost = _fed(0.030, 0.002)                    # 235 rows within 0.5 s
+    assert engine.scheduler.prefill_allowance() == 235                 # not the whole 512
+    for i in range(8):                                                 # 8 x 40 = 320 prompt rows
+        engine.add_request(GenRequest(prompt=_prompt(50 + i, 40), params=GREEDY, max_tokens=2))
+    plan = engine.scheduler.schedule()
+    assert plan.prefill_tokens == 235                                  # the first answer sooner
+    # a slow machine: the allowance is below one chunk, and a prompt still takes its chunk
+    alone = Engine(model, EngineConfig(block_size=4, num_kv_blocks=400, max_batched_tokens=512,
+                                       prefill_chunk=64, itl_target_ms=500))
+    alone.scheduler.step_cost = _fed(0.450, 0.002)                     # 25 rows within 0.5 s
+    alone.add_request(GenRequest(prompt=_prompt(60, 100), params=GREEDY, max_tokens=2))
+    assert alone.scheduler.schedule().prefill_tokens == 64
