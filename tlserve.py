@@ -37,6 +37,8 @@ SUBCOMMANDS = {"generate": _generate, "fetch-model": _fetch_model, "serve": _ser
 
 
 def main(argv: list[str]) -> int:
+    from engine.blas_env import tune_blas_threads
+    tune_blas_threads()                      # before any job imports numpy
     if argv and argv[0] in SUBCOMMANDS:
         return SUBCOMMANDS[argv[0]](argv[1:])
     if argv and argv[0] in ("-h", "--help") and len(argv) == 1:

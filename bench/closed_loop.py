@@ -37,6 +37,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from engine.blas_env import tune_blas_threads                                                # noqa: E402
+tune_blas_threads()                  # as tlserve.py does, before numpy loads
 from engine.api import Engine, EngineConfig, GenRequest, SamplingParams, load_model, tune_malloc  # noqa: E402
 from cli.fetch import DEFAULT_DEST                                                           # noqa: E402
 from roofline import run_roofline                                                            # noqa: E402
