@@ -37,8 +37,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from engine.blas_env import tune_blas_threads                                                # noqa: E402
-tune_blas_threads()                  # as tlserve.py does, before numpy loads
+from engine.blas_env import OPENBLAS_TIMEOUT_ENV, tune_blas_threads                          # noqa: E402
+BLAS_TUNED = tune_blas_threads()     # as tlserve.py does, before numpy loads
 from engine.api import Engine, EngineConfig, GenRequest, SamplingParams, load_model, tune_malloc  # noqa: E402
 from cli.fetch import DEFAULT_DEST                                                           # noqa: E402
 from roofline import run_roofline                                                            # noqa: E402
@@ -136,7 +136,7 @@ def main() -> None:
     ap.add_argument("--burst", type=int, default=0, help="extra 512-token prompts as the window opens")
     ap.add_argument("--no-roofline", action="store_true")
     args = ap.parse_args()
-    roof = {} if args.no_roofline else run_roofline()
+    roof = {} if args.no_roofline else run_roofline((OPENBLAS_TIMEOUT_ENV,) if BLAS_TUNED else ())
     tune_malloc()
     model = load_model(ROOT / DEFAULT_DEST)
     rows = []

@@ -6,6 +6,7 @@ numbers: the two cores are shared and noisy.
 """
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -23,9 +24,13 @@ class RooflineStep:
     tok_s: float
 
 
-def run_roofline() -> dict[int, RooflineStep]:
-    """batch size -> the roofline's step time and tokens/s; its output is echoed."""
+def run_roofline(without_env: tuple[str, ...] = ()) -> dict[int, RooflineStep]:
+    """batch size -> the roofline's step time and tokens/s; its output is echoed.
+
+    `without_env`: variables this process set for itself that the roofline must not inherit
+    (bench/closed_loop.py's OpenBLAS spin: the roofline stays the library's defaults)."""
+    env = {k: v for k, v in os.environ.items() if k not in without_env}
     text = subprocess.run([sys.executable, str(ROOFLINE)], capture_output=True, text=True,
-                          check=True).stdout
+                          check=True, env=env).stdout
     print(text.rstrip())
     return {int(b): RooflineStep(float(ms), float(tok_s)) for b, ms, tok_s in STEP_LINE.findall(text)}
