@@ -3,8 +3,9 @@
 An embeddings call (n inputs) becomes an `EmbedJob` of n `EmbedPart`s. Every step, after
 the scheduler has placed the generation rows, the parts take what is left of
 `max_batched_tokens`; while a token is awaited, only what the step's prompt rows left of
-`tokens_beside_decode` (the scheduler's latency policy), so a running chat keeps its pace
-while a big embeddings call runs:
+the scheduler's latency allowance (`Scheduler.latency_allowance`: the rows that keep the
+step within `itl_target_ms`, at least `tokens_beside_decode`), so a running chat keeps its
+pace while a big embeddings call runs:
 
 * a part starts only when blocks for its WHOLE input can be had and a block of growth room
   per running sequence stays available, so a started part always finishes within a few
@@ -35,8 +36,8 @@ MIN_NORM = 1e-12                       # an all-zero pooled vector stays zero, n
 def embed_budget_tokens(rest_tokens: int, room_tokens: int, is_sampling: bool) -> int:
     """This step's embedding budget: the rest of the step; while a token is awaited, only
     what the step's prompt rows left of the latency policy's allowance (`room_tokens`:
-    `EngineConfig.tokens_beside_decode` minus them; a step's time grows with its rows, and
-    a chat's inter-token gap is one step)."""
+    `Scheduler.latency_allowance` minus them; a step's time grows with its rows, and a
+    chat's inter-token gap is one step)."""
     return max(0, min(rest_tokens, room_tokens)) if is_sampling else rest_tokens
 
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Callable, TypeVar
 
 import numpy as np
 
@@ -41,6 +42,7 @@ from engine.model import llama
 from engine.model.spec import LlamaWeights, ModelConfig
 
 F32 = np.float32
+T = TypeVar("T")
 NO_ROWS = np.zeros(0, dtype=np.int64)        # no hidden rows wanted: plain generation steps
 # Shared-prefix scores at least this large have their exp pass split over two threads:
 # numpy's elementwise passes run on one core (BLAS uses both only inside a gemm), and they
@@ -188,13 +190,22 @@ class ModelRunner:
 
         A large array is cut in two halves of rows, one on the helper thread: the same
         arithmetic on the same elements, so the result does not depend on the split."""
-        rows = scores.shape[1]
-        if scores.size < self.parallel_min_elements or rows < 2:
-            return _exp_shifted(scores, shift)
-        half = rows // 2
-        other = self.helper.submit(_exp_shifted, scores[:, half:], shift[:, half:])
-        first = _exp_shifted(scores[:, :half], shift[:, :half])
-        return np.concatenate([first, other.result()], axis=1)                              # [KV, R]
+        def rows(a: int, b: int) -> np.ndarray:
+            return _exp_shifted(scores[:, a:b], shift[:, a:b])
+        if scores.size < self.parallel_min_elements:
+            return rows(0, scores.shape[1])
+        return np.concatenate(self._in_two_halves(scores.shape[1], rows), axis=1)          # [KV, R]
+
+    def _in_two_halves(self, num_rows: int, work: Callable[[int, int], T]) -> list[T]:
+        """[work(0, h), work(h, num_rows)] with h = num_rows // 2, the second half on the
+        helper thread meanwhile (numpy releases the GIL in its passes and gemms); one call
+        for fewer than two rows."""
+        if num_rows < 2:
+            return [work(0, num_rows)]
+        half = num_rows // 2
+        other = self.helper.submit(work, half, num_rows)
+        first = work(0, half)
+        return [first, other.result()]
 
     def _attend_mirror(self, qg: np.ndarray, layer: int, g: MirrorGroup) -> np.ndarray:
         """Decode rows over the mirror's dense rows (views, no gather): qg [B, KV, G, hd].
@@ -220,13 +231,10 @@ class ModelRunner:
             bias = None if g.bias is None else g.bias[a:b]
             _mirror_softmax_ctx(q_all[a:b], keys[a:b], values[a:b], bias, ctx[a:b])
         elements = span * q_all.shape[1] * q_all.shape[2] * length                          # score elements
-        if elements < self.mirror_parallel_min_elements or span < 2:
+        if elements < self.mirror_parallel_min_elements:
             rows(0, span)
         else:
-            half = span // 2
-            other = self.helper.submit(rows, half, span)
-            rows(0, half)
-            other.result()
+            self._in_two_halves(span, rows)
         if not g.in_order:
             ctx = ctx[g.mirror_rows]                                                        # [B, KV, G, hd]
         return ctx.reshape(g.batch, cfg.q_size)                                             # [B, H*hd]

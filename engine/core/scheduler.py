@@ -276,12 +276,10 @@ class Scheduler:
         inside a block (a question after a system prompt whose last block is partly its
         own), the matching leading rows of that cached block are copied into a fresh block
         of this sequence, so the hit is exact to the token. Returns that copy, if any."""
-        bs = self.blocks.block_size
-        max_blocks = (len(seq.tokens) - 1) // bs
         if seq.scores_prompt:              # prompt scoring needs every position's logits
             self._share_blocks(seq, 0)
             return None
-        node = self._share_blocks(seq, max_blocks)
+        node = self._share_blocks(seq, (len(seq.tokens) - 1) // self.blocks.block_size)
         done = seq.num_computed
         src, common = self.blocks.match_partial(node, seq.tokens[done:len(seq.tokens) - 1])
         if common == 0:
