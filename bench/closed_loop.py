@@ -11,6 +11,10 @@ lasts until every stream has finished its first request; then the run is timed f
     TTFT p50/p99     requests started in the window: arrival -> first token
     ITL p50/p99      gaps between a request's consecutive tokens (the step times it waited)
     roofline ratio   output tok/s / the numpy roofline at batch min(C, 128), same run
+    bound            what a perfect numpy engine could serve for the rows this run really
+                     computed per step (decode + prompt rows, K/V read once at full
+                     bandwidth; bench/mix_ceiling.py), its ratio to the roofline maths
+                     timed beside it, and the engine's tok/s as a share of it
 
 `--burst N` adds, as the window opens, N extra requests of `BURST_PROMPT_TOKENS` prompt
 tokens and one output token each (not counted as streams; their TTFT max is reported):
@@ -42,6 +46,7 @@ BLAS_TUNED = tune_blas_threads()     # as tlserve.py does, before numpy loads
 from engine.api import Engine, EngineConfig, GenRequest, SamplingParams, load_model, tune_malloc  # noqa: E402
 from cli.fetch import DEFAULT_DEST                                                           # noqa: E402
 from roofline import run_roofline                                                            # noqa: E402
+from mix_ceiling import MixCeiling, ModelShape, StepMix, bound_row                           # noqa: E402
 from load_client import percentile                                                           # noqa: E402
 
 GREEDY = SamplingParams(temperature=0.0, ignore_eos=True)
@@ -64,6 +69,7 @@ class Window:
     prompt_tokens: int = 0
     ttft_s: list[float] = field(default_factory=list)
     itl_s: list[float] = field(default_factory=list)
+    mix: StepMix = field(default_factory=StepMix)
 
     def holds(self, t: float) -> bool:
         return self.start_s <= t < self.end_s
@@ -71,8 +77,9 @@ class Window:
 
 def run(model, settings: dict, streams: int, seconds: float, burst: int = 0) -> dict:
     engine = Engine(model, EngineConfig(**settings))
+    engine.record_steps = True                    # each step's rows: the mix the bound is timed on
     win = Window(float("inf"), float("inf"))      # opens when the warm-up requests are done
-    sent, last_token_s, count = {}, {}, 0
+    sent, last_token_s, generated, count = {}, {}, {}, 0
     burst_sent, burst_ttft_s = {}, []
 
     def send(max_tokens: int = OUTPUT_TOKENS) -> None:
@@ -92,6 +99,9 @@ def run(model, settings: dict, streams: int, seconds: float, burst: int = 0) -> 
             for b in range(burst):                  # long prompts arriving all at once
                 prompt = tuple(2000 + (b * 131 + j * 7) % 40000 for j in range(BURST_PROMPT_TOKENS))
                 burst_sent[engine.add_request(GenRequest(prompt=prompt, params=GREEDY, max_tokens=1))] = now
+        if win.holds(now) and engine.last_step is not None:
+            win.mix.steps += 1
+            win.mix.rows += engine.last_step.batch_tokens
         for o in outs:
             if o.id in burst_sent:
                 burst_ttft_s.append(now - burst_sent.pop(o.id))
@@ -101,14 +111,17 @@ def run(model, settings: dict, streams: int, seconds: float, burst: int = 0) -> 
             arrived_s, prompt_tokens = sent[o.id]
             if win.holds(now):
                 win.output_tokens += 1
+                win.mix.sampled_rows += 1
                 if o.id in last_token_s:
                     win.itl_s.append(now - last_token_s[o.id])
+                    win.mix.context_positions += prompt_tokens + generated[o.id]   # keys it read
                 elif win.holds(arrived_s):
                     win.ttft_s.append(now - arrived_s)
                     win.prompt_tokens += prompt_tokens
             last_token_s[o.id] = now
+            generated[o.id] = generated.get(o.id, 0) + 1
             if o.finish is not None:
-                del sent[o.id], last_token_s[o.id]
+                del sent[o.id], last_token_s[o.id], generated[o.id]
                 send()
     return {"streams": streams, "settings": settings,
             "tok_s": round(win.output_tokens / seconds, 1),
@@ -116,6 +129,7 @@ def run(model, settings: dict, streams: int, seconds: float, burst: int = 0) -> 
             "ttft_p50_s": round(percentile(win.ttft_s, 50), 3), "ttft_p99_s": round(percentile(win.ttft_s, 99), 3),
             "itl_p50_s": round(percentile(win.itl_s, 50), 3), "itl_p99_s": round(percentile(win.itl_s, 99), 3),
             "itl_max_s": round(max(win.itl_s, default=float("nan")), 3),
+            "mix": win.mix,
             **({"burst": burst, "burst_ttft_max_s": round(max(burst_ttft_s, default=float("nan")), 3)}
                if burst else {})}
 
@@ -139,7 +153,7 @@ def main() -> None:
     roof = {} if args.no_roofline else run_roofline((OPENBLAS_TIMEOUT_ENV,) if BLAS_TUNED else ())
     tune_malloc()
     model = load_model(ROOT / DEFAULT_DEST)
-    rows = []
+    rows, ceiling = [], None
     for text in args.set or ["max_num_seqs=128"]:
         for streams in (int(s) for s in args.streams.split(",")):
             row = run(model, {"kv_cache_mib": 1536, **parse_setting(text)}, streams, args.seconds,
@@ -147,12 +161,19 @@ def main() -> None:
             ref = roof.get(min(streams, 128))
             row["roofline_tok_s"] = ref.tok_s if ref else None
             row["ratio"] = round(row["tok_s"] / ref.tok_s, 3) if ref else None
+            mix = row.pop("mix")
+            if not args.no_roofline:
+                ceiling = ceiling or MixCeiling(ModelShape.of(model.config))
+                row.update(bound_row(row["tok_s"], mix, ceiling.bound(mix, min(streams, 128))))
             rows.append(row)
             print(json.dumps(row), flush=True)
     print()
     for r in rows:
         print(f"{str(r['settings']):<70} C={r['streams']:<4} {r['tok_s']:>6} tok/s  x{r['ratio']}  "
-              f"TTFT p50/p99 {r['ttft_p50_s']}/{r['ttft_p99_s']} s  ITL p50/p99 {r['itl_p50_s']}/{r['itl_p99_s']} s")
+              f"TTFT p50/p99 {r['ttft_p50_s']}/{r['ttft_p99_s']} s  ITL p50/p99 {r['itl_p50_s']}/{r['itl_p99_s']} s"
+              + (f"  bound {r['bound_tok_s']} tok/s (x{r['bound_ratio']}), engine at {r['of_bound']} of it"
+                 if "bound_tok_s" in r else ""))
+
 
 
 if __name__ == "__main__":
