@@ -251,16 +251,21 @@ class LoadResult:
 
 
 def run_load(target: Target, make_body: Callable[[int], bytes], concurrency: int, *,
-             warmup_s: float = 0.0, duration_s: float = 0.0, requests: int = 0) -> LoadResult:
+             warmup_s: float = 0.0, duration_s: float = 0.0, requests: int = 0,
+             on_window: Callable[[str], None] | None = None) -> LoadResult:
     """Closed loop: `concurrency` connections, each sending make_body(i) (i counts every
     request sent) as soon as its previous answer ended. `requests` > 0: stop after that many
-    counted requests; else after `duration_s` of counted load."""
+    counted requests; else after `duration_s` of counted load. `on_window("open")` and
+    `on_window("close")` run as the counted window opens and closes (the server's counters)."""
+    on_window = on_window or (lambda phase: None)
     sel = selectors.DefaultSelector()
     conns = [_Conn(target, sel, i) for i in range(concurrency)]
     cpu0, wall0 = time.process_time(), time.perf_counter()
     sent, counted, records = 0, 0, []
     warm = [False] * concurrency        # has this connection seen a token yet?
     start = None if warmup_s > 0 else wall0
+    if start is not None:
+        on_window("open")
     for conn in conns:                  # connect first: the first requests leave together
         conn.connect()
     for conn in conns:
@@ -271,7 +276,8 @@ def run_load(target: Target, make_body: Callable[[int], bytes], concurrency: int
         now = time.perf_counter()
         if start is None and ((now - wall0 >= warmup_s and all(warm))
                               or now - wall0 >= warmup_s + WARMUP_CAP_S):
-            start = now
+            on_window("open")
+            start = time.perf_counter()
         if start is not None and not requests and now >= start + duration_s:
             break
         if requests and start is not None and counted >= requests and not any(
@@ -291,6 +297,7 @@ def run_load(target: Target, make_body: Callable[[int], bytes], concurrency: int
                 sent += 1
                 counted += start is not None
     end = time.perf_counter()
+    on_window("close")
     for conn in conns:
         left = conn.close()
         if left is not None:

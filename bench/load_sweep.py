@@ -6,7 +6,11 @@ What it measures: C clients each send streaming chat requests back to back (prom
 duration after a warm-up that is not counted, and prints output tok/s, TTFT p50/p99, ITL
 p50/p99 (gaps between a stream's text chunks), requests ok/failed, the client's own CPU
 share, and served tok/s over the roofline's tok/s at batch min(C, 128) (bench/roofline.py,
-run before any server starts). Fair because the server always runs in a process of its own
+run before any server starts). With our server it also reads the server's counters as the
+window opens and closes and times, after the cell, the perfect-engine bound of the rows
+computed in it beside the roofline maths (bench/mix_ceiling.py): "bound x" is the bound over
+that roofline, "of bound" the served tok/s over the bound; the two do not drift with the
+host the way a roofline timed minutes earlier does. Fair because the server always runs in a process of its own
 (our `tlserve.py --config runtime.toml`, spawned per setting, or any OpenAI-compatible URL)
 and the client is cheap: one thread, selectors, raw HTTP/1.1 (bench/load_client.py), or
 `h2load --h1` (`--client h2load`; `make bench-deps` installs it) as a C cross-check.
@@ -41,6 +45,7 @@ from bench.load_cases import prefix_case, spec_case                        # noq
 from bench.load_client import run_load, summarize                         # noqa: E402
 from bench.load_server import (at_url, chat_body, chat_prompt, config_sets,  # noqa: E402
                                settings_env, spawned)
+from bench.mix_ceiling import ROOFLINE_SHAPE, MixCeiling, StepMix, bound_row  # noqa: E402
 from bench.roofline import run_roofline                                    # noqa: E402
 
 ROOFLINE_MAX_BATCH = 128          # the largest batch bench/roofline.py times
@@ -48,6 +53,10 @@ REPO_KEY = "repo"                 # in a --config-set: spawn tlserve.py from tha
 CELL_PROMPT_STRIDE = 1_000_000    # each cell's prompts start at its own index: none repeats
 H2LOAD_TIMEOUT_S = 3600.0
 H2LOAD_WARMUP_STREAMS = 4
+# Our server's counters that give the rows it computed in a window (bench/mix_ceiling.py).
+STEPS_COUNTER = "tl_engine_steps_total"
+PROMPT_COUNTER = "tl_engine_prefix_cache_prompt_tokens_total"
+HIT_COUNTER = "tl_engine_prefix_cache_hit_tokens_total"
 QUICK = {"concurrency": "1,4", "max_tokens": 16, "warmup_s": 1.0, "duration_s": 4.0,
          "prefix_rounds": 1, "h2load_rounds": 1}
 
@@ -120,14 +129,48 @@ def measure(endpoint, streams: int, cell: int, args: argparse.Namespace) -> dict
         h2load_client.run(endpoint.target, body(0), warm, warm, args.max_tokens, H2LOAD_TIMEOUT_S)
         return h2load_client.run(endpoint.target, body(0), streams, streams * args.h2load_rounds,
                                  args.max_tokens, H2LOAD_TIMEOUT_S)
+    counters: dict[str, dict[str, float]] = {}
+
+    def on_window(phase: str) -> None:
+        counters[phase] = endpoint.metrics()           # {} for a server that is not ours
     result = run_load(endpoint.target, body, streams, warmup_s=args.warmup_s,
-                      duration_s=args.duration_s, requests=args.requests)
-    return summarize(result)
+                      duration_s=args.duration_s, requests=args.requests, on_window=on_window)
+    row = summarize(result)
+    if counters.get("open") and counters.get("close"):
+        row["mix"] = served_mix(result, counters["open"], counters["close"])
+    return row
+
+
+def served_mix(result, opened: dict[str, float], closed: dict[str, float]) -> StepMix:
+    """The rows our server computed in the window, from its counters and the streams.
+
+    Prompt rows: prompt tokens looked up minus those the prefix cache held (counted as
+    requests are admitted); sampled rows: the output tokens the client saw; a decode row
+    attends over its prompt plus the tokens before it (prompt_tokens from the usage chunk;
+    the finished requests' mean for those the window cut). Approximate where a text event
+    carries several tokens or a request was preempted (its recomputation is not counted)."""
+    t0, t1 = result.start_s, result.end_s
+    known = [r.prompt_tokens for r in result.records if r.prompt_tokens]
+    mean_prompt = sum(known) / len(known) if known else 0.0
+    sampled = firsts = positions = 0.0
+    for r in result.records:
+        prompt = r.prompt_tokens or mean_prompt
+        per_event = r.usage_tokens / len(r.event_s) if r.ok and r.usage_tokens and r.event_s else 1.0
+        for index, t in enumerate(r.event_s):              # as summarize() counts tokens
+            if t0 <= t <= t1:
+                sampled += per_event
+                firsts += index == 0                        # made by the prompt's last row
+                positions += (prompt + index * per_event) * per_event if index else 0.0
+    prompt_rows = ((closed[PROMPT_COUNTER] - opened[PROMPT_COUNTER])
+                   - (closed[HIT_COUNTER] - opened[HIT_COUNTER]))
+    return StepMix(steps=round(closed[STEPS_COUNTER] - opened[STEPS_COUNTER]),
+                   rows=round(prompt_rows + sampled - firsts), sampled_rows=round(sampled),
+                   context_positions=round(positions))
 
 
 def sweep(args: argparse.Namespace, roof: dict) -> list[dict]:
     levels = [int(x) for x in args.concurrency.split(",")]
-    rows = []
+    rows, ceiling = [], None
     for setting in args.config_set or [""]:
         pairs = config_sets(setting)
         with open_server(args, pairs) as (endpoint, server):
@@ -139,9 +182,14 @@ def sweep(args: argparse.Namespace, roof: dict) -> list[dict]:
                 if batch:
                     row.update(roofline_batch=batch, roofline_tok_s=roof_tok_s,
                                ratio_to_roofline=round(row["tok_s"] / roof_tok_s, 3))
+                endpoint.settle(server)
+                mix = row.pop("mix", None)
+                if mix is not None and args.roofline:           # timed with the server idle
+                    ceiling = ceiling or MixCeiling(ROOFLINE_SHAPE)
+                    bound = ceiling.bound(mix, min(streams, ROOFLINE_MAX_BATCH))
+                    row.update(bound_row(row["tok_s"], mix, bound))
                 rows.append(row)
                 print(json.dumps(row), file=sys.stderr, flush=True)     # progress
-                endpoint.settle(server)
     return rows
 
 
@@ -151,10 +199,10 @@ def print_sweep(rows: list[dict]) -> None:
     first = ("ttfb_mean_s", "ttfb_max_s") if h2load else ("ttft_p50_s", "ttft_p99_s")
     cols = (("streams", 8), ("tok_s", 9), (first[0], 11), (first[1], 11),
             ("itl_p50_s", 10), ("itl_p99_s", 10), ("requests_ok", 6), ("requests_failed", 7),
-            ("client_cpu_share", 8), ("ratio_to_roofline", 9))
+            ("client_cpu_share", 8), ("ratio_to_roofline", 9), ("bound_ratio", 9), ("of_bound", 9))
     heads = ("streams", "tok/s", "TTFB mean" if h2load else "TTFT p50",
              "TTFB max" if h2load else "TTFT p99", "ITL p50", "ITL p99", "ok", "failed",
-             "cli CPU", "x roof")
+             "cli CPU", "x roof", "bound x", "of bound")
     print(f"{'settings':<40}" + "".join(f"{h:>{w}}" for h, (_, w) in zip(heads, cols)))
     for r in rows:
         cells = (r.get(k) for k, _ in cols)

@@ -56,6 +56,10 @@ class ModelShape:
         return self.layers * 2 * self.kv_size * 4
 
 
+# The shapes ../shared/tools/roofline.py times (SmolLM2-135M): for a client that has no model.
+ROOFLINE_SHAPE = ModelShape(hidden=576, intermediate=1536, layers=30, vocab=49152, kv_size=3 * 64)
+
+
 @dataclass
 class StepMix:
     """What the engine computed per step over a window (sums; `per_step` averages them)."""
