@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 F32 = np.float32
+F32_BYTES = 4
 MIX_REPEATS = 5                      # timed steps per mix; the median is kept
 BANDWIDTH_BYTES = 256 * 2**20        # the read-bandwidth probe (well past the L3 cache)
 BANDWIDTH_REPEATS = 5
@@ -53,7 +54,7 @@ class ModelShape:
 
     def kv_bytes_per_position(self) -> int:
         """K and V of one cached position over all layers, float32."""
-        return self.layers * 2 * self.kv_size * 4
+        return self.layers * 2 * self.kv_size * F32_BYTES
 
 
 # The shapes ../shared/tools/roofline.py times (SmolLM2-135M): for a client that has no model.
@@ -75,6 +76,7 @@ class StepMix:
 
 @dataclass(frozen=True)
 class Bound:
+    """One mix's bound and the roofline step timed beside it (seconds; rates derived)."""
     sampled_rows: float              # per step, on average
     mix_step_s: float                # the roofline maths on the run's average step
     kv_floor_s: float                # its K/V reads at the measured bandwidth
