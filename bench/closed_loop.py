@@ -34,7 +34,7 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,7 +45,7 @@ from engine.blas_env import OPENBLAS_TIMEOUT_ENV, tune_blas_threads             
 BLAS_TUNED = tune_blas_threads()     # as tlserve.py does, before numpy loads
 from engine.api import Engine, EngineConfig, GenRequest, SamplingParams, load_model, tune_malloc  # noqa: E402
 from cli.fetch import DEFAULT_DEST                                                           # noqa: E402
-from roofline import run_roofline                                                            # noqa: E402
+from roofline import ROOFLINE_MAX_BATCH, run_roofline                                        # noqa: E402
 from mix_ceiling import MixCeiling, ModelShape, StepMix, bound_row                           # noqa: E402
 from load_client import percentile                                                           # noqa: E402
 
@@ -111,7 +111,6 @@ def run(model, settings: dict, streams: int, seconds: float, burst: int = 0) -> 
             arrived_s, prompt_tokens = sent[o.id]
             if win.holds(now):
                 win.output_tokens += 1
-                win.mix.sampled_rows += 1
                 if o.id in last_token_s:
                     win.itl_s.append(now - last_token_s[o.id])
                     win.mix.context_positions += prompt_tokens + generated[o.id]   # keys it read
@@ -129,7 +128,7 @@ def run(model, settings: dict, streams: int, seconds: float, burst: int = 0) -> 
             "ttft_p50_s": round(percentile(win.ttft_s, 50), 3), "ttft_p99_s": round(percentile(win.ttft_s, 99), 3),
             "itl_p50_s": round(percentile(win.itl_s, 50), 3), "itl_p99_s": round(percentile(win.itl_s, 99), 3),
             "itl_max_s": round(max(win.itl_s, default=float("nan")), 3),
-            "mix": win.mix,
+            "mix": replace(win.mix, sampled_rows=win.output_tokens),
             **({"burst": burst, "burst_ttft_max_s": round(max(burst_ttft_s, default=float("nan")), 3)}
                if burst else {})}
 
@@ -158,13 +157,14 @@ def main() -> None:
         for streams in (int(s) for s in args.streams.split(",")):
             row = run(model, {"kv_cache_mib": 1536, **parse_setting(text)}, streams, args.seconds,
                       args.burst)
-            ref = roof.get(min(streams, 128))
+            batch = min(streams, ROOFLINE_MAX_BATCH)
+            ref = roof.get(batch)
             row["roofline_tok_s"] = ref.tok_s if ref else None
             row["ratio"] = round(row["tok_s"] / ref.tok_s, 3) if ref else None
             mix = row.pop("mix")
             if not args.no_roofline:
                 ceiling = ceiling or MixCeiling(ModelShape.of(model.config))
-                row.update(bound_row(row["tok_s"], mix, ceiling.bound(mix, min(streams, 128))))
+                row.update(bound_row(row["tok_s"], mix, ceiling.bound(mix, batch)))
             rows.append(row)
             print(json.dumps(row), flush=True)
     print()
@@ -173,7 +173,6 @@ def main() -> None:
               f"TTFT p50/p99 {r['ttft_p50_s']}/{r['ttft_p99_s']} s  ITL p50/p99 {r['itl_p50_s']}/{r['itl_p99_s']} s"
               + (f"  bound {r['bound_tok_s']} tok/s (x{r['bound_ratio']}), engine at {r['of_bound']} of it"
                  if "bound_tok_s" in r else ""))
-
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ import os
 import random
 
 from bench.load_client import rounded_percentile, run_load, summarize
-from bench.load_server import WORDS, chat_body, chat_prompt
+from bench.load_server import HIT_COUNTER, PROMPT_COUNTER, WORDS, chat_body, chat_prompt
 
 BURST = 16
 PREFIX_WORDS = 375               # ~400 tokens on smol-135m
@@ -26,8 +26,6 @@ QUESTION_WORDS = 16              # ~25 tokens with "Question k:" and the templat
 PREFIX_MAX_TOKENS = 8            # TTFT is the point; a few tokens prove the stream runs
 SHORT_SYSTEM = "You are a helpful assistant."
 TTFT_RATIO_TARGET = 1.2
-HIT_COUNTER = "tl_engine_prefix_cache_hit_tokens_total"
-PROMPT_COUNTER = "tl_engine_prefix_cache_prompt_tokens_total"
 SPEC_METHODS = ("none", "prompt_lookup")
 SPEC_CELL_STRIDE = 100_000       # prompts of a (kind, streams) cell: the same under both methods
 PASSAGE = ("The old bakery on the corner opened before sunrise every day of the year. The "

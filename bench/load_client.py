@@ -60,6 +60,13 @@ class StreamRecord:
     def tokens(self) -> int:
         return self.usage_tokens or len(self.event_s)
 
+    @property
+    def tokens_per_event(self) -> float:
+        """Tokens a text event carried, on average (from the usage chunk; 1 without one)."""
+        if self.ok and self.usage_tokens and self.event_s:
+            return self.usage_tokens / len(self.event_s)
+        return 1.0
+
 
 class ChunkedDecoder:
     """Incremental HTTP/1.1 chunked transfer decoding: feed bytes, get payload bytes."""
@@ -319,8 +326,7 @@ def summarize(result: LoadResult) -> dict:
     ok = failed = unfinished = 0
     for r in result.records:
         inside = [t for t in r.event_s if t0 <= t <= t1]
-        scale = r.usage_tokens / len(r.event_s) if r.ok and r.usage_tokens and r.event_s else 1.0
-        tokens += len(inside) * scale
+        tokens += len(inside) * r.tokens_per_event
         arrivals = list(dict.fromkeys(inside))         # one per recv: a burst is one chunk
         itl += [b - a for a, b in zip(arrivals, arrivals[1:])]
         if r.sent_s >= t0 and r.event_s:

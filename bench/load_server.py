@@ -30,6 +30,10 @@ READY_TIMEOUT_S = 300.0
 HTTP_TIMEOUT_S = 30.0
 SETTLE_S = 1.0                  # after a cell against a foreign server: let it drop the cut streams
 IDLE_WITHIN_S = 30.0            # our server: the cut streams are aborted within this
+# Our server's counters (Endpoint.metrics) that the cases and the sweep's bound read.
+STEPS_COUNTER = "tl_engine_steps_total"
+PROMPT_COUNTER = "tl_engine_prefix_cache_prompt_tokens_total"
+HIT_COUNTER = "tl_engine_prefix_cache_hit_tokens_total"
 TASKS = ("Summarise these notes", "Explain the ideas in this list", "Write a short story using",
          "Describe a day that involves", "Give advice about", "Compare and contrast")
 WORDS = ("lighthouse keeper harbour storm lantern bottle message island sailor rope map "

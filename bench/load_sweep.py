@@ -10,8 +10,8 @@ run before any server starts). With our server it also reads the server's counte
 window opens and closes and times, after the cell, the perfect-engine bound of the rows
 computed in it beside the roofline maths (bench/mix_ceiling.py): "bound x" is the bound over
 that roofline, "of bound" the served tok/s over the bound; the two do not drift with the
-host the way a roofline timed minutes earlier does. Fair because the server always runs in a process of its own
-(our `tlserve.py --config runtime.toml`, spawned per setting, or any OpenAI-compatible URL)
+host the way a roofline timed minutes earlier does. Fair because the server always runs in
+a process of its own (our `tlserve.py --config runtime.toml`, spawned per setting, or any OpenAI-compatible URL)
 and the client is cheap: one thread, selectors, raw HTTP/1.1 (bench/load_client.py), or
 `h2load --h1` (`--client h2load`; `make bench-deps` installs it) as a C cross-check.
 
@@ -43,20 +43,15 @@ sys.path.insert(0, str(ROOT))
 from bench import h2load_client                                           # noqa: E402
 from bench.load_cases import prefix_case, spec_case                        # noqa: E402
 from bench.load_client import run_load, summarize                         # noqa: E402
-from bench.load_server import (at_url, chat_body, chat_prompt, config_sets,  # noqa: E402
-                               settings_env, spawned)
+from bench.load_server import (HIT_COUNTER, PROMPT_COUNTER, STEPS_COUNTER, at_url,  # noqa: E402
+                               chat_body, chat_prompt, config_sets, settings_env, spawned)
 from bench.mix_ceiling import ROOFLINE_SHAPE, MixCeiling, StepMix, bound_row  # noqa: E402
-from bench.roofline import run_roofline                                    # noqa: E402
+from bench.roofline import ROOFLINE_MAX_BATCH, run_roofline                # noqa: E402
 
-ROOFLINE_MAX_BATCH = 128          # the largest batch bench/roofline.py times
 REPO_KEY = "repo"                 # in a --config-set: spawn tlserve.py from that checkout
 CELL_PROMPT_STRIDE = 1_000_000    # each cell's prompts start at its own index: none repeats
 H2LOAD_TIMEOUT_S = 3600.0
 H2LOAD_WARMUP_STREAMS = 4
-# Our server's counters that give the rows it computed in a window (bench/mix_ceiling.py).
-STEPS_COUNTER = "tl_engine_steps_total"
-PROMPT_COUNTER = "tl_engine_prefix_cache_prompt_tokens_total"
-HIT_COUNTER = "tl_engine_prefix_cache_hit_tokens_total"
 QUICK = {"concurrency": "1,4", "max_tokens": 16, "warmup_s": 1.0, "duration_s": 4.0,
          "prefix_rounds": 1, "h2load_rounds": 1}
 
@@ -155,8 +150,8 @@ def served_mix(result, opened: dict[str, float], closed: dict[str, float]) -> St
     sampled = firsts = positions = 0.0
     for r in result.records:
         prompt = r.prompt_tokens or mean_prompt
-        per_event = r.usage_tokens / len(r.event_s) if r.ok and r.usage_tokens and r.event_s else 1.0
-        for index, t in enumerate(r.event_s):              # as summarize() counts tokens
+        per_event = r.tokens_per_event
+        for index, t in enumerate(r.event_s):
             if t0 <= t <= t1:
                 sampled += per_event
                 firsts += index == 0                        # made by the prompt's last row

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOFLINE = Path(__file__).resolve().parents[1] / ".." / "shared" / "tools" / "roofline.py"
+ROOFLINE_MAX_BATCH = 128          # the largest batch the roofline times
 # "batch   16: step    62.1 ms  ->   257.7 tok/s  (...)"
 STEP_LINE = re.compile(r"batch\s+(\d+): step\s+([\d.]+) ms\s+->\s+([\d.]+) tok/s")
 

@@ -4,7 +4,8 @@ from the streams. The benchmark itself is never run here."""
 from __future__ import annotations
 
 from bench.load_client import LoadResult, StreamRecord
-from bench.load_sweep import HIT_COUNTER, PROMPT_COUNTER, STEPS_COUNTER, served_mix
+from bench.load_server import HIT_COUNTER, PROMPT_COUNTER, STEPS_COUNTER
+from bench.load_sweep import served_mix
 
 
 def counters(steps: float, prompt: float, hits: float) -> dict[str, float]:
