@@ -8,7 +8,8 @@ p50/p99 (gaps between a stream's text chunks), requests ok/failed, the client's 
 share, and served tok/s over the roofline's tok/s at batch min(C, 128) (bench/roofline.py,
 run before any server starts). With our server it also reads the server's counters as the
 window opens and closes and times, after the cell, the perfect-engine bound of the rows
-computed in it beside the roofline maths (bench/mix_ceiling.py): "bound x" is the bound over
+computed in it beside the roofline maths (bench/mix_ceiling.py; above 8 streams, where no
+speculative drafts are made): "bound x" is the bound over
 that roofline, "of bound" the served tok/s over the bound; the two do not drift with the
 host the way a roofline timed minutes earlier does. Fair because the server always runs in
 a process of its own (our `tlserve.py --config runtime.toml`, spawned per setting, or any OpenAI-compatible URL)
@@ -47,6 +48,7 @@ from bench.load_server import (HIT_COUNTER, PROMPT_COUNTER, STEPS_COUNTER, at_ur
                                chat_body, chat_prompt, config_sets, settings_env, spawned)
 from bench.mix_ceiling import ROOFLINE_SHAPE, MixCeiling, StepMix, bound_row  # noqa: E402
 from bench.roofline import ROOFLINE_MAX_BATCH, run_roofline                # noqa: E402
+from engine.core.speculative import SPEC_MAX_DECODING                      # noqa: E402
 
 REPO_KEY = "repo"                 # in a --config-set: spawn tlserve.py from that checkout
 CELL_PROMPT_STRIDE = 1_000_000    # each cell's prompts start at its own index: none repeats
@@ -179,7 +181,9 @@ def sweep(args: argparse.Namespace, roof: dict) -> list[dict]:
                                ratio_to_roofline=round(row["tok_s"] / roof_tok_s, 3))
                 endpoint.settle(server)
                 mix = row.pop("mix", None)
-                if mix is not None and args.roofline:           # timed with the server idle
+                # timed with the server idle; not where the server may draft: the drafts'
+                # rows are in no counter, and a step's tokens can exceed its rows
+                if mix is not None and args.roofline and streams > SPEC_MAX_DECODING:
                     ceiling = ceiling or MixCeiling(ROOFLINE_SHAPE)
                     bound = ceiling.bound(mix, min(streams, ROOFLINE_MAX_BATCH))
                     row.update(bound_row(row["tok_s"], mix, bound))
