@@ -94,6 +94,14 @@ def test_engine_mixes_greedy_rows_with_processed_ones():
 
 # --------------------------------------------------------------------------- runner fast paths
 
+def count_handoffs(run: ModelRunner) -> list:
+    """A list that grows by one each time `run` hands work to its helper thread."""
+    calls: list = []
+    submit = run.helper.submit
+    run.helper.submit = lambda *a: calls.append(1) or submit(*a)
+    return calls
+
+
 @pytest.mark.parametrize("split", [False, True], ids=["one-thread", "exp-split-over-two"])
 def test_shared_prefix_blocks_are_attended_once_and_match_dense(split):
     model = random_model(seed=11)
@@ -105,9 +113,7 @@ def test_shared_prefix_blocks_are_attended_once_and_match_dense(split):
     run.forward([Chunk(tuple(prefix), 0, (0, 1), 0)])
     if split:                                                             # the helper thread's path
         run.parallel_min_elements = 0
-        calls = []
-        submit = run.helper.submit
-        run.helper.submit = lambda *a: calls.append(1) or submit(*a)
+        calls = count_handoffs(run)
     chunks = [Chunk(tuple(s[2 * BS:]), 2 * BS, t, 3) for s, t in zip(seqs, tables)]
     (group,) = run.planner.plan(chunks)
     assert list(group.shared_blocks) == [0, 1] and group.block_index.tolist() == [[2], [3], [4]]
@@ -149,9 +155,7 @@ def test_mirror_attention_split_over_two_threads_matches_dense(in_order):
     tables = [tuple(range(3 * i, 3 * i + 3)) for i in range(len(toks))]
     run = ModelRunner(model.config, model.weights, KVCache(model.config, 16, BS), 64, mirror_bytes=1 << 22)
     run.mirror_parallel_min_elements = 0
-    calls = []
-    submit = run.helper.submit
-    run.helper.submit = lambda *a: calls.append(1) or submit(*a)
+    calls = count_handoffs(run)
     run.forward([Chunk(tuple(t[:-2]), 0, tb, 0, i) for i, (t, tb) in enumerate(zip(toks, tables))])
     run.forward([Chunk((t[-2],), len(t) - 2, tb, 1, i)                     # mirror rows 0..4
                  for i, (t, tb) in enumerate(zip(toks, tables))])
