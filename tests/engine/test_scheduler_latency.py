@@ -1,7 +1,8 @@
 """The latency policy: while a running sequence decodes, a step's prompt rows stay within
 an allowance (decode rows first, never cut): what keeps the step within `itl_target_ms` by
 the learned step cost, at least `tokens_beside_decode`; with nobody decoding, steps of that
-size too, but one prompt always gets a whole chunk. A decoding stream then gets a token every step while long prompts arrive."""
+size too, but one prompt always gets a whole chunk. A decoding stream then gets a token
+every step while long prompts arrive."""
 from __future__ import annotations
 
 import numpy as np
