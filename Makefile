@@ -17,7 +17,7 @@ NODE_CLIENT  := tests/e2e/node
 OPENAI_NODE_PIN := openai@6.49.0
 CHECKOV_PIN  := checkov==3.3.30
 
-.PHONY: serve test model install bench bench-deps browser wheelhouse checkov haproxy node-client soak
+.PHONY: serve test timing model install bench bench-deps browser wheelhouse checkov haproxy node-client soak
 
 $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,10 @@ browser:
 
 test: model browser wheelhouse checkov haproxy node-client
 	$(PY) -m pytest -q
+
+# Only the tests that assert on wall-clock time (marker `timing`); `make test` runs them too.
+timing: model
+	$(PY) -m pytest -q -m timing
 
 bench: model
 	$(PY) bench/run_all.py
