@@ -5,7 +5,9 @@
     python bench/pressure.py storm  [--streams 64]
     python bench/pressure.py drain  [--streams 48] [--tokens 64]
     python bench/pressure.py embeddings [--inputs 300] [--gap-inputs 256]
-    (each: [--model-dir DIR] [--env KEY=VALUE ...] for TL_ENGINE__ overrides)
+    python bench/pressure.py lockout [--clients 300] [--trickle-s 120] [--tokens 1024]
+    (each: [--model-dir DIR] [--env KEY=VALUE ...] for TL_ENGINE__ overrides,
+     [--repo DIR] to run another checkout's tlserve.py: a before/after in one command)
 
 Each scenario starts `tlserve.py --config runtime.toml` (the defaults) on free ports in a
 child process, drives it from threads in this one, and prints one JSON line:
@@ -19,6 +21,12 @@ child process, drives it from threads in this one, and prints one JSON line:
   be free within 2 s.
 * drain: SIGTERM with N streams in flight: all reach [DONE], new connections are refused,
   the exit status is 0; prints the drain time (the figure `drain_timeout_s` is sized from).
+* lockout: N chats within 2 s (`max_tokens` far above the answer, which ends at EOS); of
+  those refused, half leave for good and half come back after Retry-After (until served);
+  then one new client a second. Every new client that arrives once the burst has drained
+  must be served at its first try (an idle server used to answer 429 for as long as traffic
+  came). Run it with a small queue to see refusals at all, e.g. `--env
+  TL_ENGINE__QUEUE_CAPACITY=64 --env TL_ENGINE__QUEUE_DEADLINE_MS=5000`.
 * embeddings: N inputs of ~12 tokens in one call (wall time and tokens/s) against the
   prefill tokens/s of one long prompt in the same run; then a streamed chat's largest
   inter-token gap while a `--gap-inputs` embeddings call runs (targets: < 15 s, < 0.5 s).
@@ -36,6 +44,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -331,8 +340,57 @@ def embeddings(server: Server, args) -> dict:
     return result
 
 
+LOCKOUT_BURST_S = 2.0        # the burst's clients arrive within this
+
+
+def lockout(server: Server, args) -> dict:
+    url = f"http://{server.http[0]}:{server.http[1]}/v1/chat/completions"
+    body = json.dumps({"model": served_model(server), "max_tokens": args.tokens,
+                       "messages": [{"role": "user", "content": "Say hello."}]}).encode()
+    first_status, served_at, lock = {}, {}, threading.Lock()
+
+    def client(name, at_s: float, retries: bool, started: float) -> None:
+        time.sleep(max(0.0, started + at_s - time.monotonic()))   # its arrival time
+        while True:
+            sent_s = time.monotonic() - started
+            request = urllib.request.Request(url, body, {"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(request, timeout=600) as r:
+                    r.read()
+                    status, retry_s = r.status, 0
+            except urllib.error.HTTPError as err:
+                status, retry_s = err.code, int(err.headers.get("Retry-After") or 1)
+            with lock:
+                first_status.setdefault(name, (status, sent_s))
+                if status == 200:
+                    served_at[name] = time.monotonic() - started
+            if status == 200 or not retries or status not in (429, 503):
+                return
+            time.sleep(retry_s)
+    started = time.monotonic()
+    plan = [(("burst", c), c * LOCKOUT_BURST_S / args.clients, c % 2 == 0)
+            for c in range(args.clients)]
+    plan += [(("new", s), float(s), True) for s in range(1, int(args.trickle_s) + 1)]
+    threads = [threading.Thread(target=client, args=(*p, started)) for p in plan]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    burst_served = [t for (kind, _), t in served_at.items() if kind == "burst"]
+    drained_s = max(burst_served, default=0.0)
+    late = {n: st for n, st in first_status.items() if n[0] == "new" and st[1] > drained_s}
+    refused_late = sum(status != 200 for status, _ in late.values())
+    retriers = [n for n, _, retries in plan if n[0] == "burst" and retries]
+    return {"clients": args.clients, "burst_refused_at_first": sum(
+                first_status[n][0] != 200 for n, _, _ in plan if n[0] == "burst"),
+            "burst_drained_s": round(drained_s, 1), "new_after_drain": len(late),
+            "new_refused_after_drain": refused_late,
+            "retrying_served": sum(n in served_at for n in retriers), "retrying": len(retriers),
+            "ok": refused_late == 0 and all(n in served_at for n in retriers)}
+
+
 SCENARIOS = {"burst": burst, "openai": openai_burst, "storm": storm, "drain": drain,
-             "embeddings": embeddings}
+             "embeddings": embeddings, "lockout": lockout}
 
 
 def main() -> None:
@@ -348,14 +406,17 @@ def main() -> None:
     p.add_argument("--retries", type=int, default=5)
     p.add_argument("--inputs", type=int, default=300)
     p.add_argument("--gap-inputs", type=int, default=256)
+    p.add_argument("--clients", type=int, default=300)
+    p.add_argument("--trickle-s", type=float, default=120.0)
+    p.add_argument("--repo", type=Path, default=REPO, help="the checkout whose server runs")
     args = p.parse_args()
     args.streams = args.streams or {"burst": 256, "storm": 64, "drain": 48}.get(args.scenario, 0)
-    args.tokens = args.tokens or (64 if args.scenario == "drain" else 32)
+    args.tokens = args.tokens or {"drain": 64, "lockout": 1024}.get(args.scenario, 32)
     env = dict(kv.split("=", 1) for kv in args.env)
     import resource
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    server = Server(args.model_dir, env)
+    server = Server(args.model_dir, env, args.repo.resolve())
     try:
         result = SCENARIOS[args.scenario](server, args)
     finally:

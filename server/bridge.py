@@ -19,7 +19,9 @@ reserve one slot of the `AdmissionGate` or raise the 429 at once (never an unbou
 the slot is released when the engine first schedules the request or it ends before that.
 Before the slot, `submit` asks `server/waiting.py` how long the request would wait behind
 the running and queued ones (measured service time): past the queue deadline it is a 429
-now, never a failure later; every 429 and 503 of the queue carries that wait as Retry-After.
+now, never a failure later. Only the requests running and queued now decide: one that finds a
+free slot is admitted whatever was refused before; the clients refused earlier and not yet
+back only lengthen the Retry-After of every 429 and 503 (the spread of a herd).
 The engine's waiting list is fed only through here. A request still unscheduled
 `QueuePolicy.deadline_ms` after admission is expired by `Engine.step()` (`FINISH_DEADLINE`);
 the bridge delivers that as `Expired` (503 no_capacity).
@@ -45,17 +47,15 @@ from typing import Callable, ClassVar, Union
 
 from engine.api import (FINISH_DEADLINE, Engine, EngineStats, GenRequest, PromptLogprobs,
                         PromptTooLong, RequestRefused, TokenOut)
+from server.admission import RETRY_AFTER_S, AdmissionGate, QueuePolicy, wait_too_long_error
 from server.arrivals import ArrivalWindow
 from server.embedding_jobs import EmbedTicket, EmbeddingJobs
 from server.engine_view import EngineView
 from server.errors import ApiError
 from server.trace import TraceWriter
-from server.waiting import (MIN_RETRY_AFTER_S, RefusedClients, WaitEstimator, WaitInputs,
-                            retry_after_s)
+from server.waiting import RefusedClients, WaitEstimator, WaitInputs, retry_after_s
 
 log = logging.getLogger("tlserve.bridge")
-
-RETRY_AFTER_S = MIN_RETRY_AFTER_S   # the Retry-After when nothing has been measured yet
 
 
 # ---- events: one type per outcome ---------------------------------------------------------
@@ -101,65 +101,6 @@ class Expired(_Ending):
 
 
 Event = Union[TokenOut, PromptLogprobs, TooLong, Invalid, Failed, Expired]
-
-
-# ---- admission: the one waiting queue -----------------------------------------------------
-
-@dataclass(frozen=True)
-class QueuePolicy:
-    """The admission queue's bounds (from ServeConfig.queue_capacity / queue_deadline_ms)
-    and the engine's batch slots (EngineConfig.max_num_seqs) the wait estimate divides by."""
-    capacity_requests: int
-    deadline_ms: int
-    batch_slots: int = 1
-
-
-class AdmissionGate:
-    """A counting gate: at most `capacity` admitted-but-unscheduled requests."""
-
-    def __init__(self, capacity: int):
-        if capacity < 1:
-            raise ValueError("queue capacity must be >= 1")
-        self.capacity = capacity
-        self._waiting = 0
-        self._lock = threading.Lock()
-
-    @property
-    def waiting(self) -> int:
-        return self._waiting
-
-    def try_reserve(self) -> bool:
-        with self._lock:
-            if self._waiting >= self.capacity:
-                return False
-            self._waiting += 1
-            return True
-
-    def reserve_or_raise(self, retry_s: int = RETRY_AFTER_S) -> None:
-        """Reserve a slot or raise the 429 the client must see at once."""
-        if not self.try_reserve():
-            raise queue_full_error(self.capacity, retry_s)
-
-    def release(self) -> None:
-        with self._lock:
-            if self._waiting <= 0:
-                raise RuntimeError("admission gate released more often than reserved")
-            self._waiting -= 1
-
-
-def queue_full_error(capacity: int, retry_s: int = RETRY_AFTER_S) -> ApiError:
-    return ApiError("rate_limit_exceeded",
-                    f"The server's admission queue is full ({capacity} waiting requests); "
-                    f"retry after {retry_s} s.",
-                    headers=(("Retry-After", str(retry_s)),))
-
-
-def wait_too_long_error(wait_s: float, deadline_ms: int) -> ApiError:
-    retry_s = retry_after_s(wait_s)
-    return ApiError("rate_limit_exceeded",
-                    f"The server is busy: a new request would wait about {wait_s:.1f} s for a "
-                    f"batch slot, longer than the {deadline_ms} ms it holds a request; "
-                    f"retry after {retry_s} s.", headers=(("Retry-After", str(retry_s)),))
 
 
 def expired_event(deadline_ms: int, retry_s: int = RETRY_AFTER_S) -> Expired:
@@ -238,7 +179,6 @@ class EngineBridge:
         """Admit the request (or raise the 429 ApiError now) and queue it for the engine,
         with the queue deadline counted from this moment."""
         self._admit_or_raise()
-        self.estimator.observe_budget(request.max_tokens)
         queued_s = self._clock()
         deadline_s = queued_s + self.queue.deadline_ms / 1000.0
         ticket = Ticket(replace(request, deadline_s=deadline_s), self.gate.release, request_id)
@@ -264,16 +204,21 @@ class EngineBridge:
         return ticket
 
     def expected_wait_s(self) -> float:
-        """The admission estimate for one more request now (server/waiting.py)."""
+        """The admission estimate for one more request now (server/waiting.py): only the
+        requests running and queued count, never the clients refused before."""
+        return self.estimator.wait_s(self._wait_inputs())
+
+    def retry_after_s(self) -> int:
+        """The Retry-After of a refusal now: the wait plus the refused clients still out."""
+        return retry_after_s(self.estimator.retry_wait_s(self._wait_inputs()))
+
+    def _wait_inputs(self) -> WaitInputs:
         now, started = self._clock(), self.step_started_s
-        return self.estimator.wait_s(WaitInputs(
+        return WaitInputs(
             running_requests=self.stats.active_sequences, waiting_requests=self.gate.waiting,
             max_num_seqs=self.queue.batch_slots,
             step_running_s=0.0 if started is None else now - started,
-            returning_requests=self.refused.returning(now)))
-
-    def retry_after_s(self) -> int:
-        return retry_after_s(self.expected_wait_s())
+            returning_requests=self.refused.returning(now))
 
     def is_healthy(self) -> bool:
         """False once the engine thread has died (started, not stopping, not running)."""
@@ -283,13 +228,15 @@ class EngineBridge:
     def _admit_or_raise(self) -> None:
         if not self.is_healthy():
             raise engine_down_error()
-        wait_s = self.expected_wait_s()
+        inputs = self._wait_inputs()
+        wait_s = self.estimator.wait_s(inputs)          # who is queued now decides ...
+        retry_s = retry_after_s(self.estimator.retry_wait_s(inputs))   # ... the refused spread
         try:
             if wait_s * 1000.0 > self.queue.deadline_ms:
-                raise wait_too_long_error(wait_s, self.queue.deadline_ms)
-            self.gate.reserve_or_raise(retry_after_s(wait_s))
+                raise wait_too_long_error(wait_s, self.queue.deadline_ms, retry_s)
+            self.gate.reserve_or_raise(retry_s)
         except ApiError:
-            self.refused.refused(self._clock(), retry_after_s(wait_s))
+            self.refused.refused(self._clock(), retry_s)
             raise
 
     def stop(self, timeout_s: float = 10.0) -> None:
@@ -345,18 +292,30 @@ class EngineBridge:
                     self._arrivals.gather(self._cond, lambda: len(self._inbox),
                                           lambda: self._stopping)
                 commands, self._inbox = self._inbox, []
-            for command in commands:
-                self._apply(command)
-            stepped = self._engine.has_work()
-            if stepped:
-                self._step()
-            self._embeds.collect(self._engine)                     # finished jobs, left clients
-            self.stats = self._engine.stats()
-            if self.view is not None:
-                self.view.update(self._engine, self.stats, stepped)
-            self.wake()
+            stepped = self._turn(commands)
             if stepped and self._step_delay_s:
                 time.sleep(self._step_delay_s)
+
+    def run_once(self) -> bool:
+        """One turn of the engine thread on the caller's thread, for a bridge that was never
+        started (tests with an injected clock drive it step by step): -> whether it stepped."""
+        with self._cond:
+            commands, self._inbox = self._inbox, []
+        return self._turn(commands)
+
+    def _turn(self, commands: list[tuple]) -> bool:
+        """Apply the commands taken off the inbox, step once if there is work, publish."""
+        for command in commands:
+            self._apply(command)
+        stepped = self._engine.has_work()
+        if stepped:
+            self._step()
+        self._embeds.collect(self._engine)                         # finished jobs, left clients
+        self.stats = self._engine.stats()
+        if self.view is not None:
+            self.view.update(self._engine, self.stats, stepped)
+        self.wake()
+        return stepped
 
     def _apply(self, command: tuple) -> None:
         verb, ticket = command
@@ -414,6 +373,10 @@ class EngineBridge:
             self.tracer.step(self._engine.last_step, outs, now)
         self.step_started_s = None
         self.estimator.observe_step(now - started_s)
+        if self.estimator.mean_service_s == 0.0:        # cold: what the running show so far
+            self.estimator.observe_running(max(
+                (now - t.scheduled_s for t in self._live.values() if t.scheduled_s is not None),
+                default=0.0))
         for out in outs:
             ticket = self._live.get(out.id)
             if ticket is not None:

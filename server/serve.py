@@ -34,7 +34,8 @@ from server.access import AccessLog, open_access_log
 from server.app import ApiApp, HealthApp, ServedModel, ServerState
 from server.arrivals import ArrivalWindow
 from server.auth import ApiKeyCheck
-from server.bridge import EngineBridge, QueuePolicy
+from server.admission import QueuePolicy
+from server.bridge import EngineBridge
 from server.config import ConfigError, ServeConfig, settings_changed
 from server.cors import CorsPolicy
 from server.engine_view import EngineView

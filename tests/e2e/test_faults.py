@@ -10,7 +10,7 @@ import pytest
 import requests
 
 from tests.e2e.helpers import (TIMEOUT_S, chat_body, metrics, open_stream, post,
-                               read_until_closed_or, running_server)
+                               read_until_closed_or, running_server, send_stream)
 from tests.polling import wait_for
 
 STEP_DELAY_S = 0.05
@@ -108,6 +108,46 @@ def test_drain_finishes_in_flight_and_refuses_new(succ_model_dir):
         idle.close()
         body = read_until_closed_or(sock, b"data: [DONE]\n\n", received)
         assert b"data: [DONE]\n\n" in body
+        assert body.count(b'"finish_reason":"length"') == 1
+        sock.close()
+        assert server.join(10.0) == 0
+
+
+class SlowSteps:
+    """The engine with steps as slow as a real model's on this CPU (the time is spent inside
+    the step, where the bridge measures it)."""
+
+    def __init__(self, engine):
+        self._engine = engine
+
+    def __getattr__(self, name):
+        return getattr(self._engine, name)
+
+    def step(self):
+        time.sleep(STEP_DELAY_S)                    # the work of a real step, not a sync
+        return self._engine.step()
+
+
+def test_an_idle_server_serves_whatever_it_refused_before(succ_model_dir):
+    """Issue 22's sequence on one server: one stream running, one queued, more refused
+    with 429, every client leaves; the idle server then serves a new stream and drains it
+    (it answered 429 'would wait about 7302 s' for as long as traffic came)."""
+    with running_server(succ_model_dir, queue_capacity=1, queue_deadline_ms=5000,
+                        wrap_engine=SlowSteps, engine=_engine(max_num_seqs=1)) as server:
+        running, _ = open_stream(server, long_stream(400))
+        queued = send_stream(server, long_stream(400))
+        assert wait_for(lambda: metrics(server)["tl_engine_queue_depth"] == 1)
+        refused = [post(server, "/v1/chat/completions", chat_body("y", max_tokens=300))
+                   for _ in range(8)]
+        assert [r.status_code for r in refused] == [429] * 8
+        running.close()
+        queued.close()
+        assert wait_for(lambda: (lambda m: m["tl_engine_queue_depth"] == 0
+                                 and m["tl_engine_active_sequences"] == 0)(metrics(server)))
+        sock, received = open_stream(server, long_stream(30))
+        assert received.startswith(b"HTTP/1.1 200")
+        server.drain()
+        body = read_until_closed_or(sock, b"data: [DONE]\n\n", received)
         assert body.count(b'"finish_reason":"length"') == 1
         sock.close()
         assert server.join(10.0) == 0

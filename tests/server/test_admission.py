@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from server.bridge import AdmissionGate, queue_full_error
+from server.admission import AdmissionGate, queue_full_error
 
 
 def test_gate_admits_up_to_capacity_then_refuses():

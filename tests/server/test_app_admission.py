@@ -6,7 +6,8 @@ import json
 from engine.model.loader import load_model
 from engine.api import EngineStats
 from server.app import ApiApp, ServedModel, ServerState
-from server.bridge import EngineBridge, QueuePolicy
+from server.admission import QueuePolicy
+from server.bridge import EngineBridge
 from server.http.protocol import Request, Response
 
 

@@ -12,7 +12,8 @@ import pytest
 from engine.api import (FINISH_DEADLINE, FINISH_LENGTH, EngineStats, GenRequest, PromptTooLong,
                         TokenOut)
 from engine.core.embedding import EmbedDone
-from server.bridge import EngineBridge, Expired, Failed, QueuePolicy, TooLong, expired_event
+from server.admission import QueuePolicy
+from server.bridge import EngineBridge, Expired, Failed, TooLong, expired_event
 from server.errors import ApiError
 from tests.polling import wait_for
 

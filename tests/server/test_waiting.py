@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 
 from engine.api import EngineStats, GenRequest
-from server.bridge import EngineBridge, QueuePolicy
+from server.admission import QueuePolicy
+from server.bridge import EngineBridge
 from server.errors import ApiError
 from server.waiting import WaitEstimator, WaitInputs, retry_after_s
 
@@ -61,11 +62,11 @@ def test_a_full_queue_429_carries_the_estimate():
     assert info.value.status == 429 and ("Retry-After", "3") in info.value.headers
 
 
-def test_before_any_finish_the_service_is_step_time_times_the_token_budget():
+def test_before_any_finish_the_service_is_the_longest_running_or_one_step():
     est = WaitEstimator(smoothing=0.5)
     est.observe_step(0.1)
-    est.observe_budget(30)
-    est.observe_budget(50)                        # mean budget 40 tokens
+    assert est.service_s() == pytest.approx(0.1)
+    est.observe_running(4.0)                      # one request has been in the batch 4 s
     assert est.service_s() == pytest.approx(4.0)
     assert est.wait_s(WaitInputs(running_requests=2, waiting_requests=1,
                                  max_num_seqs=2)) == pytest.approx(4.0)
@@ -75,10 +76,24 @@ def test_before_any_finish_the_service_is_step_time_times_the_token_budget():
 
 def test_a_long_step_in_progress_raises_the_estimate_before_any_measurement():
     est = WaitEstimator()
-    est.observe_budget(10)
+    est.observe_step(0.5)
     inputs = WaitInputs(running_requests=1, waiting_requests=0, max_num_seqs=1,
                         step_running_s=2.0)
-    assert est.wait_s(inputs) == pytest.approx(20.0)      # >= 2 s per step x 10 tokens
+    assert est.wait_s(inputs) == pytest.approx(2.0)       # at least the step in progress
+
+
+def test_the_bridge_tells_the_cold_estimate_how_long_its_oldest_request_has_run():
+    """Whatever `max_tokens` the clients send, a cold server's estimate grows with what
+    actually ran (it was step time x budget: hours for max_tokens = 4096)."""
+    from tests.server.test_admission_lockout import STEP_S, Clock, SlotEngine
+    clock = Clock()
+    bridge = EngineBridge(SlotEngine(clock, slots=1), clock=clock,
+                          queue=QueuePolicy(capacity_requests=4, deadline_ms=5000))
+    bridge.submit(GenRequest(prompt=(1,), max_tokens=100_000))
+    for _ in range(10):
+        bridge.run_once()
+    assert bridge.estimator.mean_service_s == 0.0            # nothing finished yet
+    assert bridge.expected_wait_s() == pytest.approx(10 * STEP_S)  # in the batch since step 1
 
 
 def test_refused_clients_count_until_their_retry_after_passes():
@@ -88,8 +103,24 @@ def test_refused_clients_count_until_their_retry_after_passes():
     refused.refused(now_s=10.0, retry_s=5)
     assert refused.returning(12.0) == 2
     assert refused.returning(13.0) == 1 and refused.returning(15.0) == 0
+
+
+def test_refused_clients_lengthen_the_retry_after_but_never_the_admission_wait():
     est = WaitEstimator()
     est.observe_service(4.0)
     spread = WaitInputs(running_requests=2, waiting_requests=0, max_num_seqs=2,
                         returning_requests=2)
-    assert est.wait_s(spread) == pytest.approx(3 * 4.0 / 2)   # the two come back first
+    assert est.wait_s(spread) == pytest.approx(1 * 4.0 / 2)        # only who is queued now
+    assert est.retry_wait_s(spread) == pytest.approx(3 * 4.0 / 2)  # the two come back first
+    free = WaitInputs(running_requests=1, waiting_requests=0, max_num_seqs=2,
+                      returning_requests=500)
+    assert est.wait_s(free) == 0.0 and est.retry_wait_s(free) > 0.0
+
+
+def test_the_refused_clients_kept_are_bounded_forgetting_the_earliest_first():
+    from server.waiting import RefusedClients
+    refused = RefusedClients(max_tracked=3)
+    for retry_s in (5, 1, 9, 7):                  # the 1 s one is forgotten at the fourth
+        refused.refused(now_s=0.0, retry_s=retry_s)
+    assert refused.returning(0.5) == 3
+    assert refused.returning(6.0) == 2            # 5 s passed; 7 and 9 remain
