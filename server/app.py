@@ -106,8 +106,10 @@ class ServedModel:
         Only ids the client typed need this: ids our own tokenizer produced are in range.
         Unchecked, a bad id would fail later on the engine thread as a 500."""
         vocab = self.tokenizer.vocab_size
-        if any(t >= vocab for t in ids):
-            raise api.bad(param, f"Token ids must be below the vocabulary size {vocab}.")
+        past = [t for t in ids if t >= vocab]
+        if past:
+            raise api.bad(param, f"Token id {past[0]} in '{param}' is not in the vocabulary: "
+                                 f"token ids must be below the vocabulary size {vocab}.")
 
 
 def choice_seed(seed: int | None, choice: int) -> int | None:
@@ -234,6 +236,7 @@ class ApiApp:
         OpenAI numbers them); the whole answer or none of it: a refusal or a 429 on a later
         choice aborts the earlier ones."""
         priority = self._headers(request)
+        self.served.check_token_ids(tuple(t for t, _ in spec.params.logit_bias), "logit_bias")
         grammar = (compile_structured(self.served.grammars, spec.structured)
                    if spec.structured else None)        # compiled once, shared by every choice
         requests = [self._gen_request(spec, prompt, prompt_param, priority, j, grammar)
