@@ -37,7 +37,7 @@ from server.http.protocol import Request, Response, Stream
 from server.responses import parse_responses
 from server.responses import renderer as responses_renderer
 from server.routes import API_ROUTES, HEALTH_ROUTES, resolve
-from server.static import CHAT_PAGE, ENGINE_PAGE, StaticFiles
+from server.static import CHAT_PAGE, ENGINE_PAGE, FAVICON, StaticFiles
 from server.streams import Echo, EmbedStream, GenerationStream, StreamContext
 from server.structured import Structured, compile_structured
 from server.toolcalls import tool_renderer
@@ -160,6 +160,7 @@ class ApiApp:
                          "detokenize": self.detokenize, "models": self.models,
                          "model": self.model, "healthz": health_ok,
                          "page": lambda *_: self.web.response(CHAT_PAGE),
+                         "favicon": lambda *_: self.web.response(FAVICON),
                          "static": lambda _, params, __: self.web.response(params["name"])}
 
     error = staticmethod(kind_response)  # App.error: the document of an error the transport found
@@ -361,6 +362,7 @@ class HealthApp:
         self.web = web or StaticFiles.load()
         self.handlers = {"healthz": self.healthz, "readyz": self.readyz, "metrics": self.metrics,
                          "engine_page": self.engine_page, "engine_snapshot": self.engine_snapshot,
+                         "favicon": lambda *_: self.web.response(FAVICON),
                          "static": lambda _, params, __: self.web.response(params["name"])}
 
     error = staticmethod(kind_response)  # App.error: the document of an error the transport found
