@@ -163,6 +163,19 @@ def test_a_failed_turn_stays_on_screen_but_is_left_out_of_the_next_request(chat,
     shot(chat, "chat-failed-turn")
 
 
+def test_clear_during_a_stream_starts_an_empty_conversation(chat):
+    fill(chat, "temperature", "0")
+    fill(chat, "max-tokens", "1000")
+    chat.find_element(By.ID, "input").send_keys("a", Keys.ENTER)
+    until(chat, lambda d: answers(d) and len(answers(d)[0].text) >= 3)   # streaming
+    chat.find_element(By.ID, "clear").click()                          # stops it and clears
+    until(chat, lambda d: d.find_element(By.ID, "send").is_enabled())  # the stream ended
+    fill(chat, "max-tokens", "2")
+    assert ask(chat, "a") == "bc"
+    meta = answers(chat)[-1].find_element(By.CLASS_NAME, "meta").text
+    assert "1 prompt + 2 completion tokens" in meta, meta             # the cut answer is gone
+
+
 @pytest.mark.parametrize("width_px", [360, 375, 420])
 def test_a_phone_wide_window_gets_a_wide_chat_and_folded_settings(chat, shot, width_px):
     chat.set_window_size(width_px, 700)
