@@ -37,7 +37,7 @@ from server.http.protocol import Request, Response, Stream
 from server.responses import parse_responses
 from server.responses import renderer as responses_renderer
 from server.routes import API_ROUTES, HEALTH_ROUTES, resolve
-from server.static import CHAT_PAGE, ENGINE_PAGE, StaticFiles
+from server.static import CHAT_PAGE, ENGINE_PAGE, FAVICON, StaticFiles
 from server.streams import Echo, EmbedStream, GenerationStream, StreamContext
 from server.structured import Structured, compile_structured
 from server.toolcalls import tool_renderer
@@ -106,8 +106,10 @@ class ServedModel:
         Only ids the client typed need this: ids our own tokenizer produced are in range.
         Unchecked, a bad id would fail later on the engine thread as a 500."""
         vocab = self.tokenizer.vocab_size
-        if any(t >= vocab for t in ids):
-            raise api.bad(param, f"Token ids must be below the vocabulary size {vocab}.")
+        past = [t for t in ids if t >= vocab]
+        if past:
+            raise api.bad(param, f"Token id {past[0]} in '{param}' is not in the vocabulary: "
+                                 f"token ids must be below the vocabulary size {vocab}.")
 
 
 def choice_seed(seed: int | None, choice: int) -> int | None:
@@ -158,6 +160,7 @@ class ApiApp:
                          "detokenize": self.detokenize, "models": self.models,
                          "model": self.model, "healthz": health_ok,
                          "page": lambda *_: self.web.response(CHAT_PAGE),
+                         "favicon": lambda *_: self.web.response(FAVICON),
                          "static": lambda _, params, __: self.web.response(params["name"])}
 
     error = staticmethod(kind_response)  # App.error: the document of an error the transport found
@@ -234,6 +237,7 @@ class ApiApp:
         OpenAI numbers them); the whole answer or none of it: a refusal or a 429 on a later
         choice aborts the earlier ones."""
         priority = self._headers(request)
+        self.served.check_token_ids(tuple(t for t, _ in spec.params.logit_bias), "logit_bias")
         grammar = (compile_structured(self.served.grammars, spec.structured)
                    if spec.structured else None)        # compiled once, shared by every choice
         requests = [self._gen_request(spec, prompt, prompt_param, priority, j, grammar)
@@ -358,6 +362,7 @@ class HealthApp:
         self.web = web or StaticFiles.load()
         self.handlers = {"healthz": self.healthz, "readyz": self.readyz, "metrics": self.metrics,
                          "engine_page": self.engine_page, "engine_snapshot": self.engine_snapshot,
+                         "favicon": lambda *_: self.web.response(FAVICON),
                          "static": lambda _, params, __: self.web.response(params["name"])}
 
     error = staticmethod(kind_response)  # App.error: the document of an error the transport found

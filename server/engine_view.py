@@ -12,6 +12,8 @@ builds no snapshot at all (the history, a few additions per step, is always kept
 What is in it: block states, ids, counts, priorities and block numbers (engine/core/
 snapshot.py). Never prompt or output text, never token ids: those belong to other users.
 Every list is capped, so the document stays under `MAX_SNAPSHOT_BYTES` whatever the load.
+Its fields are exactly those of openapi.yaml's `EngineSnapshot` (a test holds them to it):
+a field added to a view dataclass reaches the page through `asdict`, so document it first.
 """
 from __future__ import annotations
 

@@ -29,7 +29,7 @@ from server.tools import ToolsSpec, check_tool_calls, check_tool_message, parse_
 
 MAX_MESSAGES = 4096             # a conversation longer than this is abuse, not chat
 MAX_EMBEDDING_INPUTS = 2048     # inputs in one /v1/embeddings call (OpenAI's limit)
-MAX_STOP_STRINGS = 4            # OpenAI's limit on `stop` sequences
+MAX_STOP_STRINGS = 16           # `stop` sequences: OpenAI allows 4, eval harnesses send more
 MAX_STOP_TOKEN_IDS = 64
 MAX_LOGIT_BIAS_ENTRIES = 300    # OpenAI's own bound
 MAX_COMPLETION_LOGPROBS = MAX_TOP_LOGPROBS   # /v1/completions `logprobs`: 0..20 (vLLM's bound)
@@ -373,7 +373,10 @@ def parse_embeddings(body: bytes) -> EmbedSpec:
         raise bad("encoding_format", f"{fmt!r} is not valid for 'encoding_format': "
                                      "expected 'float' or 'base64'.")
     if doc.get("dimensions") is not None:
-        raise unsupported("dimensions", "'dimensions' is not supported.")
+        raise unsupported("dimensions", "'dimensions' is not supported: the served model was "
+                                        "not trained for reduced dimensions (Matryoshka "
+                                        "representation learning), so a shortened embedding "
+                                        "would not keep its meaning.")
     return EmbedSpec(model=model, inputs=inputs, encoding_format=fmt)
 
 

@@ -39,6 +39,7 @@ API_ROUTES: tuple[Route, ...] = (
     Route("GET", "/healthz", "healthz"),
     Route("GET", "/", "page"),                          # the chat page (server/web/)
     Route("GET", "/static/{name}", "static"),
+    Route("GET", "/favicon.ico", "favicon"),            # browsers ask for it unprompted
 )
 
 HEALTH_ROUTES: tuple[Route, ...] = (
@@ -48,6 +49,7 @@ HEALTH_ROUTES: tuple[Route, ...] = (
     Route("GET", "/engine", "engine_page"),             # the engine view (server/web/)
     Route("GET", "/engine/snapshot", "engine_snapshot"),
     Route("GET", "/static/{name}", "static"),
+    Route("GET", "/favicon.ico", "favicon"),
 )
 
 

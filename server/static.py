@@ -1,7 +1,8 @@
 """The built-in pages: plain HTML, CSS and JavaScript files shipped in `server/web/`.
 
 `GET /` on the API port is the chat page, `GET /engine` on the health port the engine
-view; both load their scripts and styles from `GET /static/<name>` on their own port.
+view; both load their scripts and styles from `GET /static/<name>` on their own port, and
+both ports answer `GET /favicon.ico` with the pages' icon.
 The files are read once, at start-up, into a table of name -> bytes; a name outside the
 table is a 404 (no path is ever joined from a request, so `..` has nothing to reach).
 
@@ -19,12 +20,13 @@ from server.http.protocol import Response
 
 WEB_DIR = Path(__file__).resolve().parent / "web"
 CONTENT_TYPES = {".html": "text/html; charset=utf-8", ".css": "text/css; charset=utf-8",
-                 ".js": "text/javascript; charset=utf-8"}
+                 ".js": "text/javascript; charset=utf-8", ".ico": "image/x-icon"}
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
        "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 SECURITY_HEADERS = (("Content-Security-Policy", CSP), ("X-Content-Type-Options", "nosniff"),
                     ("Referrer-Policy", "no-referrer"), ("Cache-Control", "no-cache"))
 CHAT_PAGE, ENGINE_PAGE = "index.html", "engine.html"
+FAVICON = "favicon.ico"            # also at /favicon.ico on both ports, where browsers look
 
 
 @dataclass(frozen=True)

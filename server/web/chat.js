@@ -1,6 +1,8 @@
 // tl-serve's chat page: streams answers from POST /v1/chat/completions with fetch and a
 // small SSE reader. Rule: text from the model or the user is only ever set as
 // textContent (never parsed as HTML), so an answer like <img onerror=...> stays text.
+// A turn that fails (the server refused it, or the stream broke) stays on screen, marked,
+// but leaves the history: the next request does not send it again.
 "use strict";
 
 (() => {
@@ -138,8 +140,10 @@
     if (!text.trim() || state.controller) return;
     if (!state.model) await loadModel();
     $("input").value = "";
-    state.messages.push({ role: "user", content: text });
-    addMessage("user", text);
+    const history = state.messages;             // Clear during the stream starts a new one
+    const turn = { role: "user", content: text };
+    history.push(turn);
+    const asked = addMessage("user", text);
     const view = addMessage("assistant", "");
     view.root.classList.add("streaming");
     const controller = new AbortController();
@@ -173,13 +177,32 @@
       else { t.finish = "error"; view.root.append(el("div", "error", err.message)); }
     } finally {
       t.end = performance.now();
-      if (answer) state.messages.push({ role: "assistant", content: answer });
+      if (t.finish === "error") leaveOut(history, turn, [asked, view]);
+      else if (answer) history.push({ role: "assistant", content: answer });
       view.root.classList.remove("streaming");
       showMeta(view, answer, t);
       view.root.dataset.done = "1";
       state.controller = null;
       setBusy(false);
     }
+  }
+
+  // A failed turn: out of the history (so never sent again), kept on screen, marked.
+  function leaveOut(history, turn, views) {
+    const at = history.indexOf(turn);
+    if (at >= 0) history.splice(at, 1);
+    for (const view of views) {
+      view.root.classList.add("failed");
+      view.root.dataset.failed = "1";
+      view.root.title = "failed: not part of the conversation sent to the model";
+    }
+    views[views.length - 1].root.append(el("div", "note", "Left out of the conversation: " +
+                                               "the next message does not send it again."));
+  }
+
+  function toggleSettings() {
+    const open = $("settings").classList.toggle("open");
+    $("settings-toggle").setAttribute("aria-expanded", String(open));
   }
 
   function setBusy(busy) {
@@ -209,6 +232,7 @@
     });
     $("stop").addEventListener("click", stop);
     $("clear").addEventListener("click", clear);
+    $("settings-toggle").addEventListener("click", toggleSettings);
     loadModel();
   }
 

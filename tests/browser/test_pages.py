@@ -142,6 +142,68 @@ def test_the_api_key_stays_in_the_session_and_is_sent_as_bearer(chat):
     assert chat.execute_script("return sessionStorage.getItem('tlserve.api_key')") is None
 
 
+def test_a_failed_turn_stays_on_screen_but_is_left_out_of_the_next_request(chat, shot):
+    """The server's own count of the next prompt says what it carried: the succ template
+    joins the contents, one token per byte, so "a" + "bc" + "q" is 4 tokens, and 8 if the
+    refused "zzzz" were sent again."""
+    fill(chat, "temperature", "0")
+    fill(chat, "max-tokens", "2")
+    assert ask(chat, "a") == "bc"
+    fill(chat, "temperature", "5")                                    # the server says 400
+    ask(chat, "zzzz")
+    failed = answers(chat)[-1]
+    assert failed.get_attribute("data-finish") == "error"
+    assert "HTTP 400" in failed.find_element(By.CLASS_NAME, "error").text
+    fill(chat, "temperature", "0")
+    assert ask(chat, "q") == "rs"
+    meta = answers(chat)[-1].find_element(By.CLASS_NAME, "meta").text
+    assert "4 prompt + 2 completion tokens" in meta, meta
+    asked = chat.find_elements(By.CSS_SELECTOR, "#log .msg.user")[1]
+    assert asked.text == "zzzz" and asked.get_attribute("data-failed") == "1"   # marked
+    shot(chat, "chat-failed-turn")
+
+
+def test_clear_during_a_stream_starts_an_empty_conversation(chat):
+    fill(chat, "temperature", "0")
+    fill(chat, "max-tokens", "1000")
+    chat.find_element(By.ID, "input").send_keys("a", Keys.ENTER)
+    until(chat, lambda d: answers(d) and len(answers(d)[0].text) >= 3)   # streaming
+    chat.find_element(By.ID, "clear").click()                          # stops it and clears
+    until(chat, lambda d: d.find_element(By.ID, "send").is_enabled())  # the stream ended
+    fill(chat, "max-tokens", "2")
+    assert ask(chat, "a") == "bc"
+    meta = answers(chat)[-1].find_element(By.CLASS_NAME, "meta").text
+    assert "1 prompt + 2 completion tokens" in meta, meta             # the cut answer is gone
+
+
+@pytest.mark.parametrize("width_px", [360, 375, 420])
+def test_a_phone_wide_window_gets_a_wide_chat_and_folded_settings(chat, shot, width_px):
+    chat.set_window_size(width_px, 700)
+    try:
+        until(chat, lambda d: d.execute_script("return window.innerWidth") <= width_px)
+        settings, toggle = (chat.find_element(By.ID, name) for name in ("settings",
+                                                                         "settings-toggle"))
+        assert not settings.is_displayed() and toggle.is_displayed()
+        for name in ("chat", "input"):
+            assert chat.find_element(By.ID, name).rect["width"] >= 300, name
+        assert chat.execute_script(                                   # nothing runs off the side
+            "return document.documentElement.scrollWidth <= window.innerWidth")
+        if width_px == 375:
+            shot(chat, "chat-375")
+        toggle.click()
+        assert settings.is_displayed() and toggle.get_attribute("aria-expanded") == "true"
+        if width_px == 375:
+            shot(chat, "chat-375-settings")
+        fill(chat, "max-tokens", "2")                                 # reachable once unfolded
+        fill(chat, "temperature", "0")
+        toggle.click()
+        assert not settings.is_displayed()
+        assert ask(chat, "a") == "bc"                                 # the setting took effect
+    finally:
+        chat.set_window_size(1280, 900)
+    until(chat, lambda d: settings.is_displayed() and not toggle.is_displayed())
+
+
 def test_the_engine_view_shows_blocks_used_while_a_request_runs(browser, server, shot):
     browser.get(server.health_url + "/engine")
     cells = lambda state: len(browser.find_elements(By.CSS_SELECTOR, f"#grid .cell.{state}"))

@@ -102,7 +102,7 @@ BAD_REQUESTS = [
     ("/v1/chat/completions", chat_body("a", temperature=2.5), 400, "temperature", None),
     ("/v1/chat/completions", chat_body("a", top_p=0), 400, "top_p", None),
     ("/v1/chat/completions", chat_body("a", max_tokens=0), 400, "max_tokens", None),
-    ("/v1/chat/completions", chat_body("a", stop=["1", "2", "3", "4", "5"]), 400, "stop", None),
+    ("/v1/chat/completions", chat_body("a", stop=[str(i) for i in range(17)]), 400, "stop", None),
     ("/v1/chat/completions", {"model": "succ"}, 400, "messages", None),
     ("/v1/chat/completions", chat_body("a", n=9), 400, "n", None),
     ("/v1/completions", {"model": "succ", "prompt": "a", "suffix": "z"}, 422, "suffix",
@@ -228,6 +228,22 @@ def test_token_ids_past_the_vocabulary_are_400_on_every_route(server):
         assert r.status_code == 400, (path, body, r.text)
         err = r.json()["error"]
         assert err["param"] == param and "vocabulary" in err["message"], err
+
+
+def test_logit_bias_id_past_the_vocabulary_is_400_naming_it(server):
+    """The sampler skips a bias it cannot index; the client must hear that its id is wrong."""
+    past = 10_257                                        # the succ vocabulary has 257 ids
+    bias = {"98": 5, str(past): -100}
+    for path, body in (("/v1/chat/completions", chat_body("a", max_tokens=1, logit_bias=bias)),
+                       ("/v1/completions", {"model": "succ", "prompt": "a", "max_tokens": 1,
+                                            "logit_bias": bias})):
+        r = post(server, path, body)
+        assert r.status_code == 400, (path, r.text)
+        err = r.json()["error"]
+        assert err["param"] == "logit_bias" and str(past) in err["message"], err
+    inside = post(server, "/v1/completions", {"model": "succ", "prompt": "a", "max_tokens": 1,
+                                              "temperature": 0, "logit_bias": {"256": 100}})
+    assert inside.status_code == 200 and inside.json()["choices"][0]["finish_reason"] == "stop"
 
 
 def test_streamed_completion_text_offsets_run_on_like_the_plain_answer(server):

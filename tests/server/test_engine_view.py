@@ -119,3 +119,52 @@ def test_a_busy_engine_builds_snapshots_only_while_someone_looks():
     engine.busy = False
     view.update(engine, EngineStats(), stepped=True)              # idle: the final state
     assert engine.snapshots == 3
+
+
+def documented_snapshot_schema() -> dict:
+    """openapi.yaml's EngineSnapshot: where the document's fields are written down."""
+    import yaml
+    from tests.server.test_openapi import OPENAPI
+    return yaml.safe_load(OPENAPI.read_text(encoding="utf-8"))["components"]["schemas"][
+        "EngineSnapshot"]
+
+
+def _busy_engine_view() -> ViewSnapshot:
+    """A real engine with one cached prefix (radix), one running and one waiting sequence."""
+    from engine.api import EngineConfig, GenRequest, SamplingParams
+    from engine.core.engine import Engine
+    from server.engine_view import EngineView
+    from tests.engine.engine_models import run_to_completion, succ_model
+    greedy = SamplingParams(temperature=0.0)
+    engine = Engine(succ_model(), EngineConfig(block_size=4, num_kv_blocks=64, max_num_seqs=1,
+                                               prefix_cache="radix"))
+    engine.record_steps = True
+    engine.add_request(GenRequest(prompt=tuple(range(97, 109)), params=greedy, max_tokens=2))
+    run_to_completion(engine)                            # its 12-token prompt stays cached
+    for first in (40, 60):                               # max_num_seqs=1: one runs, one waits
+        engine.add_request(GenRequest(prompt=tuple(range(first, first + 9)), params=greedy,
+                                      max_tokens=8))
+    engine.step()
+    view = EngineView(clock=lambda: 100.0)
+    view.asked()                                         # someone looks: a busy engine publishes
+    view.update(engine, engine.stats(), stepped=True)
+    return view.latest
+
+
+def test_the_snapshot_carries_exactly_its_documented_fields():
+    """Each entry (running, waiting, radix, history) has exactly the fields openapi.yaml lists:
+    a field added to SeqView, WaitingView or RadixSegment (say the prompt's token ids) would
+    reach the page through asdict() unless someone documents it here first."""
+    import jsonschema
+    schema = documented_snapshot_schema()
+    document = json.loads(json_bytes(snapshot_document(_busy_engine_view())))
+    fields = schema["properties"]
+    assert set(document) == set(fields)
+    for part in ("blocks", "stats"):
+        assert set(document[part]) == set(fields[part]["properties"]), part
+    for part in ("running", "waiting", "radix", "history"):
+        assert document[part], f"no {part} entry to check"
+        documented_keys = set(fields[part]["items"]["properties"])
+        for entry in document[part]:
+            assert set(entry) == documented_keys, (part, entry)
+    jsonschema.validate(document, schema)

@@ -95,6 +95,17 @@ def test_chunked_body_with_extensions_and_trailers_at_every_split():
         assert conn.state == HANDLING and conn.buffered_bytes == 0
 
 
+def test_chunk_data_must_end_with_crlf_not_any_two_bytes():
+    """`2 CRLF abXY 0 CRLF CRLF`: the two bytes after a chunk's data are its CRLF, so XY is
+    a framing error (400), never skipped to leave the body `ab`, at any split."""
+    raw = b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabXY0\r\n\r\n"
+    for pieces in splits(raw):
+        _, found = events_from(pieces)
+        assert [type(event) for event in found] == [HttpError], found
+        assert found[0].kind == "malformed_http"
+        assert rendered(found[0]).status == 400
+
+
 def test_bare_lf_line_endings_and_leading_blank_lines_are_accepted():
     raw = b"\r\n\nGET /x HTTP/1.1\nHost: a\n\n"
     for pieces in splits(raw):

@@ -29,7 +29,7 @@ def refused(parse, body: bytes) -> ApiError:
     ({"temperature": "hot"}, "temperature"), ({"top_p": 0}, "top_p"), ({"top_p": 1.5}, "top_p"),
     ({"max_tokens": 0}, "max_tokens"), ({"max_tokens": 1.5}, "max_tokens"),
     ({"max_completion_tokens": 0}, "max_completion_tokens"),
-    ({"stop": ["a", "b", "c", "d", "e"]}, "stop"), ({"stop": [1]}, "stop"),
+    ({"stop": [f"s{i}" for i in range(17)]}, "stop"), ({"stop": [1]}, "stop"),
     ({"presence_penalty": 3}, "presence_penalty"), ({"frequency_penalty": -2.5},
                                                     "frequency_penalty"),
     ({"presence_penalty": -2.5}, "presence_penalty"), ({"frequency_penalty": 2.5},
@@ -120,6 +120,22 @@ def test_completion_prompt_forms_and_defaults():
     spec = parse_completion(json.dumps(dict(body, logprobs=2)).encode())
     assert spec.params.logprobs and spec.top_logprobs == 2
     assert refused(parse_completion, b'{"model": "m"}').param == "prompt"
+
+
+def test_stop_takes_sixteen_strings_as_evaluation_harnesses_send():
+    stops = [f"\n\n{i}" for i in range(16)]            # OpenAI stops at 4; lm-eval sends more
+    assert parse_chat(chat(stop=stops)).stop == tuple(stops)
+    assert parse_completion(json.dumps({"model": "m", "prompt": "p", "stop": stops}).encode()
+                            ).stop == tuple(stops)
+    err = refused(parse_chat, chat(stop=stops + ["one more"]))
+    assert err.status == 400 and err.param == "stop" and "16" in err.message
+
+
+def test_embeddings_dimensions_is_422_saying_the_model_was_not_trained_for_it():
+    err = refused(parse_embeddings, b'{"model": "m", "input": "a", "dimensions": 8}')
+    assert err.status == 422 and err.param == "dimensions"
+    assert err.document()["error"]["code"] == "unsupported_parameter"
+    assert "not trained for reduced dimensions" in err.message and "Matryoshka" in err.message
 
 
 def test_embeddings_tokenize_priority():

@@ -34,6 +34,18 @@ def test_pages_and_their_files_are_served_with_a_same_origin_policy(server):
         assert r.headers["X-Content-Type-Options"] == "nosniff"
 
 
+def test_favicon_is_an_icon_on_both_ports_and_the_pages_link_it(server):
+    icon = (WEB_DIR / "favicon.ico").read_bytes()
+    assert icon[:4] == b"\0\0\1\0"                     # an ICO header: reserved 0, type 1 (icon)
+    for base in (server.http_url, server.health_url):
+        r = requests.get(base + "/favicon.ico", timeout=TIMEOUT_S)
+        assert r.status_code == 200, base
+        assert r.headers["Content-Type"] == "image/x-icon" and r.content == icon, base
+    for page in (server.http_url + "/", server.health_url + "/engine"):
+        assert b'<link rel="icon" href="/favicon.ico"' in requests.get(page, timeout=TIMEOUT_S
+                                                                        ).content, page
+
+
 def test_only_the_known_files_are_served(server):
     for path in ("/static/nope.js", "/static/..%2Fserve.py", "/static/../app.py",
                  "/static/static.py"):
@@ -46,8 +58,10 @@ def test_only_the_known_files_are_served(server):
 def test_the_pages_fetch_nothing_external_and_never_insert_html():
     files = StaticFiles.load().files
     assert set(files) == {"index.html", "chat.css", "chat.js", "engine.html", "engine.css",
-                          "engine.js"}
-    for name, (_, body) in files.items():
+                          "engine.js", "favicon.ico"}
+    for name, (content_type, body) in files.items():
+        if content_type.startswith("image/"):
+            continue                                       # pixels, no text to check
         text = body.decode("utf-8")
         assert not re.search(r"https?://|//[a-z0-9.-]+\.[a-z]{2,}/", text, re.I), name
         assert "@import" not in text and "url(" not in text, name
