@@ -64,7 +64,13 @@ def schema_spec(schema) -> GrammarSpec:
 
 def compile_spec(spec: GrammarSpec, budget: WorkBudget | None = None) -> Grammar:
     """The spec's grammar, or `GrammarError`; all of its work is paid from `budget`."""
-    budget = budget if budget is not None else WorkBudget()
+    try:
+        return _compile(spec, budget if budget is not None else WorkBudget())
+    except RecursionError:                          # a pattern or list nested past Python's stack
+        raise GrammarInvalid("the schema or pattern is nested too deeply to compile") from None
+
+
+def _compile(spec: GrammarSpec, budget: WorkBudget) -> Grammar:
     budget.spend(CHOICE_WORK * (len(spec.text) + sum(len(a) + len(b) for a, b in spec.tools)))
     if spec.kind == "text":
         # every byte sequence (a model may write bytes that are not UTF-8): allows everything

@@ -48,6 +48,7 @@ TYPES = ("object", "array", "string", "number", "integer", "boolean", "null")
 MAX_SCHEMA_DEPTH = 32           # nested sub-schemas (a $ref, anyOf, items, a property: one each)
 SHARED_NODES_ABOVE = 24         # a reused value expression larger than this becomes a called rule
 SCHEMA_NODE_WORK = 50           # budget units per sub-schema compiled (its checks and expression)
+MAX_BOUND_DIGITS = 30           # a lower bound above 10^30 (upper below -10^30) is refused: no JSON client needs it
 MEMBER_WORK = 20                # budget units per object member, enum value, array position, name branch
 _SEP = ex.seq(jt.WS, ex.lit(","), jt.WS)
 
@@ -298,16 +299,17 @@ class SchemaCompiler:
             raise GrammarInvalid(f"no array at {path} can satisfy its item bounds", path=path)
         elems = [self.value(p, f"{path}.prefixItems[{i}]") for i, p in enumerate(prefix)]
         item = None if items is False else self.shared("array.item", self.value(items, f"{path}.items"))
-        body = ex.EMPTY if item is None or hi is not None else ex.star(ex.seq(_SEP, item))
-        top = hi if hi is not None else max(lo, len(prefix), 1)
-        self.budget.spend(MEMBER_WORK * top)
-        for i in reversed(range(1, top)):
-            e = elems[i] if i < len(elems) else item
-            step = ex.seq(_SEP, e, body)
+        lead = elems or ([item] if item is not None else [])     # the elements written one by one
+        written = len(lead) if hi is None else min(len(lead), hi)
+        self.budget.spend(MEMBER_WORK * (written + 1))
+        body = ex.EMPTY                                             # what follows the last lead element
+        if item is not None and (hi is None or hi > len(lead)):    # the rest: a repeat, not a nesting
+            body = ex.rep(ex.seq(_SEP, item), max(lo - len(lead), 0), None if hi is None else hi - len(lead))
+        for i in reversed(range(1, written)):
+            step = ex.seq(_SEP, lead[i], body)
             body = step if i < lo else ex.alt(step, ex.EMPTY)
-        first = elems[0] if elems else item
-        content = ex.EMPTY if top == 0 or first is None else ex.seq(first, body)
-        if lo == 0 and top > 0:
+        content = ex.EMPTY if written == 0 else ex.seq(lead[0], body)
+        if lo == 0 and written > 0:
             content = ex.alt(content, ex.EMPTY)
         return ex.seq(ex.lit("["), jt.WS, content, jt.WS, ex.lit("]"))
 
@@ -342,6 +344,10 @@ class SchemaCompiler:
                       lower=True)
         hi = _tighter([bound_of(s[k], k.startswith("exclusive")) for k in ("maximum", "exclusiveMaximum") if k in s],
                       lower=False)
+        lo_i, hi_i = integer_bounds(lo, hi)
+        if (lo_i is not None and lo_i >= 10 ** MAX_BOUND_DIGITS) or (hi_i is not None and hi_i <= -10 ** MAX_BOUND_DIGITS):
+            raise GrammarUnsupported(f"bounds at {path} that exclude every number of up to {MAX_BOUND_DIGITS} digits "
+                                     "are not supported", path=path, keyword="minimum" if lo_i else "maximum")
         if step is not None:
             if step <= 0:
                 raise GrammarInvalid(f"'multipleOf' at {path} must be above 0", path=f"{path}.multipleOf",
@@ -349,9 +355,9 @@ class SchemaCompiler:
             if step != int(step):
                 raise GrammarUnsupported(f"a fractional 'multipleOf' at {path} is not supported (integer steps are)",
                                          path=f"{path}.multipleOf", keyword="multipleOf")
-            e = self.numbers.multiples(int(step), *integer_bounds(lo, hi))
+            e = self.numbers.multiples(int(step), lo_i, hi_i)
         elif integer:
-            e = self.numbers.int_range(*integer_bounds(lo, hi))
+            e = self.numbers.int_range(lo_i, hi_i)
         else:
             e = self.numbers.decimal_range(lo, hi)
         if e is None:

@@ -31,7 +31,7 @@ SHARED_CHAR_ABOVE = 4           # a maxLength above this repeats a call, not the
 PATTERN_WORK = 4                # budget units per character of a pattern parsed
 
 _OCTET = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
-_LABEL = r"[a-z](?:[a-z0-9-]{0,20}[a-z0-9])?"                  # a host name label, starting with a letter
+_LABEL = r"[a-z][a-z0-9]{0,20}(?:-[a-z0-9]{1,20}){0,2}"     # a host name label: a letter first, no "--"
 _DATE = (r"[12]\d{3}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\d|30)"
          r"|02-(?:0[1-9]|1\d|2[0-8]))")
 _TIME = r"(?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d(?:\.\d{1,6})?"
@@ -51,6 +51,7 @@ FORMATS = {
            r"(?:&" + _UNRESERVED + r"{1,16}=" + _UNRESERVED + r"{0,16}){0,3})?",
 }
 FORMATS["url"] = FORMATS["uri"]
+FORMATS["ipvanyaddress"] = FORMATS["ipv4"]                 # pydantic's IPvAnyAddress: an IPv4 one is one
 # The patterns Zod 4 writes next to a format (z.uuid(), z.email(), z.iso.date(), z.iso.datetime(), z.ipv4(), z.ipv6()).
 LIBRARY_PATTERNS = {
     "uuid": {r"^([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[1-8][0-9a-fA-F]{3}-[89abAB][0-9a-fA-F]{3}-[0-9a-fA-F]{12}"
