@@ -2,13 +2,16 @@
 
 Served keywords (anything else is `GrammarUnsupported`, naming the keyword and its path):
 `type` (a name or a list), `properties`, `required`, `additionalProperties` (false, true or
-a schema), `enum`, `const`, `anyOf`, `oneOf` (as anyOf: the branches should not overlap),
+a schema), `propertyNames` (enum/const; a pattern, format or lengths when no property is
+declared), `enum`, `const`, `anyOf`, `oneOf` (as anyOf: the branches should not overlap),
 `allOf` with one member, `items`, `prefixItems`, `minItems`, `maxItems`, `uniqueItems:
 false`, `minLength`, `maxLength`, `pattern` (regex_subset.py; a search, as JSON Schema
-says, unless anchored), `format` (date, time, date-time, uuid), `minimum`, `maximum`,
-`exclusiveMinimum`, `exclusiveMaximum` (integers; a bounded `number` is written as an
-integer of the interval), `$ref` to `#`, `#/$defs/...`, `#/definitions/...` (recursion
-included), `nullable: true`, and the annotations (title, description, default, ...).
+says, unless anchored), `format` (strings.py: date, time, date-time, uuid, email, uri/url,
+hostname, ipv4, ipv6; with the pattern Zod emits for it), `minimum`, `maximum`,
+`exclusiveMinimum`, `exclusiveMaximum` (numbers.py: integers exactly, numbers with
+fractions inside the bounds), `multipleOf` (integer steps), `$ref` to `#`,
+`#/$defs/...`, `#/definitions/...` (recursion included), `nullable: true`, and the
+annotations (title, description, default, ...).
 
 The grammar writes a subset of what the schema allows, never more: properties in the
 schema's order, no property that is not declared unless `additionalProperties` allows it
@@ -17,8 +20,9 @@ explicitly, bounded whitespace. Every sentence of the grammar validates.
 Size: a sub-schema whose expression is used in more than one place (an array's item, an
 object member's value, an extra property's value) is named once as a rule and called, never
 copied, so the compiled size grows linearly with nesting (copies doubled it per level). A
-schema nested deeper than MAX_SCHEMA_DEPTH is refused (`GrammarInvalid`, naming the path):
-the compile runs on the server's loop thread and its cost must stay bounded.
+schema nested deeper than MAX_SCHEMA_DEPTH is refused (`GrammarInvalid`, naming the path),
+and the walk pays from the compile's `WorkBudget` (budget.py) per sub-schema, member, enum
+value and digit, so its cost is bounded with the automaton's.
 """
 from __future__ import annotations
 
