@@ -18,7 +18,7 @@ from engine.grammar.errors import GrammarError, GrammarInvalid
 from engine.grammar.json_schema import SchemaCompiler
 from tests.engine.grammar_sampling import sample_texts
 
-FUZZ_SCHEMAS = 150
+FUZZ_SCHEMAS = 80
 MAX_FUZZ_COMPILE_S = 1.0
 
 
