@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, localcontext
 
-from engine.grammar import charset, expr as ex
+from engine.grammar import expr as ex
 from engine.grammar.budget import WorkBudget
 from engine.grammar.jsontext import DIGIT, MAX_INT_DIGITS, NONZERO
 
