@@ -19,7 +19,8 @@ from engine.core.speculative import SPECULATIVE_RULES
 from engine.core.speculative import check_config as check_speculative_config
 from engine.errors import (InvalidConfig, InvalidRequest, ModelFormatError, PromptTooLong,
                            RequestRefused)
-from engine.grammar.automaton import MAX_COMPILE_WORK, Grammar
+from engine.grammar.automaton import Grammar
+from engine.grammar.budget import MAX_COMPILE_WORK
 from engine.grammar.compile import GrammarCache, GrammarSpec, ToolCallFormat, schema_spec
 from engine.grammar.errors import GrammarError, GrammarInvalid, GrammarUnsupported
 from engine.grammar.json_schema import MAX_SCHEMA_DEPTH

@@ -8,7 +8,8 @@
     structured_outputs: {"json" | "regex" | "choice": ...}               (vLLM's newer form)
 
 At most one of them per request (two: 422). `compile_structured` compiles through the
-served model's `GrammarCache` (once per canonical text) and turns the grammar's refusals
+served model's `GrammarCache` (once per canonical text, a refusal too: a retried schema
+that is too large or unserved costs no second compile) and turns the grammar's refusals
 into API errors: an invalid schema or pattern is a 400 naming the field, a keyword this
 server does not serve a 422 naming the keyword and its path. Nothing reaches the engine
 unvalidated.

@@ -1,7 +1,8 @@
 """The grammar room: constrained decoding for structured outputs (JSON Schema, regex, tool calls).
 
-A schema or a regex compiles once to a `Grammar` (`json_schema.py`, `regex_subset.py` ->
-`expr.py`'s expressions -> `automaton.py`'s recursive character automaton). At run time a
+A schema or a regex compiles once to a `Grammar` (`json_schema.py` with `numbers.py` and
+`strings.py`, `regex_subset.py` -> `expr.py`'s expressions -> `automaton.py`'s recursive
+character automaton), every stage paying from one `budget.py` WorkBudget. At run time a
 `Matcher` (`automaton.py`) steps the automaton over bytes (UTF-8 assembled into characters,
 a stack of rule frames for nesting), `vocab.py` holds the vocabulary's token bytes in sorted
 order and `trie.py` the same as a trie by depth, which `dense.py` walks with numpy to find

@@ -17,24 +17,25 @@ prefix of a UTF-8 character are held in the state until the character is complet
 prefix is allowed when some character edge admits a code point that starts with it.
 `DEAD` (-1) is the state after a byte the grammar forbids.
 
-Compiling is bounded: `MAX_COMPILE_WORK` counts NFA states built (`NFA_STATE_WORK` each)
-and epsilon-closure visits (one each) over all rules; a grammar that needs more
+Compiling is bounded: the compile's `WorkBudget` (budget.py, shared with the schema walk
+that made the expressions) pays for NFA states built (`NFA_STATE_WORK` each) and
+epsilon-closure visits (one each) over all rules; a grammar that needs more
 (`((a{1000}){1000})`, long chains of optionals) is refused with `GrammarInvalid` before it
-costs the loop thread more than about a second.
+costs more than about a second.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from engine.grammar import charset
+from engine.grammar.budget import WorkBudget
 from engine.grammar.errors import GrammarInvalid
 
 DEAD = -1
 MAX_STACK_FRAMES = 128          # call nesting a generation may reach (a schema level takes <= 2)
 MAX_MEMO_ENTRIES = 1 << 20      # (state, byte) transitions remembered before a reset
 FRAME_BITS = 24                 # a frame is rule << FRAME_BITS | state, one int
-MAX_COMPILE_WORK = 1_000_000    # work units of one compile (about 0.5 us each)
-NFA_STATE_WORK = 4              # units per NFA state built (a closure visit is 1)
+NFA_STATE_WORK = 8              # units per NFA state built (a closure visit is 1): ~4 us each under load
 
 
 @dataclass(frozen=True)
@@ -54,21 +55,8 @@ class Grammar:
 
 # --------------------------------------------------------------------------- compile
 
-class _Budget:
-    """The work one compile may still do (shared by its rules)."""
-
-    def __init__(self, units: int):
-        self.left = units
-
-    def spend(self, units: int) -> None:
-        self.left -= units
-        if self.left < 0:
-            raise GrammarInvalid(f"the schema or pattern is too large to compile: its automaton needs more "
-                                 f"than {MAX_COMPILE_WORK} construction steps (MAX_COMPILE_WORK)")
-
-
 class _Nfa:
-    def __init__(self, budget: _Budget):
+    def __init__(self, budget: WorkBudget):
         self.edges: list[list[tuple]] = []          # [state] -> [(label, dst)]; label None = eps
         self.budget = budget
 
@@ -135,7 +123,7 @@ class _Nfa:
         return seen
 
 
-def _compile_rule(e, names: dict[str, int], budget: _Budget) -> Rule:
+def _compile_rule(e, names: dict[str, int], budget: WorkBudget) -> Rule:
     nfa = _Nfa(budget)
     start, end = nfa.new(), nfa.new()
     nfa.build(e, start, end, names)
@@ -164,11 +152,12 @@ def _compile_rule(e, names: dict[str, int], budget: _Budget) -> Rule:
     return Rule(tuple(chars_out), tuple(calls_out), frozenset(accepting))
 
 
-def compile_grammar(rules: dict[str, tuple], root: str, key: str, *, raw_bytes: bool = False) -> Grammar:
-    """Named expressions -> a `Grammar` whose rule 0 is `root`."""
+def compile_grammar(rules: dict[str, tuple], root: str, key: str, *, raw_bytes: bool = False,
+                    budget: WorkBudget | None = None) -> Grammar:
+    """Named expressions -> a `Grammar` whose rule 0 is `root` (spending from the compile's budget)."""
     names = [root] + [n for n in rules if n != root]
     index = {n: i for i, n in enumerate(names)}
-    budget = _Budget(MAX_COMPILE_WORK)
+    budget = budget if budget is not None else WorkBudget()
     return Grammar(tuple(_compile_rule(rules[n], index, budget) for n in names), key, raw_bytes)
 
 
@@ -294,6 +283,12 @@ class Matcher:
             return False
         return any(len(st) == 1 and (st[0] & ((1 << FRAME_BITS) - 1)) in self._rules[st[0] >> FRAME_BITS].accepting
                    for st in self._stacks[char_state])
+
+    def char_sets(self, state: int) -> tuple[charset.Ranges, ...]:
+        """The character sets an edge out of this state reads (a character outside all of them is DEAD)."""
+        if state == DEAD:
+            return ()
+        return tuple(dict.fromkeys(ranges for _, _, ranges, _ in self._edges(self._stacks[self._states[state][0]])))
 
     def can_continue(self, state: int) -> bool:
         """Some character may still follow."""

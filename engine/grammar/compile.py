@@ -2,21 +2,29 @@
 
 `GrammarSpec` is the request's side (a frozen value the server builds): a JSON Schema, any
 JSON object, a regex, a list of choices, tool calls in a family's format, or free text.
-`GrammarCache.get(spec)` compiles it at most once per canonical text (LRU-bounded); the
-compiled `Grammar` is immutable and rides in the `GenRequest` to the engine thread.
+`compile_spec(spec, budget)` compiles it, every stage spending from one `WorkBudget`
+(budget.py). `GrammarCache.get(spec)` compiles it once per canonical text (LRU-bounded) and
+remembers a refusal like a success, so a schema that is too large or unsupported costs one
+compile, not one per retry. The cache may be called from several threads (a lock guards its
+dict; compiles run outside it, so two threads asking for one new spec at once may both
+compile it, and the first result stored is the one kept). The compiled `Grammar` is
+immutable and rides in the `GenRequest` to the engine thread.
 """
 from __future__ import annotations
 
 import json
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
 from engine.grammar import charset, expr as ex, jsontext as jt, regex_subset
 from engine.grammar.automaton import Grammar, compile_grammar
-from engine.grammar.errors import GrammarInvalid
+from engine.grammar.budget import WorkBudget
+from engine.grammar.errors import GrammarError, GrammarInvalid
 from engine.grammar.json_schema import SchemaCompiler, canonical
 
 MAX_CACHED_GRAMMARS = 256
+CHOICE_WORK = 4                 # budget units per character of a regex or a choice list
 
 
 @dataclass(frozen=True)
@@ -54,31 +62,42 @@ def schema_spec(schema) -> GrammarSpec:
     return GrammarSpec("json_schema", canonical(schema))
 
 
-def _compile(spec: GrammarSpec) -> Grammar:
+def compile_spec(spec: GrammarSpec, budget: WorkBudget | None = None) -> Grammar:
+    """The spec's grammar, or `GrammarError`; all of its work is paid from `budget`."""
+    try:
+        return _compile(spec, budget if budget is not None else WorkBudget())
+    except RecursionError:                          # a pattern or list nested past Python's stack
+        raise GrammarInvalid("the schema or pattern is nested too deeply to compile") from None
+
+
+def _compile(spec: GrammarSpec, budget: WorkBudget) -> Grammar:
+    budget.spend(CHOICE_WORK * (len(spec.text) + sum(len(a) + len(b) for a, b in spec.tools)))
     if spec.kind == "text":
         # every byte sequence (a model may write bytes that are not UTF-8): allows everything
-        return compile_grammar({"root": ex.star(ex.chars(((0, 255),)))}, "root", spec.key, raw_bytes=True)
+        return compile_grammar({"root": ex.star(ex.chars(((0, 255),)))}, "root", spec.key, raw_bytes=True,
+                               budget=budget)
     if spec.kind == "regex":
-        return compile_grammar({"root": regex_subset.full_match(spec.text)}, "root", spec.key)
+        return compile_grammar({"root": regex_subset.full_match(spec.text)}, "root", spec.key, budget=budget)
     if spec.kind == "choice":
-        return compile_grammar({"root": ex.alt(*(ex.lit(c) for c in json.loads(spec.text)))}, "root", spec.key)
+        return compile_grammar({"root": ex.alt(*(ex.lit(c) for c in json.loads(spec.text)))}, "root", spec.key,
+                               budget=budget)
     if spec.kind == "json_object":
-        compiler = SchemaCompiler({"type": "object", "additionalProperties": True})
+        compiler = SchemaCompiler({"type": "object", "additionalProperties": True}, budget)
         compiler.rules["root"] = compiler.value({"type": "object", "additionalProperties": True}, "$")
-        return compile_grammar(compiler.rules, "root", spec.key)
+        return compile_grammar(compiler.rules, "root", spec.key, budget=budget)
     if spec.kind == "json_schema":
         schema = json.loads(spec.text)
-        compiler = SchemaCompiler(schema)
+        compiler = SchemaCompiler(schema, budget)
         compiler.rules["root"] = compiler.value(schema, "$")
-        return compile_grammar(compiler.rules, "root", spec.key)
+        return compile_grammar(compiler.rules, "root", spec.key, budget=budget)
     if spec.kind == "tool_calls":
-        return _tool_calls(spec)
+        return _tool_calls(spec, budget)
     raise GrammarInvalid(f"unknown grammar kind {spec.kind!r}")
 
 
-def _tool_calls(spec: GrammarSpec) -> Grammar:
+def _tool_calls(spec: GrammarSpec, budget: WorkBudget) -> Grammar:
     fmt = spec.tool_format
-    compiler = SchemaCompiler({})
+    compiler = SchemaCompiler({}, budget)
     calls = []
     for name, params_text in spec.tools:
         params = json.loads(params_text)
@@ -96,26 +115,35 @@ def _tool_calls(spec: GrammarSpec) -> Grammar:
         trigger = fmt.prefix or fmt.begin or "{"
         root = ex.alt(root, ex.not_starting_with(trigger, ex.chars(charset.ANY)))
     compiler.rules["root"] = root
-    return compile_grammar(compiler.rules, "root", spec.key)
+    return compile_grammar(compiler.rules, "root", spec.key, budget=budget)
 
 
 class GrammarCache:
-    """Compiled grammars by canonical text (LRU). Used on the server's loop thread."""
+    """Compiled grammars and refusals by canonical text (LRU); safe to call from any thread."""
 
     def __init__(self, capacity: int = MAX_CACHED_GRAMMARS):
         self.capacity = capacity
-        self._grammars: OrderedDict[str, Grammar] = OrderedDict()
+        self._results: OrderedDict[str, Grammar | GrammarError] = OrderedDict()
+        self._lock = threading.Lock()
         self.compiles = 0
 
     def get(self, spec: GrammarSpec) -> Grammar:
+        """The spec's grammar; raises its `GrammarError` (the same one on every call)."""
         key = spec.key
-        grammar = self._grammars.get(key)
-        if grammar is None:
-            grammar = _compile(spec)
-            self.compiles += 1
-            self._grammars[key] = grammar
-            if len(self._grammars) > self.capacity:
-                self._grammars.popitem(last=False)
-        else:
-            self._grammars.move_to_end(key)
-        return grammar
+        with self._lock:
+            result = self._results.get(key)
+            if result is not None:
+                self._results.move_to_end(key)
+        if result is None:
+            try:
+                result = compile_spec(spec)
+            except GrammarError as refusal:
+                result = refusal
+            with self._lock:
+                self.compiles += 1
+                result = self._results.setdefault(key, result)
+                if len(self._results) > self.capacity:
+                    self._results.popitem(last=False)
+        if isinstance(result, GrammarError):
+            raise result.copy()
+        return result

@@ -17,6 +17,10 @@ class GrammarError(RequestRefused):
         self.path = path
         self.keyword = keyword
 
+    def copy(self) -> "GrammarError":
+        """The same refusal as a fresh exception (a cached refusal is raised once per request)."""
+        return type(self)(self.message, path=self.path, keyword=self.keyword)
+
 
 class GrammarInvalid(GrammarError):
     """Not a valid JSON Schema / regex (or unsatisfiable as written)."""

@@ -2,13 +2,16 @@
 
 Served keywords (anything else is `GrammarUnsupported`, naming the keyword and its path):
 `type` (a name or a list), `properties`, `required`, `additionalProperties` (false, true or
-a schema), `enum`, `const`, `anyOf`, `oneOf` (as anyOf: the branches should not overlap),
+a schema), `propertyNames` (enum/const; a pattern, format or lengths when no property is
+declared), `enum`, `const`, `anyOf`, `oneOf` (as anyOf: the branches should not overlap),
 `allOf` with one member, `items`, `prefixItems`, `minItems`, `maxItems`, `uniqueItems:
 false`, `minLength`, `maxLength`, `pattern` (regex_subset.py; a search, as JSON Schema
-says, unless anchored), `format` (date, time, date-time, uuid), `minimum`, `maximum`,
-`exclusiveMinimum`, `exclusiveMaximum` (integers; a bounded `number` is written as an
-integer of the interval), `$ref` to `#`, `#/$defs/...`, `#/definitions/...` (recursion
-included), `nullable: true`, and the annotations (title, description, default, ...).
+says, unless anchored), `format` (strings.py: date, time, date-time, uuid, email, uri/url,
+hostname, ipv4, ipv6; with the pattern Zod emits for it), `minimum`, `maximum`,
+`exclusiveMinimum`, `exclusiveMaximum` (numbers.py: integers exactly, numbers with
+fractions inside the bounds), `multipleOf` (integer steps), `$ref` to `#`,
+`#/$defs/...`, `#/definitions/...` (recursion included), `nullable: true`, and the
+annotations (title, description, default, ...).
 
 The grammar writes a subset of what the schema allows, never more: properties in the
 schema's order, no property that is not declared unless `additionalProperties` allows it
@@ -17,8 +20,9 @@ explicitly, bounded whitespace. Every sentence of the grammar validates.
 Size: a sub-schema whose expression is used in more than one place (an array's item, an
 object member's value, an extra property's value) is named once as a rule and called, never
 copied, so the compiled size grows linearly with nesting (copies doubled it per level). A
-schema nested deeper than MAX_SCHEMA_DEPTH is refused (`GrammarInvalid`, naming the path):
-the compile runs on the server's loop thread and its cost must stay bounded.
+schema nested deeper than MAX_SCHEMA_DEPTH is refused (`GrammarInvalid`, naming the path),
+and the walk pays from the compile's `WorkBudget` (budget.py) per sub-schema, member, enum
+value and digit, so its cost is bounded with the automaton's.
 """
 from __future__ import annotations
 
@@ -26,30 +30,30 @@ import json
 import math
 
 from engine.grammar import charset, expr as ex, jsontext as jt, regex_subset
+from engine.grammar.budget import WorkBudget
 from engine.grammar.errors import GrammarInvalid, GrammarUnsupported
+from engine.grammar.numbers import Bound, NumberBuilder, bound_of, integer_bounds
+from engine.grammar.strings import StringCompiler
 
 ANNOTATIONS = frozenset({"title", "description", "default", "examples", "$schema", "$id",
                          "$comment", "readOnly", "writeOnly", "deprecated", "$defs",
                          "definitions", "discriminator"})
 KEYWORDS = {
     "any": {"type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "nullable"},
-    "object": {"properties", "required", "additionalProperties"},
+    "object": {"properties", "required", "additionalProperties", "propertyNames"},
     "array": {"items", "prefixItems", "minItems", "maxItems", "uniqueItems"},
     "string": {"minLength", "maxLength", "pattern", "format"},
-    "number": {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"},
+    "number": {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"},
 }
+NUMBER_BOUNDS = ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum")
+PROPERTY_NAME_KEYWORDS = frozenset({"type", "enum", "const", "pattern", "format", "minLength", "maxLength"})
 SERVED = frozenset().union(*KEYWORDS.values()) | ANNOTATIONS
 TYPES = ("object", "array", "string", "number", "integer", "boolean", "null")
-FORMATS = {
-    "date": r"[12]\d{3}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\d|30)"
-            r"|02-(?:0[1-9]|1\d|2[0-8]))",
-    "time": r"(?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d(?:\.\d{1,6})?(?:Z|[+-](?:[01]\d|2[0-3]):[0-5]\d)",
-    "uuid": r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}",
-}
-FORMATS["date-time"] = FORMATS["date"] + "T" + FORMATS["time"]
-SHARED_CHAR_ABOVE = 4           # a maxLength above this repeats a call, not the expression
 MAX_SCHEMA_DEPTH = 32           # nested sub-schemas (a $ref, anyOf, items, a property: one each)
 SHARED_NODES_ABOVE = 24         # a reused value expression larger than this becomes a called rule
+SCHEMA_NODE_WORK = 50           # budget units per sub-schema compiled (its checks and expression)
+MAX_BOUND_DIGITS = 30           # a lower bound above 10^30 (upper below -10^30) is refused: no JSON client needs it
+MEMBER_WORK = 20                # budget units per object member, enum value, array position, name branch
 _SEP = ex.seq(jt.WS, ex.lit(","), jt.WS)
 
 
@@ -60,9 +64,12 @@ def _is_int(v) -> bool:
 class SchemaCompiler:
     """One schema document -> named rules; `value(schema, path)` is the expression of a value."""
 
-    def __init__(self, root):
+    def __init__(self, root, budget: WorkBudget | None = None):
         self.root = root
         self.rules: dict[str, tuple] = {}
+        self.budget = budget if budget is not None else WorkBudget()
+        self.numbers = NumberBuilder(self.rules, self.budget)
+        self.strings = StringCompiler(self.rules, self.budget)
         self._count = 0
         self._depth = 0                     # sub-schemas open on the current path
 
@@ -83,6 +90,7 @@ class SchemaCompiler:
             raise GrammarInvalid(f"the schema at {path} is nested deeper than the limit of "
                                  f"{MAX_SCHEMA_DEPTH} levels (MAX_SCHEMA_DEPTH)", path=path)
         self._depth += 1
+        self.budget.spend(SCHEMA_NODE_WORK)
         try:
             return self._value(s, path)
         finally:
@@ -127,7 +135,7 @@ class SchemaCompiler:
         if t is None:
             implied = [name for name in ("object", "array", "string", "number")
                        if KEYWORDS[name] & s.keys()]
-            return ["integer" if name == "number" else name for name in implied] or list(TYPES)
+            return implied or list(TYPES)
         names = t if isinstance(t, list) else [t]
         if not names or any(n not in TYPES for n in names):
             raise GrammarInvalid(f"'type' at {path} must be one of {', '.join(TYPES)} or a list of them",
@@ -155,6 +163,7 @@ class SchemaCompiler:
                       or (_json_type(v) == "integer" and "number" in allowed)]
             if not values:
                 raise GrammarInvalid(f"no 'enum' value at {path} has the schema's type", path=path, keyword="enum")
+        self.budget.spend(MEMBER_WORK * len(values))
         return ex.alt(*(jt.literal(v) for v in values))
 
     def reference(self, target, path: str) -> tuple:
@@ -201,15 +210,16 @@ class SchemaCompiler:
                 raise GrammarInvalid(f"required property {r!r} at {path} is not allowed by the schema",
                                      path=f"{path}.required")
         members = []
+        self.budget.spend(MEMBER_WORK * len(names))
         for name in names:
             sub = props[name] if name in props else extra
             sub_value = self.shared("obj.value", self.value(sub, f"{path}.properties.{name}"))
             members.append((name in required, ex.seq(jt.literal(name), jt.WS, ex.lit(":"), jt.WS, sub_value)))
         tail = None
-        if extra is not False:
-            member = ex.seq(self.key_not_in(names, path), jt.WS, ex.lit(":"), jt.WS,
-                            self.shared("obj.extra", self.value(extra, f"{path}.additionalProperties")))
-            tail = member
+        key = self.extra_key(s.get("propertyNames", True), names, path) if extra is not False else None
+        if key is not None:
+            tail = ex.seq(key, jt.WS, ex.lit(":"), jt.WS,
+                          self.shared("obj.extra", self.value(extra, f"{path}.additionalProperties")))
         body = self._ordered_members(members, tail)
         return ex.seq(ex.lit("{"), jt.WS, body, jt.WS, ex.lit("}"))
 
@@ -236,7 +246,39 @@ class SchemaCompiler:
         rest = ex.star(jt.json_chars(charset.minus(charset.ANY, charset.chars("/"))))
         return ex.seq(ex.lit('"'), self._not_in(names, "", rest), ex.lit('"'))
 
+    def extra_key(self, names_schema, declared: list[str], path: str) -> tuple | None:
+        """The key of an extra member: a name `propertyNames` allows that is none of `declared`
+        (None: no extra member can be written)."""
+        where = f"{path}.propertyNames"
+        if names_schema is False:
+            return None
+        if names_schema is True or not (set(names_schema) - {"type"} - ANNOTATIONS):
+            if names_schema is not True and names_schema.get("type", "string") != "string":
+                raise GrammarInvalid(f"'propertyNames' at {path} must describe strings", path=where)
+            return self.key_not_in(declared, path)
+        if not isinstance(names_schema, dict):
+            raise GrammarInvalid(f"'propertyNames' at {path} must be a schema", path=where)
+        for key in set(names_schema) - PROPERTY_NAME_KEYWORDS - ANNOTATIONS:
+            raise GrammarUnsupported(f"the keyword '{key}' in 'propertyNames' at {path} is not supported",
+                                     path=f"{where}.{key}", keyword=key)
+        if "enum" in names_schema or "const" in names_schema:
+            allowed = names_schema["enum"] if "enum" in names_schema else [names_schema["const"]]
+            if not isinstance(allowed, list) or any(not isinstance(n, str) for n in allowed):
+                raise GrammarInvalid(f"'propertyNames' at {path} must list strings", path=where)
+            if any(n not in allowed for n in declared):
+                raise GrammarUnsupported(f"a declared property at {path} is not among its 'propertyNames'",
+                                         path=where, keyword="propertyNames")
+            self.budget.spend(MEMBER_WORK * len(allowed))
+            extra = [n for n in allowed if n not in declared]
+            return ex.alt(*(jt.literal(n) for n in extra)) if extra else None
+        if declared:
+            raise GrammarUnsupported(f"'propertyNames' with a pattern or format at {path} is served for objects "
+                                     "without declared properties", path=where, keyword="propertyNames")
+        return self.strings.string(names_schema, where, self._count_bounds(names_schema, "minLength", "maxLength",
+                                                                          where))
+
     def _not_in(self, names: list[str], prefix: str, rest: tuple) -> tuple:
+        self.budget.spend(MEMBER_WORK)
         live = [n for n in names if n.startswith(prefix)]
         if not live:
             return rest
@@ -254,21 +296,24 @@ class SchemaCompiler:
         if not isinstance(prefix, list):
             raise GrammarInvalid(f"'prefixItems' at {path} must be a list", path=f"{path}.prefixItems")
         lo, hi = self._count_bounds(s, "minItems", "maxItems", path)
+        hi = None if hi is None else min(hi, regex_subset.MAX_REPEAT)     # more is allowed, fewer written
         if items is False:
             hi = len(prefix) if hi is None else min(hi, len(prefix))
         if hi is not None and lo > hi:
             raise GrammarInvalid(f"no array at {path} can satisfy its item bounds", path=path)
         elems = [self.value(p, f"{path}.prefixItems[{i}]") for i, p in enumerate(prefix)]
         item = None if items is False else self.shared("array.item", self.value(items, f"{path}.items"))
-        body = ex.EMPTY if item is None or hi is not None else ex.star(ex.seq(_SEP, item))
-        top = hi if hi is not None else max(lo, len(prefix), 1)
-        for i in reversed(range(1, top)):
-            e = elems[i] if i < len(elems) else item
-            step = ex.seq(_SEP, e, body)
+        lead = elems or ([item] if item is not None else [])     # the elements written one by one
+        written = len(lead) if hi is None else min(len(lead), hi)
+        self.budget.spend(MEMBER_WORK * (written + 1))
+        body = ex.EMPTY                                             # what follows the last lead element
+        if item is not None and (hi is None or hi > len(lead)):    # the rest: a repeat, not a nesting
+            body = ex.rep(ex.seq(_SEP, item), max(lo - len(lead), 0), None if hi is None else hi - len(lead))
+        for i in reversed(range(1, written)):
+            step = ex.seq(_SEP, lead[i], body)
             body = step if i < lo else ex.alt(step, ex.EMPTY)
-        first = elems[0] if elems else item
-        content = ex.EMPTY if top == 0 or first is None else ex.seq(first, body)
-        if lo == 0 and top > 0:
+        content = ex.EMPTY if written == 0 else ex.seq(lead[0], body)
+        if lo == 0 and written > 0:
             content = ex.alt(content, ex.EMPTY)
         return ex.seq(ex.lit("["), jt.WS, content, jt.WS, ex.lit("]"))
 
@@ -279,53 +324,57 @@ class SchemaCompiler:
             if v is not None and (not _is_int(v) or v < 0):
                 raise GrammarInvalid(f"'{key}' at {path} must be a non-negative integer",
                                      path=f"{path}.{key}", keyword=key)
-        if max(lo, hi or 0) > regex_subset.MAX_REPEAT:
-            raise GrammarUnsupported(f"'{lo_key}'/'{hi_key}' at {path} above {regex_subset.MAX_REPEAT}",
-                                     path=path, keyword=hi_key if hi else lo_key)
+        if lo > regex_subset.MAX_REPEAT:
+            raise GrammarUnsupported(f"'{lo_key}' at {path} above {regex_subset.MAX_REPEAT}",
+                                     path=f"{path}.{lo_key}", keyword=lo_key)
         return lo, hi
 
     # -- scalars
     def string(self, s: dict, path: str) -> tuple:
-        lo, hi = self._count_bounds(s, "minLength", "maxLength", path)
-        if hi is not None and lo > hi:
+        lengths = self._count_bounds(s, "minLength", "maxLength", path)
+        if lengths[1] is not None and lengths[0] > lengths[1]:
             raise GrammarInvalid(f"minLength > maxLength at {path}", path=path, keyword="minLength")
-        fmt, pattern = s.get("format"), s.get("pattern")
-        if fmt is not None and fmt not in FORMATS:
-            raise GrammarUnsupported(f"the string format {fmt!r} at {path} is not supported "
-                                     f"(served: {', '.join(sorted(FORMATS))})", path=f"{path}.format", keyword="format")
-        if (fmt or pattern) and ("minLength" in s or "maxLength" in s or (fmt and pattern)):
-            raise GrammarUnsupported(f"combining pattern/format with each other or with lengths at {path} "
-                                     "is not supported", path=path, keyword="pattern" if pattern else "format")
-        if fmt is not None:
-            return ex.seq(ex.lit('"'), regex_subset.full_match(FORMATS[fmt]), ex.lit('"'))
-        if pattern is not None:
-            if not isinstance(pattern, str):
-                raise GrammarInvalid(f"'pattern' at {path} must be a string", path=f"{path}.pattern")
-            e, anchored_start, anchored_end = regex_subset.parse(pattern, jt.json_chars, f"{path}.pattern")
-            free = ex.star(jt.STRING_CHAR)
-            return ex.seq(ex.lit('"'), ex.EMPTY if anchored_start else free, e,
-                          ex.EMPTY if anchored_end else free, ex.lit('"'))
-        if hi is not None and hi > SHARED_CHAR_ABOVE:          # one call per character, not a copy
-            self.rules.setdefault("string.char", jt.STRING_CHAR)
-            return ex.seq(ex.lit('"'), ex.rep(ex.ref("string.char"), lo, hi), ex.lit('"'))
-        return jt.string(lo, hi)
+        return self.strings.string(s, path, lengths)
 
     def number(self, s: dict, path: str, *, integer: bool) -> tuple:
-        bounds = {k: s[k] for k in KEYWORDS["number"] if k in s}
-        for k, v in bounds.items():
+        for k in NUMBER_BOUNDS + ("multipleOf",):
+            v = s.get(k, 0)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
                 raise GrammarInvalid(f"'{k}' at {path} must be a number", path=f"{path}.{k}", keyword=k)
-        if not bounds:
+        step = s.get("multipleOf")
+        if not any(k in s for k in NUMBER_BOUNDS) and step is None:
             return jt.INTEGER if integer else jt.NUMBER
-        los = ([math.ceil(bounds["minimum"])] if "minimum" in bounds else []) + \
-            ([math.floor(bounds["exclusiveMinimum"]) + 1] if "exclusiveMinimum" in bounds else [])
-        his = ([math.floor(bounds["maximum"])] if "maximum" in bounds else []) + \
-            ([math.ceil(bounds["exclusiveMaximum"]) - 1] if "exclusiveMaximum" in bounds else [])
-        lo, hi = (max(los) if los else None), (min(his) if his else None)
-        if lo is not None and hi is not None and lo > hi:
-            raise GrammarUnsupported(f"no integer lies within the bounds at {path}", path=path,
-                                     keyword="minimum" if "minimum" in bounds else "exclusiveMinimum")
-        return jt.int_range(lo, hi)
+        lo = _tighter([bound_of(s[k], k.startswith("exclusive")) for k in ("minimum", "exclusiveMinimum") if k in s],
+                      lower=True)
+        hi = _tighter([bound_of(s[k], k.startswith("exclusive")) for k in ("maximum", "exclusiveMaximum") if k in s],
+                      lower=False)
+        lo_i, hi_i = integer_bounds(lo, hi)
+        if (lo_i is not None and lo_i >= 10 ** MAX_BOUND_DIGITS) or (hi_i is not None and hi_i <= -10 ** MAX_BOUND_DIGITS):
+            raise GrammarUnsupported(f"bounds at {path} that exclude every number of up to {MAX_BOUND_DIGITS} digits "
+                                     "are not supported", path=path, keyword="minimum" if lo_i else "maximum")
+        if step is not None:
+            if step <= 0:
+                raise GrammarInvalid(f"'multipleOf' at {path} must be above 0", path=f"{path}.multipleOf",
+                                     keyword="multipleOf")
+            if step != int(step):
+                raise GrammarUnsupported(f"a fractional 'multipleOf' at {path} is not supported (integer steps are)",
+                                         path=f"{path}.multipleOf", keyword="multipleOf")
+            e = self.numbers.multiples(int(step), lo_i, hi_i)
+        elif integer:
+            e = self.numbers.int_range(lo_i, hi_i)
+        else:
+            e = self.numbers.decimal_range(lo, hi)
+        if e is None:
+            raise GrammarInvalid(f"no {'integer' if integer or step else 'number'} lies within the bounds at {path}",
+                                 path=path, keyword="minimum" if "minimum" in s else "exclusiveMinimum")
+        return e
+
+
+def _tighter(bounds: list[Bound], *, lower: bool) -> Bound | None:
+    """The tighter of a schema's inclusive and exclusive bound on one side (exclusive on a tie)."""
+    if not bounds:
+        return None
+    return max(bounds, key=lambda b: (b.value if lower else -b.value, b.strict))
 
 
 def _size_at_most(e: tuple, limit: int) -> bool:

@@ -4,8 +4,8 @@ Whitespace between tokens is bounded (`MAX_WS_CHARS`) so a model cannot indent f
 strings write each character raw unless JSON needs an escape (`"`, `\\`, controls), and
 `\\u` escapes are only offered for control characters, so every string decodes to valid
 text. Numbers keep a bounded count of digits (`MAX_INT_DIGITS`, `MAX_FRACTION_DIGITS`,
-`MAX_EXPONENT_DIGITS`): each one parses to a finite float. `int_range` writes the integers
-of an interval as a digit-by-digit alternation (the grammar holds `minimum`/`maximum`).
+`MAX_EXPONENT_DIGITS`): each one parses to a finite float. Numbers within bounds are
+numbers.py's.
 """
 from __future__ import annotations
 
@@ -66,43 +66,3 @@ NUMBER = ex.seq(INTEGER,
                 ex.opt(ex.seq(ex.lit("."), ex.rep(DIGIT, 1, MAX_FRACTION_DIGITS))),
                 ex.opt(ex.seq(ex.chars(charset.chars("eE")), ex.opt(ex.chars(charset.chars("+-"))),
                               ex.rep(DIGIT, 1, MAX_EXPONENT_DIGITS))))
-
-
-def _same_length(a: str, b: str) -> tuple:
-    """Digit strings of len(a) == len(b) between a and b inclusive."""
-    if a == b:
-        return ex.lit(a)
-    if len(a) == 1:
-        return ex.chars(((ord(a), ord(b)),))
-    if a[0] == b[0]:
-        return ex.seq(ex.lit(a[0]), _same_length(a[1:], b[1:]))
-    n = len(a) - 1
-    parts = [ex.seq(ex.lit(a[0]), _same_length(a[1:], "9" * n))]
-    if int(b[0]) - int(a[0]) > 1:
-        parts.append(ex.seq(ex.chars(((ord(a[0]) + 1, ord(b[0]) - 1),)), ex.rep(DIGIT, n, n)))
-    parts.append(ex.seq(ex.lit(b[0]), _same_length("0" * n, b[1:])))
-    return ex.alt(*parts)
-
-
-def _natural_range(lo: int, hi: int | None) -> tuple:
-    """Decimal integers lo..hi (0 <= lo; hi None: unbounded), no leading zeros."""
-    top = hi if hi is not None else 10 ** max(len(str(lo)), 1) - 1
-    parts = []
-    for d in range(len(str(lo)), len(str(top)) + 1):
-        a, b = max(lo, 10 ** (d - 1) if d > 1 else 0), min(top, 10 ** d - 1)
-        if a <= b:
-            parts.append(_same_length(str(a), str(b)))
-    if hi is None and len(str(top)) < MAX_INT_DIGITS:
-        parts.append(ex.seq(NONZERO, ex.rep(DIGIT, len(str(top)), MAX_INT_DIGITS - 1)))
-    return ex.alt(*parts)
-
-
-def int_range(lo: int | None, hi: int | None) -> tuple:
-    """Integers in [lo, hi] (None: unbounded on that side); the caller checks lo <= hi."""
-    parts = []
-    if hi is None or hi >= 0:
-        parts.append(_natural_range(max(lo, 0) if lo is not None else 0, hi))
-    if lo is None or lo < 0:
-        neg_lo = 1 if hi is None or hi >= 0 else -hi
-        parts.append(ex.seq(ex.lit("-"), _natural_range(neg_lo, None if lo is None else -lo)))
-    return ex.alt(*parts)

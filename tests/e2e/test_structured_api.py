@@ -88,7 +88,7 @@ def test_text_format_is_a_no_op_and_length_cuts_report_length(server, tiny_llama
 
 @pytest.mark.parametrize("fields, status, param, words", [
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
-        "type": "object", "properties": {"a": {"type": "number", "multipleOf": 3}}}}}},
+        "type": "object", "properties": {"a": {"type": "number", "multipleOf": 0.5}}}}}},
      422, "response_format.json_schema.schema", "$.properties.a.multipleOf"),
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "nope"}}}},
      400, "response_format.json_schema.schema", "type"),

@@ -9,7 +9,8 @@ import json
 
 import pytest
 
-from engine.grammar.automaton import DEAD, MAX_COMPILE_WORK, Matcher
+from engine.grammar.automaton import DEAD, Matcher
+from engine.grammar.budget import MAX_COMPILE_WORK
 from engine.grammar.compile import GrammarCache, GrammarSpec, schema_spec
 from engine.grammar.errors import GrammarInvalid
 from engine.grammar.json_schema import MAX_SCHEMA_DEPTH
