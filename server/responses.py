@@ -34,7 +34,7 @@ from server.errors import ApiError
 from server.messages import check_content
 from server.openai import (GenSpec, bad, boolean, integer, load_json_object, model_name,
                            number, unsupported)
-from server.streams import Piece
+from server.pieces import Piece
 from server.structured import Structured
 from sse import event
 
@@ -258,7 +258,7 @@ class _Answer:
 
 class ResponseDocument:
     """The whole answer: one `response` object from `finish`."""
-    streamed = False
+    streamed, cut = False, frozenset()
 
     def __init__(self, header: docs.Header, spec: ResponsesSpec):
         self.answer = _Answer(header, spec)
@@ -277,7 +277,7 @@ class ResponseDocument:
 
 class ResponseEvents:
     """The typed event stream; the opening events go out with the first piece (the head)."""
-    streamed = True
+    streamed, cut = True, frozenset()
 
     def __init__(self, header: docs.Header, spec: ResponsesSpec):
         self.answer = _Answer(header, spec)
