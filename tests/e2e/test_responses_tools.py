@@ -12,8 +12,8 @@ import json
 import jsonschema
 import pytest
 
-from server.config import EngineConfig
-from tests.e2e.helpers import openai_client, running_server
+# the same module-scoped fixtures: a smol-135m server with a small KV pool, and its client
+from tests.e2e.test_tools_api import client, server  # noqa: F401
 
 pytestmark = pytest.mark.real_model
 
@@ -24,17 +24,6 @@ TOOL = {"type": "function", "name": "get_weather", "description": "Weather in a 
 ASK = "What is the weather in Paris?"
 NAMED = {"type": "function", "name": "get_weather"}
 MAX_TOKENS = 150                # far more than one call: a repeat must end the answer first
-
-
-@pytest.fixture(scope="module")
-def server(real_model_dir):
-    with running_server(real_model_dir, engine=EngineConfig(kv_cache_mib=32)) as handle:
-        yield handle
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    return openai_client(server, timeout_s=120)
 
 
 def _valid(item) -> dict:

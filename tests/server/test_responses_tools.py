@@ -7,19 +7,17 @@ from __future__ import annotations
 
 import json
 
-import pydantic
 import pytest
-from openai.types.responses import Response, ResponseStreamEvent
+from openai.types.responses import Response
 
-from engine.api import FINISH_LENGTH, FINISH_STOP, GenRequest, GrammarCache, TokenOut
+from engine.api import FINISH_LENGTH, FINISH_STOP, GrammarCache
 from server import documents as docs
-from server.bridge import Ticket
 from server.errors import ApiError
 from server.responses import parse_responses, renderer
-from server.streams import GenerationStream, StreamContext
 from server.tools import check_tools_compile
+from tests.server.test_responses import named_events, tok
+from tests.server.test_tools import recorded_stream
 
-EVENT = pydantic.TypeAdapter(ResponseStreamEvent)
 WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 TOOL = {"type": "function", "name": "get_weather", "description": "Weather in a city.",
         "parameters": WEATHER, "strict": True}
@@ -129,44 +127,10 @@ def test_bad_call_items_are_400_naming_the_field(item, param):
 
 # ---- the answer through the shell ------------------------------------------------------------
 
-class FakeTokenizer:
-    def token_bytes(self, token: int) -> bytes:
-        return TABLE[token]
-
-
-class RecordingBridge:
-    def __init__(self):
-        self.aborted = []
-
-    def abort(self, ticket):
-        self.aborted.append(ticket)
-
-
 def shell(stream: bool, **fields):
     spec = parse(stream=stream, tools=[TOOL], **fields)
-    bridge = RecordingBridge()
-    ctx = StreamContext(bridge=bridge, tokenizer=FakeTokenizer(), ping_interval_s=15.0,
-                        on_status=lambda route, status: None, on_finish=lambda **kw: None)
-    ticket = Ticket(GenRequest(prompt=(1,)), None)
     header = docs.Header("resp", 1700000000, "m")
-    out = GenerationStream(ctx=ctx, tickets=[ticket], spec=spec.gen, header=header,
-                           prompt_tokens=2, route="responses", headers=(), arrival_s=0.0,
-                           renderer=renderer(spec, header))
-    return out, ticket, bridge
-
-
-def tok(token, finish=None) -> TokenOut:
-    return TokenOut(id=0, token=token, finish=finish, logprob=0.0, top_logprobs=())
-
-
-def events_of(raw: bytes) -> list:
-    events = []
-    for block in raw.decode().split("\n\n")[:-1]:
-        name_line, data_line = block.split("\n")
-        parsed = EVENT.validate_python(json.loads(data_line[len("data: "):]))
-        assert parsed.type == name_line[len("event: "):]
-        events.append(parsed)
-    return events
+    return recorded_stream(spec.gen, header, renderer(spec, header), TABLE)
 
 
 def test_whole_answer_has_the_message_then_function_call_items():
@@ -195,7 +159,7 @@ def test_an_answer_of_calls_only_has_no_message_item():
 def test_streamed_text_then_call_events_in_order_with_their_shapes():
     stream_, ticket, _ = shell(True)
     ticket.events.extend([tok(1), tok(2), tok(9, finish=FINISH_STOP)])
-    events = events_of(b"".join(stream_.poll(0.0).chunks))
+    events = named_events(b"".join(stream_.poll(0.0).chunks))
     assert [e.type for e in events] == [
         "response.created", "response.in_progress",
         "response.output_item.added", "response.content_part.added",
@@ -220,7 +184,7 @@ def test_streamed_text_then_call_events_in_order_with_their_shapes():
 def test_a_streamed_answer_of_calls_only_numbers_its_items_from_zero():
     stream_, ticket, _ = shell(True, tool_choice="required")
     ticket.events.extend([tok(2), tok(3), tok(9, finish=FINISH_STOP)])
-    events = events_of(b"".join(stream_.poll(0.0).chunks))
+    events = named_events(b"".join(stream_.poll(0.0).chunks))
     added = [e for e in events if e.type == "response.output_item.added"]
     assert [(e.output_index, e.item.type) for e in added] == [(0, "function_call"),
                                                               (1, "function_call")]
@@ -233,7 +197,7 @@ def test_a_repeated_call_ends_the_answer_and_aborts_the_engine_request():
     ticket.events.extend([tok(2), tok(3), tok(2), tok(3), tok(2)])
     out = stream_.poll(0.0)
     assert out.done and bridge.aborted == [ticket]
-    final = events_of(b"".join(out.chunks))[-1]
+    final = named_events(b"".join(out.chunks))[-1]
     assert final.type == "response.completed" and final.response.status == "completed"
     assert [json.loads(i.arguments)["city"] for i in final.response.output] == ["Oslo", "Lima"]
     whole, ticket, bridge = shell(False, tool_choice="required")
@@ -246,7 +210,7 @@ def test_a_repeated_call_ends_the_answer_and_aborts_the_engine_request():
 def test_a_length_cut_answer_with_a_call_is_incomplete_and_keeps_the_call():
     stream_, ticket, _ = shell(True)
     ticket.events.extend([tok(2), tok(1, finish=FINISH_LENGTH)])
-    events = events_of(b"".join(stream_.poll(0.0).chunks))
+    events = named_events(b"".join(stream_.poll(0.0).chunks))
     final = events[-1]
     assert final.type == "response.incomplete"
     assert [i.type for i in final.response.output] == ["function_call"]

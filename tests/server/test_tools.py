@@ -227,9 +227,12 @@ LIMA = '<tool_call>{"name": "get_weather", "arguments": {"city": "Lima"}}</tool_
 CALL_TOKENS = {1: OSLO.encode(), 2: LIMA.encode()}
 
 
-class CallTokenizer:
+class TableTokenizer:
+    def __init__(self, table: dict[int, bytes]):
+        self.table = table
+
     def token_bytes(self, token: int) -> bytes:
-        return CALL_TOKENS[token]
+        return self.table[token]
 
 
 class RecordingBridge:
@@ -240,18 +243,22 @@ class RecordingBridge:
         self.aborted.append(ticket)
 
 
+def recorded_stream(spec, header: docs.Header, render, table: dict[int, bytes]):
+    """A GenerationStream of one ticket (token bytes from `table`) on a recording bridge."""
+    bridge = RecordingBridge()
+    ctx = StreamContext(bridge=bridge, tokenizer=TableTokenizer(table), ping_interval_s=15.0,
+                        on_status=lambda route, status: None, on_finish=lambda **kw: None)
+    ticket = Ticket(GenRequest(prompt=(1,)), None)
+    out = GenerationStream(ctx=ctx, tickets=[ticket], spec=spec, header=header, prompt_tokens=2,
+                           route=spec.kind, headers=(), arrival_s=0.0, renderer=render)
+    return out, ticket, bridge
+
+
 def tool_shell(stream: bool, **fields):
     """A chat stream offering FN under `tool_choice: required`, on a recording bridge."""
     spec = parse_chat(chat(tools=[FN], tool_choice="required", stream=stream, **fields))
-    bridge = RecordingBridge()
-    ctx = StreamContext(bridge=bridge, tokenizer=CallTokenizer(), ping_interval_s=15.0,
-                        on_status=lambda route, status: None, on_finish=lambda **kw: None)
-    ticket = Ticket(GenRequest(prompt=(1,)), None)
     header = docs.Header.new("chatcmpl", "m")
-    out = GenerationStream(ctx=ctx, tickets=[ticket], spec=spec, header=header, prompt_tokens=1,
-                           route="chat", headers=(), arrival_s=0.0,
-                           renderer=tool_renderer(spec, header))
-    return out, ticket, bridge
+    return recorded_stream(spec, header, tool_renderer(spec, header), CALL_TOKENS)
 
 
 def call_token(token: int) -> TokenOut:
