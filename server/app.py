@@ -193,16 +193,21 @@ class ApiApp:
     def chat(self, request: Request, params: Params, extra: Headers) -> GenerationStream:
         spec = api.parse_chat(request.body, self.defaults)
         self._check_model(spec.model)
-        offered = ()
-        if spec.tools is not None:              # validated, compiled, in the template's format
-            tl.check_tools_compile(self.served.grammars, spec.tools)
-            spec = replace(spec, tools=tl.with_format(spec.tools, self.served.tool_format))
-            grammar = tl.call_grammar_spec(spec.tools)
-            if grammar is not None and spec.structured is None:   # auto + response_format: that one
-                spec = replace(spec, structured=Structured("tool_choice", grammar))
-            offered = spec.tools.tools if spec.tools.offered else ()
+        spec, offered = self._with_tools(spec)
         prompt = self.served.encode(self.served.render(spec.messages, tools=offered))
         return self._generate(request, spec, [prompt], "chat", "chatcmpl", "messages", extra)
+
+    def _with_tools(self, spec: api.GenSpec) -> tuple[api.GenSpec, tuple[dict, ...]]:
+        """Tools validated, compiled, in the template's format, their grammar asked for; and
+        the tools the template is offered (chat and Responses alike)."""
+        if spec.tools is None:
+            return spec, ()
+        tl.check_tools_compile(self.served.grammars, spec.tools)
+        spec = replace(spec, tools=tl.with_format(spec.tools, self.served.tool_format))
+        grammar = tl.call_grammar_spec(spec.tools)
+        if grammar is not None and spec.structured is None:   # auto + response_format: that one
+            spec = replace(spec, structured=Structured("tool_choice", grammar))
+        return spec, (spec.tools.tools if spec.tools.offered else ())
 
     def completions(self, request: Request, params: Params, extra: Headers) -> GenerationStream:
         spec = api.parse_completion(request.body, self.defaults)
@@ -226,7 +231,9 @@ class ApiApp:
     def responses(self, request: Request, params: Params, extra: Headers) -> GenerationStream:
         spec = parse_responses(request.body, self.defaults)
         self._check_model(spec.gen.model)
-        prompt = self.served.encode(self.served.render(spec.gen.messages))
+        gen, offered = self._with_tools(spec.gen)
+        spec = replace(spec, gen=gen)
+        prompt = self.served.encode(self.served.render(gen.messages, tools=offered))
         return self._generate(request, spec.gen, [prompt], "responses", "resp", "input", extra,
                               render=lambda header: responses_renderer(spec, header))
 

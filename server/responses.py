@@ -15,10 +15,16 @@ typed SSE events, each `event: <type>` + `data: <json>` with a `sequence_number`
     response.output_text.done, response.content_part.done, response.output_item.done,
     response.completed | response.incomplete (max_output_tokens cut it) | response.failed
 
+With function `tools` (server/responses_tools.py maps them, and the `function_call` /
+`function_call_output` items of the history, onto chat's tool machinery), the answer's
+calls become `function_call` output items after the message item (which is left out when
+the answer is calls only); streamed, each call is output_item.added,
+function_call_arguments.delta..., function_call_arguments.done, output_item.done.
+
 Nothing is stored: `store: true`, `previous_response_id`, `conversation` and `background`
-are 422 (there is no server-side state to keep or continue), as are `tools`/`tool_choice`
-(no function calling yet). `text.format` json_schema / json_object go through the
-structured-outputs machinery (server/structured.py's `Structured`, compiled per request).
+are 422 (there is no server-side state to keep or continue), as are built-in tools.
+`text.format` json_schema / json_object go through the structured-outputs machinery
+(server/structured.py's `Structured`, compiled per request).
 """
 from __future__ import annotations
 
@@ -34,22 +40,27 @@ from server.errors import ApiError
 from server.messages import check_content
 from server.openai import (GenSpec, bad, boolean, integer, load_json_object, model_name,
                            number, unsupported)
-from server.streams import Piece
+from server.pieces import Piece
+from server.responses_tools import (FunctionCall, call_events, function_call,
+                                    function_call_item, parse_response_tools, tool_message,
+                                    tools_echo)
 from server.structured import Structured
+from server.toolcalls import CallSplitter
 from sse import event
 
 MAX_INPUT_ITEMS = 4096          # as many as chat's MAX_MESSAGES
 INPUT_ROLES = frozenset({"user", "assistant", "system", "developer"})
 TEXT_PARTS = ("input_text", "output_text")  # output_text: an earlier answer sent back
-# Items a stateful or tool-calling server would take; this one has neither yet.
-UNSERVED_ITEMS = frozenset({"function_call", "function_call_output", "reasoning",
-                            "item_reference", "custom_tool_call", "custom_tool_call_output"})
+# Items a stateful server or one with reasoning or custom (grammar) tools would take.
+UNSERVED_ITEMS = frozenset({"reasoning", "item_reference", "custom_tool_call",
+                            "custom_tool_call_output"})
 # Request fields that need server-side state: refused when set (not when false / null).
 STATEFUL_FIELDS = ("previous_response_id", "conversation")
 NO_STATE = ("This server is stateless: it stores no responses, so '{name}' is not supported; "
             "send the whole conversation in 'input'.")
-TOOL_CHOICES_WITHOUT_TOOLS = ("none", "auto")
+FORCED_CHOICES = ("required", "named")
 STATUS_COMPLETED, STATUS_INCOMPLETE, STATUS_FAILED = "completed", "incomplete", "failed"
+MESSAGE_NONE, MESSAGE_OPEN, MESSAGE_CLOSED = "none", "open", "closed"   # the message item's state
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,7 +70,7 @@ class ResponsesSpec:
     instructions: str | None = None
     max_output_tokens: int | None = None
     text_format: dict = field(default_factory=lambda: {"type": "text"})
-    tool_choice: str = "auto"
+    tool_choice: str | dict = "auto"
     parallel_tool_calls: bool = True
     metadata: dict = field(default_factory=dict)
     user: str | None = None
@@ -83,15 +94,34 @@ def _item(i: int, item: Any) -> dict:
     kind = item.get("type", "message")
     if kind in UNSERVED_ITEMS:
         raise unsupported(f"{where}.type", f"Input items of type {kind!r} are not supported "
-                                           "(no function calling and no stored state).")
+                                           "(no stored state, reasoning or custom tools).")
     if kind != "message":
         raise bad(f"{where}.type", f"{kind!r} is not a valid input item type; expected "
-                                   "'message'.")
+                                   "'message', 'function_call' or 'function_call_output'.")
     role = item.get("role")
     if role not in INPUT_ROLES:
         raise bad(f"{where}.role", f"{role!r} is not a valid role; expected one of "
                                    f"{', '.join(sorted(INPUT_ROLES))}.")
     return {"role": role, "content": _content(f"{where}.content", item.get("content"))}
+
+
+def _turns(items: list) -> list[dict]:
+    """Input items -> chat messages; `function_call` items join the assistant turn before
+    them (a message item or earlier calls), else start one; outputs are `tool` messages."""
+    turns: list[dict] = []
+    for i, item in enumerate(items):
+        kind = item.get("type") if isinstance(item, dict) else None
+        if kind == "function_call":
+            call = function_call(f"input[{i}]", item)
+            if turns and turns[-1]["role"] == "assistant":
+                turns[-1] = dict(turns[-1], tool_calls=turns[-1].get("tool_calls", []) + [call])
+            else:
+                turns.append({"role": "assistant", "content": "", "tool_calls": [call]})
+        elif kind == "function_call_output":
+            turns.append(tool_message(f"input[{i}]", item))
+        else:
+            turns.append(_item(i, item))
+    return turns
 
 
 def _messages(doc: dict, instructions: str | None) -> tuple[dict, ...]:
@@ -102,7 +132,7 @@ def _messages(doc: dict, instructions: str | None) -> tuple[dict, ...]:
     elif isinstance(given, list) and given:
         if len(given) > MAX_INPUT_ITEMS:
             raise bad("input", f"'input' allows at most {MAX_INPUT_ITEMS} items.")
-        items = [_item(i, item) for i, item in enumerate(given)]
+        items = _turns(given)
     else:
         raise bad("input", "'input' must be a string or a non-empty list of message items.")
     head = [] if instructions is None else [{"role": "system", "content": instructions}]
@@ -144,13 +174,6 @@ def _refuse_unserved(doc: dict) -> None:
             raise unsupported(name, NO_STATE.format(name=name))
     if doc.get("background") is True:
         raise unsupported("background", NO_STATE.format(name="background"))
-    if doc.get("tools"):
-        raise unsupported("tools", "'tools' is not supported yet: this server has no "
-                                   "function calling.")
-    choice = doc.get("tool_choice")
-    if choice is not None and choice not in TOOL_CHOICES_WITHOUT_TOOLS:
-        raise unsupported("tool_choice", "'tool_choice' is not supported yet: this server "
-                                         "has no function calling.")
 
 
 def _optional_str(doc: dict, name: str) -> str | None:
@@ -168,6 +191,10 @@ def parse_responses(body: bytes, defaults: SamplingDefaults = SamplingDefaults()
     messages = _messages(doc, instructions)
     max_output = integer(doc, "max_output_tokens", None, 1)
     fmt, structured = _text_format(doc)
+    tools = parse_response_tools(doc)
+    if tools is not None and tools.choice in FORCED_CHOICES and structured is not None:
+        raise unsupported("tool_choice", "A forced 'tool_choice' cannot be combined with "
+                                         "'text.format'.")
     metadata = doc.get("metadata")
     if metadata is not None and not isinstance(metadata, dict):
         raise bad("metadata", "'metadata' must be an object.")
@@ -178,7 +205,8 @@ def parse_responses(body: bytes, defaults: SamplingDefaults = SamplingDefaults()
         repetition_penalty=defaults.repetition_penalty)
     gen = GenSpec(kind="responses", model=model, messages=messages,
                   max_tokens=defaults.max_tokens if max_output is None else max_output,
-                  params=params, stream=boolean(doc, "stream"), structured=structured)
+                  params=params, stream=boolean(doc, "stream"), structured=structured,
+                  tools=tools)
     return ResponsesSpec(gen=gen, instructions=instructions, max_output_tokens=max_output,
                          text_format=fmt, tool_choice=doc.get("tool_choice") or "auto",
                          parallel_tool_calls=boolean(doc, "parallel_tool_calls", True),
@@ -211,28 +239,57 @@ def message_item(item_id: str, status: str, parts: list[dict]) -> dict:
 
 
 class _Answer:
-    """What both renderers share: the ids, the request's echo, the text so far."""
+    """What both renderers share: the ids, the request's echo, the text and calls so far.
+    With tools offered, the text runs through a `CallSplitter` (server/toolcalls.py)."""
 
     def __init__(self, header: docs.Header, spec: ResponsesSpec):
         self.id, self.item_id = new_id("resp"), new_id("msg")
         self.created_at, self.model, self.spec = header.created, header.model, spec
+        tools = spec.gen.tools
+        self.splitter = (CallSplitter(tools.fmt, tools.parallel)
+                         if tools is not None and tools.offered else None)
         self.parts: list[str] = []
+        self.calls: list[FunctionCall] = []
         self.finish: str | None = None
 
-    def take(self, piece: Piece) -> None:
-        self.parts.append(piece.text)
+    def take(self, piece: Piece) -> list[str | FunctionCall]:
+        """The piece's content text and the calls it completes, in order."""
+        if self.splitter is None:
+            outs: list = [piece.text]
+        else:
+            outs = self.splitter.push(piece.text)
+            if piece.finish is not None:
+                outs += self.splitter.finish()
         if piece.finish is not None:
             self.finish = piece.finish
+        taken = [out if isinstance(out, str) else FunctionCall.of(out) for out in outs]
+        for out in taken:
+            (self.parts if isinstance(out, str) else self.calls).append(out)
+        return taken
+
+    @property
+    def cut(self) -> bool:
+        """A call repeated an earlier one: the answer ended there (server/toolcalls.py)."""
+        return self.splitter is not None and self.splitter.cut
 
     @property
     def text(self) -> str:
         return "".join(self.parts)
+
+    @property
+    def has_message(self) -> bool:
+        """An answer of calls only has no message item; any other answer has one."""
+        return any(self.parts) or not self.calls
 
     def status(self) -> str:
         return STATUS_INCOMPLETE if self.finish == FINISH_LENGTH else STATUS_COMPLETED
 
     def item(self, status: str) -> dict:
         return message_item(self.item_id, status, [output_text(self.text)])
+
+    def output(self, status: str) -> list[dict]:
+        message = [self.item(status)] if self.has_message else []
+        return message + [function_call_item(call) for call in self.calls]
 
     def response(self, status: str, output: list[dict], use: dict | None = None,
                  error: ApiError | None = None) -> dict:
@@ -247,7 +304,7 @@ class _Answer:
             "completed_at": int(time.time()) if status == STATUS_COMPLETED else None,
             "instructions": s.instructions, "max_output_tokens": s.max_output_tokens,
             "temperature": s.gen.params.temperature, "top_p": s.gen.params.top_p,
-            "text": {"format": s.text_format}, "tool_choice": s.tool_choice, "tools": [],
+            "text": {"format": s.text_format}, "tool_choice": s.tool_choice, "tools": tools_echo(s.gen.tools),
             "parallel_tool_calls": s.parallel_tool_calls, "metadata": s.metadata,
             "user": s.user, "store": False, "background": False,
             "previous_response_id": None, "reasoning": None, "truncation": "disabled",
@@ -263,26 +320,34 @@ class ResponseDocument:
     def __init__(self, header: docs.Header, spec: ResponsesSpec):
         self.answer = _Answer(header, spec)
 
+    @property
+    def cut(self) -> frozenset[int]:
+        return frozenset({0}) if self.answer.cut else frozenset()
+
     def piece(self, piece: Piece) -> bytes:
         self.answer.take(piece)
         return b""
 
     def finish(self, use: dict) -> bytes:
         status = self.answer.status()
-        return docs.json_bytes(self.answer.response(status, [self.answer.item(status)], use))
+        return docs.json_bytes(self.answer.response(status, self.answer.output(status), use))
 
     def error(self, err: ApiError) -> bytes:
         return docs.json_bytes(err.document())
 
 
-class ResponseEvents:
-    """The typed event stream; the opening events go out with the first piece (the head)."""
+class ResponseEvents(ResponseDocument):
+    """The typed event stream; the opening events go out with the first piece (the head).
+    The message item (output_index 0) opens at the first text, and closes when the first
+    call comes or at the end; each call is the next output item."""
     streamed = True
 
     def __init__(self, header: docs.Header, spec: ResponsesSpec):
-        self.answer = _Answer(header, spec)
+        super().__init__(header, spec)
         self.sequence_number = 0
         self.opened = False
+        self.message = MESSAGE_NONE
+        self.items = 0                          # output items added so far
 
     def _event(self, document: dict) -> bytes:
         document["sequence_number"] = self.sequence_number
@@ -290,7 +355,7 @@ class ResponseEvents:
         return event(docs.json_bytes(document), name=document["type"])
 
     def _place(self, kind: str, **fields) -> bytes:
-        """An event about the one output item (output_index 0) and its one text part."""
+        """An event about the message item (output_index 0) and its one text part."""
         return self._event({"type": kind, "item_id": self.answer.item_id, "output_index": 0,
                             "content_index": 0, **fields})
 
@@ -300,37 +365,56 @@ class ResponseEvents:
         self.opened = True
         opening = self.answer.response("in_progress", [])
         return (self._event({"type": "response.created", "response": opening})
-                + self._event({"type": "response.in_progress", "response": opening})
-                + self._event({"type": "response.output_item.added", "output_index": 0,
-                               "item": message_item(self.answer.item_id, "in_progress", [])})
+                + self._event({"type": "response.in_progress", "response": opening}))
+
+    def _open_message(self) -> bytes:
+        if self.message != MESSAGE_NONE:
+            return b""
+        self.message, self.items = MESSAGE_OPEN, self.items + 1
+        return (self._event({"type": "response.output_item.added", "output_index": 0,
+                             "item": message_item(self.answer.item_id, "in_progress", [])})
                 + self._place("response.content_part.added", part=output_text("")))
 
-    def piece(self, piece: Piece) -> bytes:
-        self.answer.take(piece)
-        opening = self._open()                  # numbered before the delta
-        if not piece.text:
+    def _close_message(self, status: str) -> bytes:
+        if self.message != MESSAGE_OPEN:
+            return b""
+        self.message, text = MESSAGE_CLOSED, self.answer.text
+        return (self._place("response.output_text.done", text=text, logprobs=[])
+                + self._place("response.content_part.done", part=output_text(text))
+                + self._event({"type": "response.output_item.done", "output_index": 0,
+                               "item": self.answer.item(status)}))
+
+    def _text(self, text: str) -> bytes:
+        opening = self._open_message()
+        if not text:
             return opening
-        return opening + self._place("response.output_text.delta", delta=piece.text,
-                                     logprobs=[])
+        return opening + self._place("response.output_text.delta", delta=text, logprobs=[])
+
+    def _call(self, call: FunctionCall) -> bytes:
+        closing = self._close_message(STATUS_COMPLETED)
+        index, self.items = self.items, self.items + 1
+        return closing + b"".join(self._event(e) for e in call_events(call, index))
+
+    def piece(self, piece: Piece) -> bytes:
+        taken = self.answer.take(piece)
+        out = self._open()                      # numbered before the first item's events
+        for part in taken:
+            out += self._text(part) if isinstance(part, str) else self._call(part)
+        return out
 
     def finish(self, use: dict) -> bytes:
         answer, status = self.answer, self.answer.status()
-        item = answer.item(status)
         kind = "response.completed" if status == STATUS_COMPLETED else "response.incomplete"
-        opening = self._open()
-        return (opening
-                + self._place("response.output_text.done", text=answer.text, logprobs=[])
-                + self._place("response.content_part.done", part=output_text(answer.text))
-                + self._event({"type": "response.output_item.done", "output_index": 0,
-                               "item": item})
-                + self._event({"type": kind, "response": answer.response(status, [item], use)}))
+        out = self._open() + (self._open_message() if answer.has_message else b"")
+        return (out + self._close_message(status)
+                + self._event({"type": kind,
+                               "response": answer.response(status, answer.output(status), use)}))
 
     def error(self, err: ApiError) -> bytes:
-        """After the head: `response.failed`, with the text produced until then."""
-        failed = self.answer.response(STATUS_FAILED, [self.answer.item(STATUS_INCOMPLETE)],
+        """After the head: `response.failed`, with the text and calls produced until then."""
+        failed = self.answer.response(STATUS_FAILED, self.answer.output(STATUS_INCOMPLETE),
                                       error=err)
-        opening = self._open()
-        return opening + self._event({"type": "response.failed", "response": failed})
+        return self._open() + self._event({"type": "response.failed", "response": failed})
 
 
 def renderer(spec: ResponsesSpec, header: docs.Header):

@@ -12,6 +12,9 @@ A generation is three small parts, read top to bottom:
    every call; whole ones collect and return one JSON document from `finish`. A new shape
    (several choices, tool-call deltas) is a new renderer in `RENDERERS`, not a new branch;
    another API's renderer is handed to the shell (server/responses.py's typed events).
+   A renderer may end a choice itself (its `cut`: a tool call repeating an earlier one,
+   server/toolcalls.py): the shell aborts that engine request and hands it the finish.
+   (`Piece` and the other values they pass live in server/pieces.py.)
 3. `GenerationStream` — the thin `server.http.protocol.Stream` shell the loop polls whenever the
    engine thread wakes it, and at `next_deadline_s()` (SSE pings). It does head timing,
    pings and metrics. A streamed answer sends its `200` head with its first bytes, and
@@ -24,7 +27,7 @@ A generation is three small parts, read top to bottom:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Callable, Collection, Protocol
 
 from engine.api import FINISH_LENGTH, FINISH_STOP, PromptLogprobs, TokenOut, Tokenizer
 from server import documents as docs
@@ -34,6 +37,7 @@ from server.errors import ApiError
 from server.openai import GenSpec
 from server.documents import JSON_CONTENT_TYPE, json_bytes
 from server.http.protocol import ResponseHead, StreamPoll
+from server.pieces import Echo, Piece, TokenLogprob
 from sse import DONE, PING, TextStream, event
 
 SSE_HEADERS = (("Content-Type", "text/event-stream; charset=utf-8"),
@@ -51,35 +55,6 @@ class StreamContext:
 
 
 # ---- 1. engine events -> text pieces ---------------------------------------------------------
-
-@dataclass(frozen=True)
-class TokenLogprob:
-    """One token's logprobs, before an output shape is chosen. An echoed prompt's first
-    token has none (`logprob` and `top` None: nothing precedes it)."""
-    text: str
-    raw: bytes
-    logprob: float | None
-    top: tuple[tuple[str, bytes, float], ...] | None  # (text, bytes, logprob), best first
-
-
-@dataclass(frozen=True)
-class Piece:
-    """Text that is safe to send, for one engine event; `finish` is set on the last piece.
-    `index` is the choice's; `prompt` holds an echoed prompt's scored tokens."""
-    text: str
-    logprob: TokenLogprob | None = None
-    finish: str | None = None
-    index: int = 0
-    prompt: tuple[TokenLogprob, ...] = ()
-
-
-@dataclass(frozen=True)
-class Echo:
-    """`echo: true`: the prompt's text goes first; with logprobs, its scores too."""
-    text: str
-    first_token: int                            # the scored prompt's unscored first token
-    scored: bool                                # the engine scores the prompt (PromptLogprobs)
-
 
 def _finish_reason(engine_finish: str | None) -> str:
     return FINISH_LENGTH if engine_finish == FINISH_LENGTH else FINISH_STOP
@@ -156,6 +131,7 @@ def _text_of(raw: bytes) -> str:
 
 class Renderer(Protocol):
     streamed: bool                # SSE bytes from every call, or one document at the end
+    cut: Collection[int]          # choices the renderer ended itself (a repeated tool call)
 
     def piece(self, piece: Piece) -> bytes: ...
 
@@ -175,7 +151,7 @@ def _completion_entry(lp: TokenLogprob) -> tuple:
 class _SseRenderer:
     """Chunks as SSE events, each naming its choice's `index`; the usage chunk when asked;
     `[DONE]` at the end. Choices interleave in the order their tokens arrive."""
-    streamed = True
+    streamed, cut = True, frozenset()
 
     def __init__(self, header: docs.Header, spec: GenSpec):
         self.header, self.include_usage = header, spec.include_usage
@@ -257,7 +233,7 @@ class _Collected:
 
 class _WholeRenderer:
     """Collects each choice's pieces; `finish` returns the one JSON document."""
-    streamed = False
+    streamed, cut = False, frozenset()
 
     def __init__(self, header: docs.Header, spec: GenSpec):
         self.header, self.logprobs = header, spec.logprobs
@@ -404,6 +380,10 @@ class GenerationStream:
                 if result is None:
                     continue
                 data = self.render.piece(result)
+                if result.finish is None and result.index in self.render.cut:
+                    self.ctx.bridge.abort(choice.ticket)    # the renderer ended the answer
+                    result = Piece("", finish=FINISH_STOP, index=result.index)
+                    data += self.render.piece(result)
                 if data:
                     self.pending.append(data)
                 if result.finish is not None:

@@ -12,17 +12,25 @@ Whole answers: `ToolChatDocument` puts `message.tool_calls` (ids `call_<hex>`, M
 back text that may be the start of a trigger, and sends each call once its JSON object is
 complete: first `{index, id, type, function: {name, arguments: ""}}`, then the arguments in
 fragments of `ARG_FRAGMENT_CHARS` (openai-python's stream helper concatenates them).
-Per-token logprobs are not sent in tool-call streams.
+Per-token logprobs are not sent in tool-call streams. Both run on `CallSplitter` (text in;
+content text and complete `CallOut`s out), which the Responses API's renderers use too.
+
+With parallel calls, a call identical (name and arguments) to an earlier one in the same
+answer ends it and is dropped (`kept_calls`); the renderer then names the choice in its
+`cut`, and the stream shell (server/streams.py) aborts the engine request: finish reason
+"tool_calls" instead of a small model's loop of the same call until `max_tokens`.
 """
 from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 
 from engine.api import FINISH_STOP
 from server import documents as docs
 from server.openai import GenSpec
-from server.streams import ChatChunks, ChatDocument, Piece
+from server.pieces import Piece
+from server.streams import ChatChunks, ChatDocument
 from server.tools import MISTRAL, ToolCallFormat
 
 ARG_FRAGMENT_CHARS = 32
@@ -95,13 +103,23 @@ def parse_calls(body: str, fmt: ToolCallFormat) -> list[Call]:
         calls.append(call)
 
 
+def kept_calls(calls: list[Call], parallel: bool) -> list[Call]:
+    """The calls an answer keeps: the first alone without parallel calls; with them, those
+    before the first call that repeats an earlier one (name and arguments): a small model
+    forced to call (`required`) repeats its call until `max_tokens`, so a repeat ends it."""
+    if not parallel:
+        return calls[:1]
+    repeat = next((k for k in range(1, len(calls)) if calls[k] in calls[:k]), len(calls))
+    return calls[:repeat]
+
+
 def split_calls(text: str, fmt: ToolCallFormat, parallel: bool = True) -> tuple[str | None, list[Call]]:
     """A whole answer -> (content or None, calls); no parseable call: (text, [])."""
     start = trigger_at(text, fmt)
     calls = [] if start is None else parse_calls(text[start:], fmt)
     if not calls:
         return text, []
-    return (text[:start].strip() or None), (calls if parallel else calls[:1])
+    return (text[:start].strip() or None), kept_calls(calls, parallel)
 
 
 def call_document(call: Call, call_id: str) -> dict:
@@ -110,8 +128,22 @@ def call_document(call: Call, call_id: str) -> dict:
             "function": {"name": name, "arguments": json.dumps(args, ensure_ascii=False)}}
 
 
-class CallScanner:
-    """One choice's stream: text in, deltas out (content, then tool-call parts)."""
+@dataclass(frozen=True)
+class CallOut:
+    """A complete call of a streamed answer; `index` counts the answer's calls from 0."""
+    index: int
+    name: str
+    arguments: dict
+
+    @property
+    def arguments_json(self) -> str:
+        return json.dumps(self.arguments, ensure_ascii=False)
+
+
+class CallSplitter:
+    """One answer's text in; out, in order: its content text (str) and each call (CallOut)
+    once its JSON object is complete. `cut`: a call repeated an earlier one (`kept_calls`),
+    so the answer ended before it and the rest of the text is ignored."""
 
     def __init__(self, fmt: ToolCallFormat, parallel: bool):
         self.fmt, self.parallel = fmt, parallel
@@ -119,21 +151,24 @@ class CallScanner:
         self.body: str | None = None      # from the trigger on
         self.free = False                 # bare-JSON format and the answer is text
         self.sent = 0                     # calls sent
+        self.cut = False
 
-    def push(self, text: str) -> list[dict]:
+    def push(self, text: str) -> list[str | CallOut]:
+        if self.cut:
+            return []
         if self.body is not None:
             self.body += text
             return self._new_calls()
         if self.free:
-            return [{"content": text}] if text else []
+            return [text] if text else []
         self.pending += text
         start = trigger_at(self.pending, self.fmt)
         if start is not None:
             content, self.body, self.pending = self.pending[:start], self.pending[start:], ""
-            return ([{"content": content}] if content else []) + self._new_calls()
+            return ([content] if content else []) + self._new_calls()
         return self._release()
 
-    def _release(self) -> list[dict]:
+    def _release(self) -> list[str | CallOut]:
         trigger = _trigger(self.fmt)
         if trigger == "{":
             if not self.pending.strip():
@@ -144,30 +179,61 @@ class CallScanner:
             keep = next((k for k in range(min(len(trigger) - 1, len(self.pending)), 0, -1)
                          if self.pending.endswith(trigger[:k])), 0)
         out, self.pending = self.pending[:len(self.pending) - keep], self.pending[len(self.pending) - keep:]
-        return [{"content": out}] if out else []
+        return [out] if out else []
 
-    def _new_calls(self) -> list[dict]:
-        calls = parse_calls(self.body, self.fmt)
-        if not self.parallel:
-            calls = calls[:1]
-        deltas = []
-        for index in range(self.sent, len(calls)):
-            name, _ = calls[index]
-            doc = call_document(calls[index], new_call_id(self.fmt))
-            deltas.append({"tool_calls": [{"index": index, "id": doc["id"], "type": "function",
-                                           "function": {"name": name, "arguments": ""}}]})
-            args = doc["function"]["arguments"]
-            for at in range(0, len(args), ARG_FRAGMENT_CHARS):
-                deltas.append({"tool_calls": [{"index": index, "function": {
-                    "arguments": args[at:at + ARG_FRAGMENT_CHARS]}}]})
+    def _new_calls(self) -> list[str | CallOut]:
+        found = parse_calls(self.body, self.fmt)
+        calls = kept_calls(found, self.parallel)
+        self.cut = self.parallel and len(calls) < len(found)
+        new = [CallOut(index, *calls[index]) for index in range(self.sent, len(calls))]
         self.sent = len(calls)
-        return deltas
+        return new
 
-    def finish(self) -> list[dict]:
+    def finish(self) -> list[str | CallOut]:
         """The end of the answer: held text goes out; a trigger with no call is content."""
         rest = self.pending if self.body is None else (self.body if self.sent == 0 else "")
         self.pending = ""
-        return [{"content": rest}] if rest else []
+        return [rest] if rest else []
+
+
+def chat_deltas(outs: list[str | CallOut], fmt: ToolCallFormat) -> list[dict]:
+    """Content and calls -> chat `delta`s: a call's id, name and empty arguments first, then
+    its arguments in fragments of ARG_FRAGMENT_CHARS."""
+    deltas = []
+    for out in outs:
+        if isinstance(out, str):
+            deltas.append({"content": out})
+            continue
+        deltas.append({"tool_calls": [{"index": out.index, "id": new_call_id(fmt), "type": "function",
+                                       "function": {"name": out.name, "arguments": ""}}]})
+        deltas += [{"tool_calls": [{"index": out.index, "function": {"arguments": fragment}}]}
+                   for fragment in argument_fragments(out.arguments_json)]
+    return deltas
+
+
+def argument_fragments(arguments: str) -> list[str]:
+    return [arguments[at:at + ARG_FRAGMENT_CHARS] for at in range(0, len(arguments), ARG_FRAGMENT_CHARS)]
+
+
+class CallScanner:
+    """One choice's stream: text in, chat deltas out (content, then tool-call parts)."""
+
+    def __init__(self, fmt: ToolCallFormat, parallel: bool):
+        self.split = CallSplitter(fmt, parallel)
+
+    @property
+    def sent(self) -> int:
+        return self.split.sent
+
+    @property
+    def cut(self) -> bool:
+        return self.split.cut
+
+    def push(self, text: str) -> list[dict]:
+        return chat_deltas(self.split.push(text), self.split.fmt)
+
+    def finish(self) -> list[dict]:
+        return chat_deltas(self.split.finish(), self.split.fmt)
 
 
 class ToolChatChunks(ChatChunks):
@@ -177,10 +243,13 @@ class ToolChatChunks(ChatChunks):
         super().__init__(header, spec)
         self.fmt, self.parallel = spec.tools.fmt, spec.tools.parallel
         self._scanners: dict[int, CallScanner] = {}
+        self.cut: set[int] = set()
 
     def piece(self, piece: Piece) -> bytes:
         scanner = self._scanners.setdefault(piece.index, CallScanner(self.fmt, self.parallel))
         deltas = scanner.push(piece.text)
+        if scanner.cut:
+            self.cut.add(piece.index)
         if piece.finish is not None:
             deltas += scanner.finish()
         out = b"".join(self._frame(docs.chat_chunk(self.header, d, index=piece.index), piece.index)
@@ -192,11 +261,21 @@ class ToolChatChunks(ChatChunks):
 
 
 class ToolChatDocument(ChatDocument):
-    """chat.completion with `message.tool_calls` when the answer holds calls."""
+    """chat.completion with `message.tool_calls` when the answer holds calls; each choice's
+    text also runs through a `CallSplitter` as it comes, to see a repeated call (`cut`)."""
 
     def __init__(self, header: docs.Header, spec: GenSpec):
         super().__init__(header, spec)
         self.fmt, self.parallel = spec.tools.fmt, spec.tools.parallel
+        self._splitters: dict[int, CallSplitter] = {}
+        self.cut: set[int] = set()
+
+    def piece(self, piece: Piece) -> bytes:
+        splitter = self._splitters.setdefault(piece.index, CallSplitter(self.fmt, self.parallel))
+        splitter.push(piece.text)
+        if splitter.cut:
+            self.cut.add(piece.index)
+        return super().piece(piece)
 
     def _document(self, index: int, text: str, choice, usage: dict) -> dict:
         document = super()._document(index, text, choice, usage)

@@ -46,6 +46,7 @@ class ToolsSpec:
     named: str | None = None                # choice == "named": the function's name
     parallel: bool = True
     fmt: ToolCallFormat = HERMES
+    parameters_at: str = "tools[{i}].function.parameters"   # a function's schema, in errors
 
     @property
     def offered(self) -> bool:
@@ -112,7 +113,7 @@ def parse_tools(doc: dict) -> ToolsSpec | None:
 def check_tools_compile(cache: GrammarCache, spec: ToolsSpec) -> None:
     """Compile each function's parameters once (cached): a bad schema never reaches the engine."""
     for i, tool in enumerate(spec.tools):
-        param = f"tools[{i}].function.parameters"
+        param = spec.parameters_at.format(i=i)
         try:
             cache.get(schema_spec(tool["function"].get("parameters", EMPTY_PARAMETERS)))
         except GrammarUnsupported as exc:
@@ -180,7 +181,7 @@ def with_default_prompt(messages: list[dict], tools: tuple[dict, ...]) -> list[d
 
 # --- the history: assistant calls and tool results -----------------------------------------------
 
-def _arguments(where: str, value) -> dict:
+def call_arguments(where: str, value) -> dict:
     """Clients send `arguments` as JSON text; templates expect the object (vLLM parses it too)."""
     if isinstance(value, str):
         try:
@@ -204,7 +205,7 @@ def check_tool_calls(where: str, value) -> list[dict]:
             raise _bad(at, f"'{at}' must be {{\"type\": \"function\", \"function\": {{\"name\", \"arguments\"}}}}.")
         if call.get("id") is not None and not isinstance(call["id"], str):
             raise _bad(f"{at}.id", f"'{at}.id' must be a string.")
-        arguments = _arguments(f"{at}.function.arguments", fn.get("arguments", "{}"))
+        arguments = call_arguments(f"{at}.function.arguments", fn.get("arguments", "{}"))
         calls.append(dict(call, type="function", function=dict(fn, arguments=arguments)))
     return calls
 

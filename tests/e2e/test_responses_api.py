@@ -105,9 +105,9 @@ def test_refusals_are_openai_errors(client, server):
     assert stored.value.body["param"] == "store" and "stateless" in stored.value.body["message"]
     with pytest.raises(openai.UnprocessableEntityError):
         client.responses.create(model="succ", input="a", previous_response_id="resp_x")
-    with pytest.raises(openai.UnprocessableEntityError):
-        client.responses.create(model="succ", input="a", tools=[
-            {"type": "function", "name": "f", "parameters": {}, "strict": True}])
+    with pytest.raises(openai.UnprocessableEntityError) as builtin:
+        client.responses.create(model="succ", input="a", tools=[{"type": "web_search_preview"}])
+    assert builtin.value.body["param"] == "tools[0].type"
     with pytest.raises(openai.NotFoundError):
         client.responses.create(model="nope", input="a")
     streamed = post(server, "/v1/responses", {"model": "succ", "input": [], "stream": True})

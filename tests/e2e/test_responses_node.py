@@ -1,6 +1,7 @@
-"""openai-node's `responses.create` (the npm package `openai`, pinned in the Makefile's
-`node-client` target and installed into tests/e2e/node/node_modules) against a real server:
-a whole answer, a stream, and a refusal, as the Node client parses them."""
+"""Node clients of the Responses API against a real server (the npm packages pinned in the
+Makefile's `node-client` target, installed into tests/e2e/node/node_modules): openai-node's
+`responses.create` (a whole answer, a stream, and a refusal, as the Node client parses
+them), and the Vercel AI SDK's default OpenAI provider calling a tool (on smol-135m)."""
 from __future__ import annotations
 
 import json
@@ -10,19 +11,24 @@ from pathlib import Path
 
 import pytest
 
+from server.config import EngineConfig
 from tests.e2e.helpers import running_server
 
 NODE_DIR = Path(__file__).parent / "node"
 DRIVER = NODE_DIR / "responses_client.mjs"
+AI_SDK_DRIVER = NODE_DIR / "ai_sdk_tools.mjs"
 CLIENT_TIMEOUT_S = 60
+AI_SDK_TIMEOUT_S = 300          # two forced calls of the 135M model on a busy CPU
+NODE_PACKAGES = ("openai", "ai", "@ai-sdk/openai", "zod")
 
 
 @pytest.fixture(scope="module")
 def node() -> str:
     found = shutil.which("node")
-    if found is None or not (NODE_DIR / "node_modules" / "openai").is_dir():
-        pytest.fail("openai-node is not installed: run `make node-client` (Debian's nodejs + "
-                    "npm, then the pinned npm package `openai` into tests/e2e/node)")
+    missing = [p for p in NODE_PACKAGES if not (NODE_DIR / "node_modules" / p).is_dir()]
+    if found is None or missing:
+        pytest.fail(f"node or the npm packages {missing} are missing: run `make node-client` "
+                    "(Debian's nodejs + npm, then the pinned npm packages into tests/e2e/node)")
     return found
 
 
@@ -46,3 +52,22 @@ def test_openai_node_responses_create_whole_and_streamed(node, succ_model_dir):
     assert [e["seq"] for e in events] == list(range(len(events)))
     assert "".join(e.get("delta") or "" for e in events) == "lmno" == seen["final"]
     assert seen["refused"] == {"status": 422, "param": "store"}
+
+
+@pytest.mark.real_model
+def test_vercel_ai_sdk_default_provider_calls_a_tool_whole_and_streamed(node, real_model_dir):
+    with running_server(real_model_dir, engine=EngineConfig(kv_cache_mib=32)) as server:
+        run = subprocess.run([node, str(AI_SDK_DRIVER), server.http_url + "/v1",
+                              real_model_dir.name],
+                             capture_output=True, text=True, timeout=AI_SDK_TIMEOUT_S)
+    assert run.returncode == 0, run.stderr
+    seen = json.loads(run.stdout)
+    for answer in (seen["whole"], seen["streamed"]):
+        assert answer["finish"] == "tool-calls"
+        assert [c["name"] for c in answer["calls"]] == ["weather"]
+        assert answer["calls"][0]["input"]["city"] in ("Paris", "Oslo", "Lima")
+        assert answer["calls"][0]["id"].startswith("call_")
+    assert seen["whole"]["usage"]["outputTokens"] < 80     # the repeated call ended it
+    parts = seen["streamed"]["parts"]
+    assert parts.index("tool-input-start") < parts.index("tool-input-delta") < \
+        parts.index("tool-input-end") < parts.index("tool-call")

@@ -84,14 +84,12 @@ def test_text_format_json_schema_and_json_object_become_grammars_text_is_a_no_op
     ({"previous_response_id": "resp_1"}, "previous_response_id"),
     ({"conversation": "conv_1"}, "conversation"),
     ({"background": True}, "background"),
-    ({"tools": [{"type": "function", "name": "f", "parameters": {}}]}, "tools"),
-    ({"tool_choice": "required"}, "tool_choice"),
+    ({"tools": [{"type": "web_search_preview"}]}, "tools[0].type"),
     ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "u"}]}]},
      "input[0].content[0].type"),
-    ({"input": [{"type": "function_call_output", "call_id": "c", "output": "o"}]},
-     "input[0].type"),
+    ({"input": [{"type": "reasoning", "id": "rs_1", "summary": []}]}, "input[0].type"),
 ])
-def test_stateful_tool_and_media_fields_are_422_naming_the_field(fields, param):
+def test_stateful_builtin_tool_and_media_fields_are_422_naming_the_field(fields, param):
     err = refusal(**{"input": "x", **fields})
     assert (err.status, err.param) == (422, param)
 

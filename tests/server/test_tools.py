@@ -9,14 +9,17 @@ from datetime import datetime
 
 import pytest
 
-from engine.api import GrammarCache, load_model
+from engine.api import GenRequest, GrammarCache, TokenOut, load_model
 from server import documents as docs
 from server.app import ServedModel
+from server.bridge import Ticket
 from server.errors import ApiError
 from server.messages import for_template
 from server.openai import parse_chat, parse_completion
-from server.streams import Piece
-from server.toolcalls import CallScanner, ToolChatChunks, ToolChatDocument, split_calls
+from server.pieces import Piece
+from server.streams import GenerationStream, StreamContext
+from server.toolcalls import (CallScanner, CallSplitter, ToolChatChunks, ToolChatDocument, kept_calls,
+                              split_calls, tool_renderer)
 from server.tools import (GRANITE, HERMES, LLAMA3_JSON, MISTRAL, call_grammar_spec,
                           check_tools_compile, parse_tools, tool_format)
 from template import Template
@@ -215,3 +218,86 @@ def test_stream_chunks_end_with_tool_calls_finish():
     assert chunks[1]["choices"][0]["delta"]["tool_calls"][0]["function"]["name"] == "get_weather"
     assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
     assert all(c["choices"][0]["finish_reason"] is None for c in chunks[:-1])
+
+
+# --- a repeated call ends the answer -------------------------------------------------------------
+
+OSLO = '<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo"}}</tool_call>\n'
+LIMA = '<tool_call>{"name": "get_weather", "arguments": {"city": "Lima"}}</tool_call>\n'
+CALL_TOKENS = {1: OSLO.encode(), 2: LIMA.encode()}
+
+
+class TableTokenizer:
+    def __init__(self, table: dict[int, bytes]):
+        self.table = table
+
+    def token_bytes(self, token: int) -> bytes:
+        return self.table[token]
+
+
+class RecordingBridge:
+    def __init__(self):
+        self.aborted = []
+
+    def abort(self, ticket):
+        self.aborted.append(ticket)
+
+
+def recorded_stream(spec, header: docs.Header, render, table: dict[int, bytes]):
+    """A GenerationStream of one ticket (token bytes from `table`) on a recording bridge."""
+    bridge = RecordingBridge()
+    ctx = StreamContext(bridge=bridge, tokenizer=TableTokenizer(table), ping_interval_s=15.0,
+                        on_status=lambda route, status: None, on_finish=lambda **kw: None)
+    ticket = Ticket(GenRequest(prompt=(1,)), None)
+    out = GenerationStream(ctx=ctx, tickets=[ticket], spec=spec, header=header, prompt_tokens=2,
+                           route=spec.kind, headers=(), arrival_s=0.0, renderer=render)
+    return out, ticket, bridge
+
+
+def tool_shell(stream: bool, **fields):
+    """A chat stream offering FN under `tool_choice: required`, on a recording bridge."""
+    spec = parse_chat(chat(tools=[FN], tool_choice="required", stream=stream, **fields))
+    header = docs.Header.new("chatcmpl", "m")
+    return recorded_stream(spec, header, tool_renderer(spec, header), CALL_TOKENS)
+
+
+def call_token(token: int) -> TokenOut:
+    return TokenOut(id=0, token=token, finish=None, logprob=0.0, top_logprobs=())
+
+
+def test_a_streamed_call_repeating_an_earlier_one_ends_the_answer_and_aborts_the_request():
+    stream_, ticket, bridge = tool_shell(True)
+    ticket.events.extend([call_token(1), call_token(2), call_token(1), call_token(2)])
+    out = stream_.poll(0.0)
+    assert out.done and bridge.aborted == [ticket]       # at the repeat, not at max_tokens
+    events = [line[6:] for line in b"".join(out.chunks).decode().split("\n\n") if line]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    starts = [d["tool_calls"][0] for c in chunks for d in [c["choices"][0]["delta"]]
+              if d.get("tool_calls") and "id" in d["tool_calls"][0]]
+    assert [s["index"] for s in starts] == [0, 1]         # Oslo, Lima; the repeat dropped
+    arguments = "".join(d["tool_calls"][0]["function"]["arguments"] for c in chunks
+                        for d in [c["choices"][0]["delta"]] if d.get("tool_calls"))
+    assert arguments == '{"city": "Oslo"}{"city": "Lima"}'
+    assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
+    assert stream_.poll(1.0).done and bridge.aborted == [ticket]
+
+
+def test_a_whole_answer_repeating_a_call_ends_there_with_the_repeat_dropped():
+    stream_, ticket, bridge = tool_shell(False)
+    ticket.events.extend([call_token(1), call_token(2), call_token(2)])
+    out = stream_.poll(0.0)
+    assert out.done and bridge.aborted == [ticket]
+    choice = json.loads(out.chunks[0])["choices"][0]
+    assert choice["finish_reason"] == "tool_calls"
+    assert [json.loads(c["function"]["arguments"]) for c in choice["message"]["tool_calls"]] == \
+        [{"city": "Oslo"}, {"city": "Lima"}]
+
+
+def test_without_parallel_calls_nothing_is_cut_and_only_the_first_call_is_kept():
+    assert kept_calls([("f", {}), ("f", {})], parallel=False) == [("f", {})]
+    assert kept_calls([("f", {"a": 1}), ("f", {"a": 2})], parallel=True) == \
+        [("f", {"a": 1}), ("f", {"a": 2})]                # same name, other arguments: kept
+    splitter = CallSplitter(HERMES, parallel=False)
+    splitter.push(OSLO + OSLO)
+    assert not splitter.cut and splitter.sent == 1
