@@ -345,7 +345,7 @@ LOCKOUT_BURST_S = 2.0        # the burst's clients arrive within this
 
 def lockout(server: Server, args) -> dict:
     url = f"http://{server.http[0]}:{server.http[1]}/v1/chat/completions"
-    body = json.dumps({"model": served_model(server), "max_tokens": args.tokens,
+    body = json.dumps({"model": served_model(server), "max_tokens": args.tokens, "temperature": 0,
                        "messages": [{"role": "user", "content": "Say hello."}]}).encode()
     first_status, served_at, lock = {}, {}, threading.Lock()
 

@@ -61,15 +61,22 @@ def test_full_queue_answers_429_with_retry_after(queue_of_one):
 
 
 def test_queue_deadline_answers_503_no_capacity(succ_model_dir):
-    with running_server(succ_model_dir, queue_capacity=4, queue_deadline_ms=200,
+    """Admitted (the running stream has run a few steps: a short estimated wait), then
+    unscheduled past the deadline: a 503 status, streamed or not."""
+    with running_server(succ_model_dir, queue_capacity=4, queue_deadline_ms=2000,
                         step_delay_s=STEP_DELAY_S, engine=_engine(max_num_seqs=1)) as server:
-        sock, _ = open_stream(server, long_stream(30))
-        late = post(server, "/v1/chat/completions", chat_body("x", max_tokens=2))
-        assert late.status_code == 503
-        assert late.json()["error"]["code"] == "no_capacity"
-        streamed = post(server, "/v1/chat/completions", chat_body("x", max_tokens=2,
-                                                                  stream=True))
-        assert streamed.status_code == 503                  # no head was sent yet: a status
+        sock, _ = open_stream(server, long_stream(400))
+        answers: dict = {}
+        threads = [threading.Thread(target=lambda stream=stream: answers.update({stream: post(
+            server, "/v1/chat/completions", chat_body("x", max_tokens=2, stream=stream))}))
+            for stream in (False, True)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(TIMEOUT_S)
+        assert answers[False].status_code == 503
+        assert answers[False].json()["error"]["code"] == "no_capacity"
+        assert answers[True].status_code == 503             # no head was sent yet: a status
         sock.close()
 
 
