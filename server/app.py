@@ -38,7 +38,8 @@ from server.responses import parse_responses
 from server.responses import renderer as responses_renderer
 from server.routes import API_ROUTES, HEALTH_ROUTES, resolve
 from server.static import CHAT_PAGE, ENGINE_PAGE, StaticFiles
-from server.streams import Echo, EmbedStream, GenerationStream, StreamContext
+from server.embed_stream import EmbedStream
+from server.streams import Echo, GenerationStream, StreamContext
 from server.structured import Structured, compile_structured
 from server.toolcalls import tool_renderer
 from server import tools as tl
