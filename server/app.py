@@ -354,8 +354,9 @@ class HealthApp:
     """The health listener: liveness, readiness, metrics. Stays up during a drain."""
 
     def __init__(self, *, bridge: EngineBridge, state: ServerState,
-                 web: StaticFiles | None = None):
+                 web: StaticFiles | None = None, loop_stall_s: Callable[[], float] | None = None):
         self.bridge, self.state = bridge, state
+        self.loop_stall_s = loop_stall_s         # the loop's worst stall so far, if measured
         self.web = web or StaticFiles.load()
         self.handlers = {"healthz": self.healthz, "readyz": self.readyz, "metrics": self.metrics,
                          "engine_page": self.engine_page, "engine_snapshot": self.engine_snapshot,
@@ -386,7 +387,8 @@ class HealthApp:
         return json_response(200, {"status": "ready"})
 
     def metrics(self, request: Request, params: Params, extra: Headers) -> Response:
-        text = metrics_text(self.bridge.stats, self.state.metrics)
+        stall_s = self.loop_stall_s() if self.loop_stall_s is not None else None
+        text = metrics_text(self.bridge.stats, self.state.metrics, stall_s)
         return Response(status=200, headers=(("Content-Type", METRICS_TYPE),),
                         body=text.encode("utf-8"))
 

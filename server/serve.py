@@ -173,7 +173,9 @@ def load(cfg: ServeConfig, handle: ServerHandle, wrap_engine: EngineWrapper | No
     handle.bridge = bridge
     handle.api.inner = ApiApp(served=served, bridge=bridge, state=handle.state,
                               ping_interval_s=cfg.ping_interval_s, defaults=defaults)
-    handle.health.current = HealthApp(bridge=bridge, state=handle.state)
+    loop = handle.loop
+    handle.health.current = HealthApp(bridge=bridge, state=handle.state,
+                                      loop_stall_s=lambda: loop.stall_max_s)
 
 
 def build(cfg: ServeConfig, wrap_engine: EngineWrapper | None = None) -> ServerHandle:

@@ -109,6 +109,12 @@ def connection_deadline(conn: "ConnState", limits: HttpLimits) -> float | None:
     return deadline
 
 
+def select_timeout(now_s: float, *due_s: float | None) -> float | None:
+    """How long select may sleep: until the nearest of the deadlines (None: no deadline)."""
+    candidates = [t for t in due_s if t is not None]
+    return max(0.0, min(candidates) - now_s) if candidates else None
+
+
 def wants_read(conn: ConnState, limits: HttpLimits) -> bool:
     """Keep reading while a request is being parsed, while lingering (to see the close), and
     while pipelined input stays under its bound; a stream's socket stays readable, so a
