@@ -1,15 +1,21 @@
 """The two applications the loop serves: the OpenAI API and the health/metrics listener.
 
-`ApiApp.handle(request)` is the whole life of an API request on the loop thread:
+`ApiApp.handle(request)` answers an API request in two halves:
 
-    route table -> validate body (server/openai.py) -> served model? -> headers
-    (X-TL-KV-Handle, X-TL-Priority) -> chat template -> tokenizer -> context check
-    -> bridge.submit (admission: 429 now if the queue is full) -> GenerationStream
+    loop thread:   route table -> draining? -> hand the handler to the off-loop pool
+    worker thread: validate body (server/openai.py) -> served model? -> headers
+                   (X-TL-KV-Handle, X-TL-Priority) -> chat template -> tokenizer -> grammar
+                   -> context check: a `Launch` (or a whole Response, e.g. /tokenize)
+    loop thread:   launch: bridge.submit (admission: 429 now if the queue is full)
+                   -> GenerationStream; count the status, add X-Request-Id
 
-It never blocks: anything that needs the engine becomes a `Stream`. Every response,
-errors and 404s included, carries `X-Request-Id` (echoed when the client sent a sane one).
-Drain (chapter 2.6) flips `ServerState.is_draining`: new API requests get 503, `/readyz`
-503, `/healthz` stays 200.
+The heavy, pure half of chat, completions, responses, embeddings and tokenize
+(`OFFLOOP_ROUTES`) runs on a worker of `server/offloop.py` (the one seam), so the loop
+never blocks on a grammar compile or a long history; admission, metrics and tickets stay
+on the loop thread. Small routes (models, detokenize, healthz) answer at once. Every
+response, errors and 404s included, carries `X-Request-Id` (echoed when the client sent a
+sane one). Drain (chapter 2.6) flips `ServerState.is_draining`: new API requests get 503,
+`/readyz` 503, `/healthz` stays 200; a request already being prepared is still answered.
 """
 from __future__ import annotations
 
@@ -19,6 +25,7 @@ import os
 import re
 import time
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Callable
 
 from engine.api import (GenRequest, Grammar, GrammarCache, Model, ModelFormatError, PromptTooLong,
@@ -34,6 +41,7 @@ from server.metrics import ServerMetrics, metrics_text
 from server.documents import JSON_CONTENT_TYPE, json_bytes
 from server.messages import for_template
 from server.http.protocol import Request, Response, Stream
+from server.offloop import Inline, OffLoop, Outcome, outcome_of
 from server.responses import parse_responses
 from server.responses import renderer as responses_renderer
 from server.routes import API_ROUTES, HEALTH_ROUTES, resolve
@@ -52,6 +60,10 @@ Params = dict[str, str]                         # path parameters from the route
 
 MAX_REQUEST_ID_CHARS = 128                      # longer client ids are replaced, not echoed
 REQUEST_ID_OK = re.compile(r"[\x21-\x7e]{1,%d}" % MAX_REQUEST_ID_CHARS)
+# The routes whose handler is the heavy, pure half, run off the loop (server/offloop.py):
+# it returns a `Launch` for the loop thread, or a whole Response.
+OFFLOOP_ROUTES = frozenset({"chat", "completions", "responses", "embeddings", "tokenize"})
+Launch = Callable[[], Stream]                   # admission -> the stream; loop thread only
 
 
 @dataclass
@@ -143,8 +155,10 @@ class ApiApp:
 
     def __init__(self, *, served: ServedModel, bridge: EngineBridge, state: ServerState,
                  ping_interval_s: float, clock: Callable[[], float] = time.monotonic,
-                 web: StaticFiles | None = None, defaults: SamplingDefaults = SamplingDefaults()):
+                 web: StaticFiles | None = None, defaults: SamplingDefaults = SamplingDefaults(),
+                 offloop: OffLoop = Inline()):
         self.served, self.bridge, self.state = served, bridge, state
+        self.offloop = offloop                   # where OFFLOOP_ROUTES are prepared
         self.web = web or StaticFiles.load()
         self.defaults = defaults                 # server-side sampling defaults
         self.clock = clock
@@ -152,7 +166,7 @@ class ApiApp:
         self.stream_ctx = StreamContext(
             bridge=bridge, tokenizer=served.tokenizer, ping_interval_s=ping_interval_s,
             on_status=metrics.count_request,
-            on_finish=metrics.observe_generation)
+            on_finish=metrics.observe_generation, offloop=offloop)
         self.handlers = {"chat": self.chat, "completions": self.completions,
                          "responses": self.responses,
                          "embeddings": self.embeddings, "tokenize": self.tokenize,
@@ -164,20 +178,33 @@ class ApiApp:
     error = staticmethod(kind_response)  # App.error: the document of an error the transport found
 
     def handle(self, request: Request) -> Response | Stream:
-        rid = request_id(request)
-        extra = (("X-Request-Id", rid),)
-        label = "unmatched"
+        extra = (("X-Request-Id", request_id(request)),)
         try:
             route, params = resolve(API_ROUTES, request.method, request.path)
-            label = route.handler
-            if self.state.is_draining and route.handler != "healthz":
-                raise ApiError("shutting_down", "The server is shutting down; retry elsewhere.")
-            result = self.handlers[route.handler](request, params, extra)
+        except ApiError as err:
+            return self._answer("unmatched", extra, Outcome(error=err))
+        label = route.handler
+        if self.state.is_draining and label != "healthz":
+            refusal = ApiError("shutting_down", "The server is shutting down; retry elsewhere.")
+            return self._answer(label, extra, Outcome(error=refusal))
+        handler = partial(self.handlers[label], request, params, extra)
+        if label in OFFLOOP_ROUTES:     # prepared on a worker; launched back on the loop thread
+            return self.offloop.run(handler, partial(self._answer, label, extra))
+        return self._answer(label, extra, outcome_of(handler))
+
+    def _answer(self, label: str, extra: Headers, outcome: Outcome) -> Response | Stream:
+        """A handler's outcome as the answer, on the loop thread: a `Launch` is launched
+        (admission), an ApiError becomes its OpenAI error, anything else a logged 500; the
+        status of a whole Response is counted here (a stream counts its own)."""
+        try:
+            result = outcome.get()
+            if not isinstance(result, Response) and callable(result):
+                result = result()                   # a Launch: tickets, on this thread
         except ApiError as err:
             self.state.metrics.count_request(label, err.status)
             return error_response(err, extra)
         except Exception:                                      # noqa: BLE001
-            log.exception("request %s: handler %s failed", rid, label)
+            log.exception("request %s: handler %s failed", _request_id_of(extra), label)
             self.state.metrics.count_request(label, 500)
             return error_response(ApiError("internal_error", "Internal server error."), extra)
         if isinstance(result, Response):
@@ -188,7 +215,7 @@ class ApiApp:
 
     # -- generation ----------------------------------------------------------------------
 
-    def chat(self, request: Request, params: Params, extra: Headers) -> GenerationStream:
+    def chat(self, request: Request, params: Params, extra: Headers) -> Launch:
         spec = api.parse_chat(request.body, self.defaults)
         self._check_model(spec.model)
         offered = ()
@@ -202,7 +229,7 @@ class ApiApp:
         prompt = self.served.encode(self.served.render(spec.messages, tools=offered))
         return self._generate(request, spec, [prompt], "chat", "chatcmpl", "messages", extra)
 
-    def completions(self, request: Request, params: Params, extra: Headers) -> GenerationStream:
+    def completions(self, request: Request, params: Params, extra: Headers) -> Launch:
         spec = api.parse_completion(request.body, self.defaults)
         self._check_model(spec.model)
         prompts = []
@@ -221,7 +248,7 @@ class ApiApp:
         return self._generate(request, spec, prompts, "completions", "cmpl", "prompt", extra,
                               echoes)
 
-    def responses(self, request: Request, params: Params, extra: Headers) -> GenerationStream:
+    def responses(self, request: Request, params: Params, extra: Headers) -> Launch:
         spec = parse_responses(request.body, self.defaults)
         self._check_model(spec.gen.model)
         prompt = self.served.encode(self.served.render(spec.gen.messages))
@@ -230,15 +257,23 @@ class ApiApp:
 
     def _generate(self, request: Request, spec: api.GenSpec, prompts: list[list[int]],
                   route: str, id_prefix: str, prompt_param: str, extra: Headers,
-                  echoes: list[Echo] | None = None, render=None) -> GenerationStream:
+                  echoes: list[Echo] | None = None, render=None) -> Launch:
         """One engine request per choice (`n` per prompt; choice index = prompt * n + j, as
-        OpenAI numbers them); the whole answer or none of it: a refusal or a 429 on a later
-        choice aborts the earlier ones."""
+        OpenAI numbers them), prepared here (worker thread: the grammar, the context rule);
+        the launch admits them on the loop thread."""
         priority = self._headers(request)
         grammar = (compile_structured(self.served.grammars, spec.structured)
                    if spec.structured else None)        # compiled once, shared by every choice
         requests = [self._gen_request(spec, prompt, prompt_param, priority, j, grammar)
                     for prompt in prompts for j in range(spec.n)]
+        return partial(self._launch, requests, spec, sum(map(len, prompts)), route, id_prefix,
+                       extra, echoes, render)
+
+    def _launch(self, requests: list[GenRequest], spec: api.GenSpec, prompt_tokens: int,
+                route: str, id_prefix: str, extra: Headers, echoes: list[Echo] | None,
+                render) -> GenerationStream:
+        """Admission, on the loop thread: the whole answer or none of it: a refusal or a 429
+        on a later choice aborts the earlier ones."""
         now = self.clock()
         tickets = []
         try:
@@ -250,7 +285,7 @@ class ApiApp:
             raise
         header = docs.Header.new(id_prefix, self.served.id)
         return GenerationStream(ctx=self.stream_ctx, tickets=tickets, spec=spec, header=header,
-                                prompt_tokens=sum(map(len, prompts)), route=route,
+                                prompt_tokens=prompt_tokens, route=route,
                                 headers=extra, arrival_s=now, echoes=echoes,
                                 renderer=render(header) if render else tool_renderer(spec, header))
 
@@ -301,7 +336,7 @@ class ApiApp:
 
     # -- embeddings, tokenize, models ----------------------------------------------------
 
-    def embeddings(self, request: Request, params: Params, extra: Headers) -> EmbedStream:
+    def embeddings(self, request: Request, params: Params, extra: Headers) -> Launch:
         spec = api.parse_embeddings(request.body)
         self._check_model(spec.model)
         for x in spec.inputs:
@@ -313,11 +348,15 @@ class ApiApp:
             if not ids or len(ids) > self.served.max_model_len:
                 raise ApiError("context_length_exceeded", "Each input must have 1 to "
                                f"{self.served.max_model_len} tokens.", param="input")
-        ticket = self.bridge.embed(inputs, spec.encoding_format,    # 429 when the queue is full
+        return partial(self._launch_embed, inputs, spec.encoding_format, extra)
+
+    def _launch_embed(self, inputs: list[list[int]], encoding_format: str,
+                      extra: Headers) -> EmbedStream:
+        ticket = self.bridge.embed(inputs, encoding_format,    # 429 when the queue is full
                                    request_id=_request_id_of(extra))
         return EmbedStream(ticket=ticket, model_id=self.served.id,
                            prompt_tokens=sum(map(len, inputs)), headers=extra,
-                           on_status=self.state.metrics.count_request)
+                           on_status=self.state.metrics.count_request, offloop=self.offloop)
 
     def tokenize(self, request: Request, params: Params, extra: Headers) -> Response:
         spec = api.parse_tokenize(request.body)

@@ -41,6 +41,7 @@ from server.engine_view import EngineView
 from server.gateway import GatewayApp, LoadingApp, Switch
 from server.http.connstate import BindError
 from server.http.loop import EventLoop, Listener
+from server.offloop import WorkerPool
 from server.routes import API_ROUTES, HEALTH_ROUTES
 from server.trace import TraceWriter
 
@@ -64,6 +65,7 @@ class ServerHandle:
     api: GatewayApp
     health: Switch
     bridge: EngineBridge | None = None
+    workers: WorkerPool | None = None       # the off-loop pool, started once the model loads
     thread: threading.Thread | None = None
 
     def drain(self) -> None:
@@ -81,9 +83,15 @@ class ServerHandle:
             self.thread.join(timeout)
             if self.thread.is_alive():
                 return 1
+        self.stop_threads()
+        return 0
+
+    def stop_threads(self) -> None:
+        """After the loop: the off-loop workers, then the engine thread."""
+        if self.workers is not None:
+            self.workers.stop()
         if self.bridge is not None:
             self.bridge.stop()
-        return 0
 
     @property
     def http_url(self) -> str:
@@ -170,9 +178,12 @@ def load(cfg: ServeConfig, handle: ServerHandle, wrap_engine: EngineWrapper | No
     served = ServedModel(model, cfg.model_id, engine.max_model_len(),
                          kv_capacity_tokens=engine.kv.num_blocks * engine_cfg.block_size)
     bridge.wake = handle.loop.wake
-    handle.bridge = bridge
+    workers = WorkerPool(wake=handle.loop.wake)    # the heavy, pure half of requests
+    handle.bridge, handle.workers = bridge, workers
+    workers.start()
     handle.api.inner = ApiApp(served=served, bridge=bridge, state=handle.state,
-                              ping_interval_s=cfg.ping_interval_s, defaults=defaults)
+                              ping_interval_s=cfg.ping_interval_s, defaults=defaults,
+                              offloop=workers)
     loop = handle.loop
     handle.health.current = HealthApp(bridge=bridge, state=handle.state,
                                       loop_stall_s=lambda: loop.stall_max_s)
@@ -249,8 +260,7 @@ def run(cfg: ServeConfig) -> int:
         handle.loop.run()
     finally:
         thread.join()
-        if handle.bridge is not None:
-            handle.bridge.stop()
+        handle.stop_threads()
     if failure:
         raise failure[0]
     log.info("drained; exiting")

@@ -12,9 +12,10 @@ A generation is three small parts, read top to bottom:
    another API's renderer is handed to the shell (server/responses.py's typed events).
 3. `GenerationStream` — the thin `server.http.protocol.Stream` shell the loop polls whenever the
    engine thread wakes it, and at `next_deadline_s()` (SSE pings). It does head timing,
-   pings and metrics. A streamed answer sends its `200` head with its first bytes, and
-   only once the engine has scheduled it (its first token); pings keep a quiet stream
-   alive only after that. So a request is refused before its head (503 past the queue
+   pings and metrics; a large whole document (many logprobs) is built off the loop
+   (server/offloop.py) and sent when ready. A streamed answer sends its `200` head with
+   its first bytes, and only once the engine has scheduled it (its first token); pings
+   keep a quiet stream alive only after that. So a request is refused before its head (503 past the queue
    deadline, 500, 400: statuses a client can retry or read) or served to its end: waiting
    behind running sequences never turns into an error inside an accepted stream. After
    the head an error (an engine fault) can only travel as an SSE `error` event + `[DONE]`.
@@ -22,6 +23,7 @@ A generation is three small parts, read top to bottom:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Callable, Protocol
 
 from engine.api import FINISH_STOP, Tokenizer
@@ -31,11 +33,15 @@ from server.errors import ApiError
 from server.gentext import Echo, GenerationText, Piece, TokenLogprob
 from server.openai import GenSpec
 from server.documents import JSON_CONTENT_TYPE, json_bytes
-from server.http.protocol import ResponseHead, StreamPoll
+from server.http.protocol import Response, ResponseHead, Stream, StreamPoll
+from server.offloop import Inline, OffLoop, Outcome
 from sse import DONE, PING, event
 
 SSE_HEADERS = (("Content-Type", "text/event-stream; charset=utf-8"),
                ("Cache-Control", "no-cache"), ("X-Accel-Buffering", "no"))
+# A whole document with more logprob entries than this (tokens x (1 + top_logprobs)) is
+# built off the loop: each entry is a dict with a byte list, ~10 us of JSON.
+INLINE_DOCUMENT_MAX_ENTRIES = 512
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,6 +52,7 @@ class StreamContext:
     ping_interval_s: float
     on_status: Callable[[str, int], None]     # (route, status) -> request counter
     on_finish: Callable[..., None]            # ServerMetrics.observe_generation
+    offloop: OffLoop = Inline()               # where a large whole document is built
 
 
 # ---- 2. renderers: one per output shape ------------------------------------------------------
@@ -232,6 +239,9 @@ class GenerationStream:
                         for index, ticket in enumerate(tickets)]
         self.ticket = tickets[0]                # the timings of the first choice are observed
         self.render = renderer or renderer_for(spec, header)    # given: another API's shape or tool calls
+        self.entries_per_token = 1 + spec.top_logprobs if spec.logprobs else 0
+        self.echoed_tokens = prompt_tokens * spec.n if spec.echo and spec.logprobs else 0
+        self.tail: Stream | None = None         # the whole document, being built off the loop
         self.pending: list[bytes] = []          # bytes not yet handed to the loop
         self.head_sent = self.done = False
         self.last_send_s = arrival_s
@@ -253,6 +263,8 @@ class GenerationStream:
                               echo=echo)
 
     def poll(self, now_s: float) -> StreamPoll:
+        if self.tail is not None:
+            return self.tail.poll(now_s)
         out = StreamPoll()
         if self.done:
             out.done = True
@@ -269,6 +281,8 @@ class GenerationStream:
         return out
 
     def next_deadline_s(self) -> float | None:
+        if self.tail is not None:
+            return self.tail.next_deadline_s()
         if self.done or not self.render.streamed or not self._is_scheduled():
             return None
         return self.last_send_s + self.ctx.ping_interval_s
@@ -282,6 +296,8 @@ class GenerationStream:
 
     def cancel(self) -> None:
         self._abort_all()
+        if self.tail is not None:
+            self.tail.cancel()
         self.done = True
 
     def _abort_all(self) -> None:
@@ -311,14 +327,30 @@ class GenerationStream:
         return sum(choice.text.completion_tokens for choice in self.choices)
 
     def _finish(self, out: StreamPoll, now_s: float) -> None:
-        data = self.render.finish(docs.usage(self.prompt_tokens, self.completion_tokens))
+        usage = docs.usage(self.prompt_tokens, self.completion_tokens)
         if self.render.streamed:
-            self.pending.append(data)
+            self.pending.append(self.render.finish(usage))
             self._send_sse(out, now_s)
+        elif self._document_entries() > INLINE_DOCUMENT_MAX_ENTRIES:
+            self.tail = self.ctx.offloop.run(partial(self.render.finish, usage),
+                                             partial(self._document_built, now_s))
+            return                              # the tail answers once the document is built
         else:
-            self._whole(out, 200, data)
+            self._whole(out, 200, self.render.finish(usage))
         self._observe(now_s)
         out.done = self.done = True
+
+    def _document_entries(self) -> int:
+        """The logprob entries of the whole document (an echoed prompt's scores included)."""
+        return (self.completion_tokens + self.echoed_tokens) * self.entries_per_token
+
+    def _document_built(self, now_s: float, body: Outcome) -> Response:
+        """Back on the loop thread with the whole document built off it."""
+        self.head_sent = self.done = True
+        self.ctx.on_status(self.route, 200)
+        self._observe(now_s)
+        return Response(status=200, headers=(JSON_CONTENT_TYPE,) + self.headers,
+                        body=body.get())
 
     def _fail(self, out: StreamPoll, err: ApiError) -> None:
         self.error_message = err.message
