@@ -3,6 +3,7 @@ thread, errors and cancels; and the app's prepare/launch split through it. Synch
 events (the work blocks on one, the pool's wake sets another), never on sleeps."""
 from __future__ import annotations
 
+import gc
 import json
 import threading
 
@@ -15,8 +16,9 @@ from server.app import ApiApp, ServedModel, ServerState
 from server.bridge import Ticket
 from server.embed_stream import INLINE_DOCUMENT_MAX_VALUES, EmbedStream
 from server.embedding_jobs import EmbedTicket
+from server.errors import ApiError
 from server.http.protocol import Request, Response
-from server.offloop import OffLoopStream, Outcome, WorkerPool, outcome_of
+from server.offloop import CollectorPause, OffLoopStream, Outcome, WorkerPool, outcome_of
 from server.openai import GenSpec
 from server.streams import INLINE_DOCUMENT_MAX_ENTRIES, GenerationStream, StreamContext
 from tests.server.test_app_admission import IdleBridge
@@ -143,6 +145,47 @@ def test_cancel_before_the_work_is_done_drops_the_result_and_never_launches(pool
     assert second.poll(2.0).done and ran == []  # cancelled before it started: never run
     assert launched == []                       # no continuation: no ticket was ever made
     assert third.poll(2.0).head.status == 200
+
+
+def test_the_collector_pauses_while_work_runs_and_resumes_after_or_past_its_limit():
+    now = [0.0]
+    pause = CollectorPause(max_s=10.0, clock=lambda: now[0])
+    assert gc.isenabled()
+    try:
+        pause.begin()
+        pause.begin()                           # two jobs overlap
+        assert not gc.isenabled()
+        pause.end()
+        assert not gc.isenabled()               # one still runs
+        pause.end()
+        assert gc.isenabled()                   # none runs
+        pause.begin()
+        pause.begin()
+        now[0] = 11.0                           # back-to-back work past the limit
+        pause.end()
+        assert gc.isenabled()
+        pause.end()
+        gc.disable()                            # someone else's pause is left alone
+        pause.begin()
+        pause.end()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_an_expected_error_drops_the_frames_of_the_work():
+    def work():
+        built = list(range(10))                 # what the frames would keep alive
+        try:
+            raise KeyError(built)
+        except KeyError:
+            raise ApiError("invalid_request", "no") from None
+
+    outcome = outcome_of(work)
+    assert isinstance(outcome.error, ApiError) and outcome.error.__traceback__ is None
+    assert outcome.error.__context__ is None
+    bug = outcome_of(lambda: 1 / 0).error
+    assert isinstance(bug, ZeroDivisionError) and bug.__traceback__ is not None   # logged
 
 
 # ---- the app: prepare on a worker, launch on the loop ---------------------------------------
