@@ -3,14 +3,15 @@
 The engine thread runs the inputs (packed into its steps, server/embedding_jobs.py) and
 hands back the vectors already in the asked encoding. The document is then built once: on
 the loop thread when it is small, off it (server/offloop.py) when it is large — 2,048
-float vectors of 576 values are ~23 MB of JSON, about half a second of `json.dumps`.
+float vectors of 576 values are ~23 MB of JSON, about half a second of `json.dumps` —
+and then piece by piece (`json_bytes_piecewise`), so the encoder never holds the GIL long.
 """
 from __future__ import annotations
 
 from typing import Callable
 
 from server import documents as docs
-from server.documents import JSON_CONTENT_TYPE, json_bytes
+from server.documents import JSON_CONTENT_TYPE, json_bytes, json_bytes_piecewise
 from server.embedding_jobs import EmbedTicket
 from server.errors import ApiError
 from server.http.protocol import Response, Stream, StreamPoll
@@ -60,7 +61,8 @@ class EmbedStream:
         return ResponseStream(self._response(200, self._document()))
 
     def _document(self) -> bytes:
-        return json_bytes(docs.embeddings(self.model_id, self.ticket.result, self.prompt_tokens))
+        return json_bytes_piecewise(docs.embeddings(self.model_id, self.ticket.result,
+                                                    self.prompt_tokens))
 
     def _response(self, status: int, body: bytes) -> Response:
         """The answer, counted; on the loop thread (a large body was built off it)."""

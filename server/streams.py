@@ -32,7 +32,7 @@ from server.bridge import EngineBridge, Ticket
 from server.errors import ApiError
 from server.gentext import Echo, GenerationText, Piece, TokenLogprob
 from server.openai import GenSpec
-from server.documents import JSON_CONTENT_TYPE, json_bytes
+from server.documents import JSON_CONTENT_TYPE, json_bytes, json_bytes_piecewise
 from server.http.protocol import Response, ResponseHead, Stream, StreamPoll
 from server.offloop import Inline, OffLoop, Outcome
 from sse import DONE, PING, event
@@ -176,8 +176,8 @@ class _WholeRenderer:
             choice.finish = piece.finish
         return b""
 
-    def finish(self, usage: dict) -> bytes:
-        return json_bytes(docs.merge_choices([
+    def finish(self, usage: dict) -> bytes:        # piecewise: may run off the loop, large
+        return json_bytes_piecewise(docs.merge_choices([
             self._document(index, "".join(c.parts), c, usage)
             for index, c in sorted(self._choices.items())]))
 
