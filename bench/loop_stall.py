@@ -1,6 +1,7 @@
 """The loop thread under heavy requests: its worst stall, health latency, streams' gaps.
 
-    python bench/loop_stall.py [--model-dir DIR] [--streams 4] [--set key=value,...]
+    python bench/loop_stall.py [--model-dir DIR] [--streams 4] [--embedding-inputs 2048]
+                               [--set key=value,...]
 
 Starts our server (`tlserve.py --config runtime.toml`, bench/load_server.py's `spawned`:
 a child process on free ports), opens `--streams` streaming chats, and while they run sends
@@ -12,10 +13,11 @@ the heavy requests of issue 22 one after another:
 * `/tokenize` of a prompt near the body limit.
 
 Meanwhile a prober reads /healthz, /readyz and /metrics on the health port in turn. It
-prints each heavy request's status and time, the loop's worst stall
-(`tl_loop_stall_seconds_max`, before and after the heavy phase), the probes' largest
-latency per path, and the streams' largest inter-token gap during the heavy phase. It
-prints; comparing two versions is the reader's job.
+prints, per heavy request, its status and time, the probes' largest latency and the
+streams' largest inter-token gap while it ran (a gap during the embeddings call is mostly
+the engine thread running the inputs, not the loop); then the loop's worst stall
+(`tl_loop_stall_seconds_max`, before and after the heavy phase) and the probes' largest
+latency per path. It prints; comparing two versions is the reader's job.
 """
 from __future__ import annotations
 
@@ -80,7 +82,14 @@ def run_stream(host: str, port: int, model: str, gaps: StreamGaps, stop: threadi
     response.close()
 
 
-def probe(health_url: str, stop: threading.Event, worst_s: dict[str, float]) -> None:
+@dataclass(frozen=True)
+class Probe:
+    path: str
+    sent_s: float
+    took_s: float
+
+
+def probe(health_url: str, stop: threading.Event, probes: list[Probe]) -> None:
     host, port = health_url.removeprefix("http://").rsplit(":", 1)
     while not stop.is_set():
         for path in PROBE_PATHS:
@@ -88,11 +97,27 @@ def probe(health_url: str, stop: threading.Event, worst_s: dict[str, float]) -> 
             sent_s = time.monotonic()
             conn.request("GET", path)
             conn.getresponse().read()
-            worst_s[path] = max(worst_s.get(path, 0.0), time.monotonic() - sent_s)
+            probes.append(Probe(path, sent_s, time.monotonic() - sent_s))
             conn.close()
 
 
-def heavy_requests(model: str) -> list[tuple[str, str, bytes]]:
+def worst_probe_s(probes: list[Probe], start_s: float, end_s: float, path: str = "") -> float:
+    """The slowest probe (of `path`, or any) that was sent in [start_s, end_s]."""
+    return max((p.took_s for p in probes if start_s <= p.sent_s <= end_s
+                and (not path or p.path == path)), default=0.0)
+
+
+@dataclass(frozen=True)
+class Heavy:
+    label: str
+    status: int
+    error: str                   # the error code of a refusal ("" when 200)
+    start_s: float
+    end_s: float
+    answer_bytes: int
+
+
+def heavy_requests(model: str, embedding_inputs: int) -> list[tuple[str, str, dict]]:
     """(label, path, body) of each heavy request, at the largest size the server accepts."""
     zod = {"model": model, "max_tokens": 8, "messages": [{"role": "user", "content": "n?"}],
            "response_format": {"type": "json_schema",
@@ -103,23 +128,23 @@ def heavy_requests(model: str) -> list[tuple[str, str, bytes]]:
                for i in range(MAX_MESSAGES - 1)] + [{"role": "user", "content": "Go on."}]
     chat = {"model": model, "max_tokens": 8, "messages": history}
     embeddings = {"model": model, "encoding_format": "float",
-                  "input": [f"{EMBED_INPUT} {i}" for i in range(MAX_EMBEDDING_INPUTS)]}
+                  "input": [f"{EMBED_INPUT} {i}" for i in range(embedding_inputs)]}
     tokenize = {"model": model, "prompt": "word " * (BODY_TARGET_BYTES // 5)}
     return [("zod int schema (response_format)", "/v1/chat/completions", zod),
             (f"chat, {MAX_MESSAGES}-message history", "/v1/chat/completions", chat),
-            (f"embeddings, {MAX_EMBEDDING_INPUTS} float inputs", "/v1/embeddings", embeddings),
+            (f"embeddings, {embedding_inputs} float inputs", "/v1/embeddings", embeddings),
             ("tokenize, a 7 MB prompt", "/v1/tokenize", tokenize)]
 
 
-def send_heavy(host: str, port: int, model: str) -> list[tuple[str, int, float, int, str]]:
+def send_heavy(host: str, port: int, model: str, embedding_inputs: int) -> list[Heavy]:
     rows = []
-    for label, path, document in heavy_requests(model):
+    for label, path, document in heavy_requests(model, embedding_inputs):
         body = json.dumps(document).encode()
         sent_s = time.monotonic()
         response = _post(host, port, path, body)
         answer = response.read()
         code = json.loads(answer)["error"]["code"] if response.status >= 400 else ""
-        rows.append((label, response.status, time.monotonic() - sent_s, len(answer), code))
+        rows.append(Heavy(label, response.status, code, sent_s, time.monotonic(), len(answer)))
     return rows
 
 
@@ -127,6 +152,8 @@ def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model-dir", default=None, help="default: runtime.toml's model_dir")
     p.add_argument("--streams", type=int, default=4, help="streaming chats during the run")
+    p.add_argument("--embedding-inputs", type=int, default=MAX_EMBEDDING_INPUTS,
+                   help="inputs of the embeddings call (the engine runs them all: minutes)")
     p.add_argument("--set", default="", help="engine settings, key=value,... (TL_ENGINE__)")
     args = p.parse_args(argv)
     with spawned(args.model_dir, settings_env(config_sets(args.set)), "loop_stall") as (
@@ -141,32 +168,34 @@ def main(argv: list[str]) -> int:
         while not all(g.arrivals_s for g in gaps):      # every stream has its first token
             time.sleep(0.05)
         stall_before_s = endpoint.metrics()[STALL_METRIC]
-        worst_probe_s: dict[str, float] = {}
-        prober = threading.Thread(target=probe, args=(endpoint.health_url, stop, worst_probe_s),
+        probes: list[Probe] = []
+        prober = threading.Thread(target=probe, args=(endpoint.health_url, stop, probes),
                                   daemon=True)
-        start_s = time.monotonic()
         prober.start()
-        rows = send_heavy(host, port, endpoint.model)
-        end_s = time.monotonic()
+        rows = send_heavy(host, port, endpoint.model, args.embedding_inputs)
         stop.set()
         prober.join(HTTP_TIMEOUT_S)
         stall_after_s = endpoint.metrics()[STALL_METRIC]
-    report(rows, stall_before_s, stall_after_s, worst_probe_s,
-           [g.largest_gap_s(start_s, end_s) for g in gaps], end_s - start_s)
+    report(rows, gaps, probes, stall_before_s, stall_after_s)
     return 0
 
 
-def report(rows, stall_before_s: float, stall_after_s: float, worst_probe_s: dict[str, float],
-           stream_gaps_s: list[float], heavy_s: float) -> None:
-    print(f"{'heavy request':40} {'status':>6} {'seconds':>8} {'answer bytes':>13}  error")
-    for label, status, took_s, size, code in rows:
-        print(f"{label:40} {status:>6} {took_s:>8.2f} {size:>13}  {code}")
+def report(rows: list[Heavy], gaps: list[StreamGaps], probes: list[Probe],
+           stall_before_s: float, stall_after_s: float) -> None:
+    print(f"{'heavy request':38} {'status':>6} {'seconds':>8} {'bytes':>9} {'probe max':>10} "
+          f"{'stream gap max':>15}  error")
+    for h in rows:
+        gap_s = max((g.largest_gap_s(h.start_s, h.end_s) for g in gaps), default=0.0)
+        print(f"{h.label:38} {h.status:>6} {h.end_s - h.start_s:>8.2f} {h.answer_bytes:>9} "
+              f"{worst_probe_s(probes, h.start_s, h.end_s) * 1000:>7.1f} ms "
+              f"{gap_s * 1000:>12.1f} ms  {h.error}")
+    start_s, end_s = rows[0].start_s, rows[-1].end_s
     print(f"loop worst stall ({STALL_METRIC}): {stall_before_s * 1000:.1f} ms before the heavy "
-          f"phase, {stall_after_s * 1000:.1f} ms after it ({heavy_s:.1f} s)")
-    print("probe latency max: " + ", ".join(f"{path} {worst_probe_s.get(path, 0.0) * 1000:.1f} ms"
-                                            for path in PROBE_PATHS))
-    print(f"streams' largest inter-token gap during the heavy phase: "
-          f"{max(stream_gaps_s, default=0.0) * 1000:.1f} ms over {len(stream_gaps_s)} streams")
+          f"phase, {stall_after_s * 1000:.1f} ms after it ({end_s - start_s:.1f} s, "
+          f"{len(gaps)} streams running)")
+    print(f"probe latency max over {len(probes)} probes: " + ", ".join(
+        f"{path} {worst_probe_s(probes, start_s, end_s, path) * 1000:.1f} ms"
+        for path in PROBE_PATHS))
 
 
 if __name__ == "__main__":

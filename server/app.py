@@ -38,7 +38,7 @@ from server.defaults import SamplingDefaults
 from server.errors import ApiError, error_response, kind_response
 from server.metrics import CONTENT_TYPE as METRICS_TYPE
 from server.metrics import ServerMetrics, metrics_text
-from server.documents import JSON_CONTENT_TYPE, json_bytes
+from server.documents import JSON_CONTENT_TYPE, json_bytes, json_bytes_piecewise
 from server.messages import for_template
 from server.http.protocol import Request, Response, Stream
 from server.offloop import Inline, OffLoop, Outcome, outcome_of
@@ -364,8 +364,9 @@ class ApiApp:
         text = (self.served.render(spec.messages,
                                    add_generation_prompt=spec.add_generation_prompt)
                 if spec.messages else spec.prompt)
-        tokens = self.served.encode(text)
-        return json_response(200, docs.tokenized(tokens, self.served.max_model_len))
+        tokens = self.served.encode(text)                 # built on a worker: maybe millions
+        return Response(status=200, headers=(JSON_CONTENT_TYPE,), body=json_bytes_piecewise(
+            docs.tokenized(tokens, self.served.max_model_len)))
 
     def detokenize(self, request: Request, params: Params, extra: Headers) -> Response:
         spec = api.parse_detokenize(request.body)

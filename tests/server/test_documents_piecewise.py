@@ -1,7 +1,8 @@
 """`json_bytes_piecewise`: the same bytes as `json_bytes`, built member by member."""
 from __future__ import annotations
 
-from server.documents import PIECEWISE_MIN_ITEMS, json_bytes, json_bytes_piecewise
+from server.documents import (PIECEWISE_MIN_ITEMS, PIECEWISE_SLICE_ITEMS, json_bytes,
+                              json_bytes_piecewise)
 
 
 def test_piecewise_bytes_equal_the_one_call_encoding():
@@ -13,6 +14,8 @@ def test_piecewise_bytes_equal_the_one_call_encoding():
         "pairs": tuple((i, f"{i}") for i in range(many)),
         "rows": [[i, [i, {"deep": i}]] for i in range(many)],
         "few": [{"a": 1}],
+        "tokens": list(range(2 * PIECEWISE_SLICE_ITEMS + 5)),           # three slices
+        "words": tuple(f"w{i}\u00e9" for i in range(PIECEWISE_SLICE_ITEMS)),  # one whole slice
     }
     assert json_bytes_piecewise(document) == json_bytes(document)
     assert json_bytes_piecewise([{"a": i} for i in range(many)]) == json_bytes(
