@@ -44,7 +44,10 @@ STREAM_MAX_TOKENS = 4096             # streams outlive the heavy phase; cut when
 EMBED_INPUT = "the lighthouse keeper kept a lantern by the harbour"
 PROBE_PATHS = ("/healthz", "/readyz", "/metrics")
 HTTP_TIMEOUT_S = 600.0
+PROBE_INTERVAL_S = 0.02              # a probe every 20 ms: a busy scraper, not a flood
+BASELINE_S = 3.0                     # the streams' gaps before the heavy phase, to compare
 STALL_METRIC = "tl_loop_stall_seconds_max"
+STALL_CPU_METRIC = "tl_loop_stall_cpu_seconds_max"
 
 
 @dataclass
@@ -99,6 +102,7 @@ def probe(health_url: str, stop: threading.Event, probes: list[Probe]) -> None:
             conn.getresponse().read()
             probes.append(Probe(path, sent_s, time.monotonic() - sent_s))
             conn.close()
+            stop.wait(PROBE_INTERVAL_S)
 
 
 def worst_probe_s(probes: list[Probe], start_s: float, end_s: float, path: str = "") -> float:
@@ -167,7 +171,8 @@ def main(argv: list[str]) -> int:
             thread.start()
         while not all(g.arrivals_s for g in gaps):      # every stream has its first token
             time.sleep(0.05)
-        stall_before_s = endpoint.metrics()[STALL_METRIC]
+        time.sleep(BASELINE_S)                          # the streams' gaps with nothing heavy
+        stall_before = endpoint.metrics()
         probes: list[Probe] = []
         prober = threading.Thread(target=probe, args=(endpoint.health_url, stop, probes),
                                   daemon=True)
@@ -175,13 +180,13 @@ def main(argv: list[str]) -> int:
         rows = send_heavy(host, port, endpoint.model, args.embedding_inputs)
         stop.set()
         prober.join(HTTP_TIMEOUT_S)
-        stall_after_s = endpoint.metrics()[STALL_METRIC]
-    report(rows, gaps, probes, stall_before_s, stall_after_s)
+        stall_after = endpoint.metrics()
+    report(rows, gaps, probes, stall_before, stall_after)
     return 0
 
 
 def report(rows: list[Heavy], gaps: list[StreamGaps], probes: list[Probe],
-           stall_before_s: float, stall_after_s: float) -> None:
+           before: dict[str, float], after: dict[str, float]) -> None:
     print(f"{'heavy request':38} {'status':>6} {'seconds':>8} {'bytes':>9} {'probe max':>10} "
           f"{'stream gap max':>15}  error")
     for h in rows:
@@ -190,8 +195,12 @@ def report(rows: list[Heavy], gaps: list[StreamGaps], probes: list[Probe],
               f"{worst_probe_s(probes, h.start_s, h.end_s) * 1000:>7.1f} ms "
               f"{gap_s * 1000:>12.1f} ms  {h.error}")
     start_s, end_s = rows[0].start_s, rows[-1].end_s
-    print(f"loop worst stall ({STALL_METRIC}): {stall_before_s * 1000:.1f} ms before the heavy "
-          f"phase, {stall_after_s * 1000:.1f} ms after it ({end_s - start_s:.1f} s, "
+    baseline_s = max((g.largest_gap_s(start_s - BASELINE_S, start_s) for g in gaps), default=0.0)
+    print(f"streams' largest gap in the {BASELINE_S:.0f} s before: {baseline_s * 1000:.1f} ms")
+    print(f"loop worst stall ({STALL_METRIC}, wall; {STALL_CPU_METRIC}, the loop thread's "
+          f"CPU): {before[STALL_METRIC] * 1000:.1f} ms / {before[STALL_CPU_METRIC] * 1000:.1f} "
+          f"ms before the heavy phase, {after[STALL_METRIC] * 1000:.1f} ms / "
+          f"{after[STALL_CPU_METRIC] * 1000:.1f} ms after it ({end_s - start_s:.1f} s, "
           f"{len(gaps)} streams running)")
     print(f"probe latency max over {len(probes)} probes: " + ", ".join(
         f"{path} {worst_probe_s(probes, start_s, end_s, path) * 1000:.1f} ms"

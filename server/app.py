@@ -394,9 +394,10 @@ class HealthApp:
     """The health listener: liveness, readiness, metrics. Stays up during a drain."""
 
     def __init__(self, *, bridge: EngineBridge, state: ServerState,
-                 web: StaticFiles | None = None, loop_stall_s: Callable[[], float] | None = None):
+                 web: StaticFiles | None = None,
+                 loop_stall_s: Callable[[], tuple[float, float]] | None = None):
         self.bridge, self.state = bridge, state
-        self.loop_stall_s = loop_stall_s         # the loop's worst stall so far, if measured
+        self.loop_stall_s = loop_stall_s         # the loop's worst (wall, CPU), if measured
         self.web = web or StaticFiles.load()
         self.handlers = {"healthz": self.healthz, "readyz": self.readyz, "metrics": self.metrics,
                          "engine_page": self.engine_page, "engine_snapshot": self.engine_snapshot,

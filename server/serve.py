@@ -186,7 +186,8 @@ def load(cfg: ServeConfig, handle: ServerHandle, wrap_engine: EngineWrapper | No
                               offloop=workers)
     loop = handle.loop
     handle.health.current = HealthApp(bridge=bridge, state=handle.state,
-                                      loop_stall_s=lambda: loop.stall_max_s)
+                                      loop_stall_s=lambda: (loop.stall.max_s,
+                                                            loop.stall.max_cpu_s))
 
 
 def build(cfg: ServeConfig, wrap_engine: EngineWrapper | None = None) -> ServerHandle:

@@ -25,8 +25,8 @@ from `run()` when no stream or unsent response of a draining listener is left, o
 
 The socket-free bookkeeping — each connection's deadline, the timer heap, what to read,
 how a stream's poll becomes bytes, the drain's flags — lives in `server/http/connstate.py`.
-`stall_max_s`: the longest one iteration spent in its callbacks (select's return to the
-next select), since start: how well the app keeps "never block"; /metrics exports it.
+`stall` (a `StallMeter`): the longest one iteration spent in its callbacks (select's return
+to the next select), wall and CPU, since start: how well the app keeps "never block".
 """
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ from typing import Callable
 
 from server.http.connstate import (BindError, ConnState, Drain, Listener, ListenerState, TimerHeap,
                               cancel_stream, connection_deadline, parse_address,
-                              select_timeout, wants_read)
+                              StallMeter, select_timeout, wants_read)
 from server.http.http11 import CLOSING, HANDLING, IDLE, Connection, HttpError, Interim
 from server.http.limits import HttpLimits
 from server.http.signals import install_stop_signals
@@ -91,7 +91,7 @@ class EventLoop:
         self._drain = Drain(timeout_s=drain_timeout_s)
         self._wake_pending = False
         self._accept_retry_s: float | None = None   # when paused listeners try again
-        self.stall_max_s = 0.0      # the longest iteration's callbacks; written here, read by apps
+        self.stall = StallMeter()   # the longest iteration's callbacks; written here, read by apps
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
         for sock in (self._wake_r, self._wake_w):
@@ -150,7 +150,7 @@ class EventLoop:
                 if self._drain.is_draining and self._drain.is_done(self._conns, now):
                     break
                 ready = self._selector.select(self._select_timeout(now))
-                started_s = self._clock()
+                started_s, started_cpu_s = self._clock(), time.thread_time()
                 for key, mask in ready:
                     self._dispatch(key.data, mask)
                 now = self._clock()
@@ -158,7 +158,7 @@ class EventLoop:
                 self._answer_ready()
                 if self._accept_retry_s is not None and now >= self._accept_retry_s:
                     self._resume_accepting()
-                self.stall_max_s = max(self.stall_max_s, self._clock() - started_s)
+                self.stall.note(self._clock() - started_s, time.thread_time() - started_cpu_s)
         finally:
             restore()
             self._close_all()
