@@ -224,6 +224,10 @@ class WorkerPool:
         for thread in self._threads:
             thread.start()
 
+    @property
+    def is_running(self) -> bool:
+        return any(thread.is_alive() for thread in self._threads)
+
     def stop(self, join_s: float = STOP_JOIN_S) -> None:
         """Let each worker finish its job and exit; jobs still queued are skipped (the loop
         that would poll them has ended)."""

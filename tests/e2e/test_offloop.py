@@ -135,3 +135,4 @@ def test_a_request_being_prepared_when_the_drain_starts_is_still_answered(succ_m
         assert r.status_code in (200, 400) and r.json().get("error", {}).get("code") != \
             "shutting_down"
         assert server.join(TIMEOUT_S) == 0                 # then the drain completes
+        assert not server.workers.is_running               # and the pool stops with it

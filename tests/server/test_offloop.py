@@ -16,9 +16,11 @@ from server.app import ApiApp, ServedModel, ServerState
 from server.bridge import Ticket
 from server.embed_stream import INLINE_DOCUMENT_MAX_VALUES, EmbedStream
 from server.embedding_jobs import EmbedTicket
-from server.errors import ApiError
+from server.access import AccessLog, LoggedStream
+from server.errors import ApiError, error_response
 from server.http.protocol import Request, Response
-from server.offloop import CollectorPause, OffLoopStream, Outcome, WorkerPool, outcome_of
+from server.offloop import (CollectorPause, Inline, OffLoopStream, Outcome, WorkerPool,
+                            outcome_of)
 from server.openai import GenSpec
 from server.streams import INLINE_DOCUMENT_MAX_ENTRIES, GenerationStream, StreamContext
 from tests.server.test_app_admission import IdleBridge
@@ -263,6 +265,18 @@ def test_small_routes_answer_at_once(app):
     api, _, woken = app
     result = api.handle(Request(method="GET", path="/v1/models"))
     assert isinstance(result, Response) and result.status == 200 and woken.count == 0
+
+
+def test_the_access_line_of_an_off_loop_error_names_the_model_and_the_error():
+    lines = []
+    access = AccessLog(lines.append)
+    request = Request(method="POST", path="/v1/chat/completions", body=b'{"model": "succ"}')
+    inner = Inline().run(lambda: None, lambda outcome: error_response(
+        ApiError("invalid_request", "bad messages", param="messages"), ()))
+    stream = LoggedStream(inner, access.begin(request), access)
+    assert stream.poll(0.0).done
+    line = json.loads(lines[0])
+    assert line["status"] == 400 and line["model"] == "succ" and line["error"] == "bad messages"
 
 
 # ---- big documents: built off the loop ------------------------------------------------------
