@@ -1,4 +1,4 @@
-"""The two applications the loop serves: the OpenAI API and the health/metrics listener.
+"""The OpenAI API application (the health/metrics listener is server/health.py).
 
 `ApiApp.handle(request)` answers an API request in two halves:
 
@@ -33,19 +33,17 @@ from engine.api import (GenRequest, Grammar, GrammarCache, Model, ModelFormatErr
 from server import documents as docs
 from server import openai as api
 from server.bridge import EngineBridge
-from server.engine_view import EngineView, snapshot_document
 from server.defaults import SamplingDefaults
 from server.errors import ApiError, error_response, kind_response
-from server.metrics import CONTENT_TYPE as METRICS_TYPE
-from server.metrics import ServerMetrics, metrics_text
+from server.metrics import ServerMetrics
 from server.documents import JSON_CONTENT_TYPE, json_bytes, json_bytes_piecewise
 from server.messages import for_template
 from server.http.protocol import Request, Response, Stream
 from server.offloop import Inline, OffLoop, Outcome, outcome_of
 from server.responses import parse_responses
 from server.responses import renderer as responses_renderer
-from server.routes import API_ROUTES, HEALTH_ROUTES, resolve
-from server.static import CHAT_PAGE, ENGINE_PAGE, StaticFiles
+from server.routes import API_ROUTES, resolve
+from server.static import CHAT_PAGE, StaticFiles
 from server.embed_stream import EmbedStream
 from server.streams import Echo, GenerationStream, StreamContext
 from server.structured import Structured, compile_structured
@@ -388,65 +386,3 @@ class ApiApp:
 
 def health_ok(request: Request, params: Params, extra: Headers) -> Response:
     return json_response(200, {"status": "ok"})
-
-
-class HealthApp:
-    """The health listener: liveness, readiness, metrics. Stays up during a drain."""
-
-    def __init__(self, *, bridge: EngineBridge, state: ServerState,
-                 web: StaticFiles | None = None,
-                 loop_stall_s: Callable[[], tuple[float, float]] | None = None):
-        self.bridge, self.state = bridge, state
-        self.loop_stall_s = loop_stall_s         # the loop's worst (wall, CPU), if measured
-        self.web = web or StaticFiles.load()
-        self.handlers = {"healthz": self.healthz, "readyz": self.readyz, "metrics": self.metrics,
-                         "engine_page": self.engine_page, "engine_snapshot": self.engine_snapshot,
-                         "static": lambda _, params, __: self.web.response(params["name"])}
-
-    error = staticmethod(kind_response)  # App.error: the document of an error the transport found
-
-    def handle(self, request: Request) -> Response:
-        rid = request_id(request)
-        extra = (("X-Request-Id", rid),)
-        try:
-            route, params = resolve(HEALTH_ROUTES, request.method, request.path)
-            result = self.handlers[route.handler](request, params, extra)
-        except ApiError as err:
-            return error_response(err, extra)
-        return Response(status=result.status, headers=result.headers + extra, body=result.body)
-
-    def healthz(self, request: Request, params: Params, extra: Headers) -> Response:
-        """Liveness: fails once the engine thread has died, so an orchestrator restarts us."""
-        if not self.bridge.is_healthy():
-            raise ApiError("engine_unavailable", f"The engine thread has stopped: "
-                                                 f"{self.bridge.died or 'unknown reason'}.")
-        return health_ok(request, params, extra)
-
-    def readyz(self, request: Request, params: Params, extra: Headers) -> Response:
-        if self.state.is_draining:
-            raise ApiError("not_ready", "The server is draining.")
-        return json_response(200, {"status": "ready"})
-
-    def metrics(self, request: Request, params: Params, extra: Headers) -> Response:
-        stall_s = self.loop_stall_s() if self.loop_stall_s is not None else None
-        text = metrics_text(self.bridge.stats, self.state.metrics, stall_s)
-        return Response(status=200, headers=(("Content-Type", METRICS_TYPE),),
-                        body=text.encode("utf-8"))
-
-    def _view(self) -> EngineView:
-        if self.bridge.view is None:
-            raise ApiError("engine_view_off", "The engine view is turned off on this server "
-                                              "([engine].engine_view = false).")
-        return self.bridge.view
-
-    def engine_page(self, request: Request, params: Params, extra: Headers) -> Response:
-        self._view()
-        return self.web.response(ENGINE_PAGE)
-
-    def engine_snapshot(self, request: Request, params: Params, extra: Headers) -> Response:
-        view = self._view()
-        view.asked()
-        latest = view.latest               # published by the engine thread, read as one value
-        return json_response(200, snapshot_document(latest), (("Cache-Control", "no-store"),))
-
-

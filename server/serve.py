@@ -31,7 +31,7 @@ from engine.api import (Engine, EngineConfig, ModelFormatError, load_model, mode
                         tune_malloc)
 from server import defaults as sampling
 from server.access import AccessLog, open_access_log
-from server.app import ApiApp, HealthApp, ServedModel, ServerState
+from server.app import ApiApp, ServedModel, ServerState
 from server.arrivals import ArrivalWindow
 from server.auth import ApiKeyCheck
 from server.bridge import EngineBridge, QueuePolicy
@@ -39,6 +39,7 @@ from server.config import ConfigError, ServeConfig, settings_changed
 from server.cors import CorsPolicy
 from server.engine_view import EngineView
 from server.gateway import GatewayApp, LoadingApp, Switch
+from server.health import HealthApp
 from server.http.connstate import BindError
 from server.http.loop import EventLoop, Listener
 from server.offloop import WorkerPool
