@@ -11,7 +11,9 @@ the first generated token's delay. A field that does not apply is null. `error` 
 message of an error answer (status >= 400, or an SSE error event after a 200 head); a
 stream cut by the client (or a stop) is logged with `"status": 499` when no head was sent.
 A stream may offer `access_fields() -> dict` (model, tokens, finish reason, TTFT, error):
-`GenerationStream` and `EmbedStream` do.
+`GenerationStream` and `EmbedStream` do. A stream that stood for work off the loop and
+turned out to be one whole answer (server/offloop.py) offers `whole_response`: its line
+reads as that Response's would.
 
 A stream that raises is logged once, here, with its request id and traceback, then reported
 to the transport as `AppFailure` (which closes the connection without logging it again).
@@ -112,14 +114,19 @@ class AccessLog:
         entry.status = response.status
         entry.request_id = _header(response.headers, "x-request-id")
         entry.bytes_sent = len(response.body)
-        fields = {"model": _json_field(entry.request.body, "model")}
-        if response.status >= 400:
-            fields["error"] = _json_field(response.body, "error", "message")
-        self.write(entry, fields)
+        self.write(entry, response_fields(entry.request, response))
 
     def write(self, entry: Entry, fields: dict) -> None:
         if self.emit is not None:
             self.emit(entry.line(self.clock(), fields))
+
+
+def response_fields(request: Request, response: Response) -> dict:
+    """The line's fields of a whole answer: the model the client named, the error's message."""
+    fields = {"model": _json_field(request.body, "model")}
+    if response.status >= 400:
+        fields["error"] = _json_field(response.body, "error", "message")
+    return fields
 
 
 class LoggedStream:
@@ -168,6 +175,9 @@ class LoggedStream:
             self.entry.status = status
         fields_of = getattr(self.inner, "access_fields", None)
         fields = dict(fields_of()) if fields_of is not None else {}
+        whole = getattr(self.inner, "whole_response", None)
+        if whole is not None:
+            fields = {**response_fields(self.entry.request, whole), **fields}
         if extra.get("error") or not fields.get("error"):
             fields.update(extra)
         self.access.write(self.entry, fields)

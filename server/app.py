@@ -1,15 +1,21 @@
-"""The two applications the loop serves: the OpenAI API and the health/metrics listener.
+"""The OpenAI API application (the health/metrics listener is server/health.py).
 
-`ApiApp.handle(request)` is the whole life of an API request on the loop thread:
+`ApiApp.handle(request)` answers an API request in two halves:
 
-    route table -> validate body (server/openai.py) -> served model? -> headers
-    (X-TL-KV-Handle, X-TL-Priority) -> chat template -> tokenizer -> context check
-    -> bridge.submit (admission: 429 now if the queue is full) -> GenerationStream
+    loop thread:   route table -> draining? -> hand the handler to the off-loop pool
+    worker thread: validate body (server/openai.py) -> served model? -> headers
+                   (X-TL-KV-Handle, X-TL-Priority) -> chat template -> tokenizer -> grammar
+                   -> context check: a `Launch` (or a whole Response, e.g. /tokenize)
+    loop thread:   launch: bridge.submit (admission: 429 now if the queue is full)
+                   -> GenerationStream; count the status, add X-Request-Id
 
-It never blocks: anything that needs the engine becomes a `Stream`. Every response,
-errors and 404s included, carries `X-Request-Id` (echoed when the client sent a sane one).
-Drain (chapter 2.6) flips `ServerState.is_draining`: new API requests get 503, `/readyz`
-503, `/healthz` stays 200.
+The heavy, pure half of chat, completions, responses, embeddings and tokenize
+(`OFFLOOP_ROUTES`) runs on a worker of `server/offloop.py` (the one seam), so the loop
+never blocks on a grammar compile or a long history; admission, metrics and tickets stay
+on the loop thread. Small routes (models, detokenize, healthz) answer at once. Every
+response, errors and 404s included, carries `X-Request-Id` (echoed when the client sent a
+sane one). Drain (chapter 2.6) flips `ServerState.is_draining`: new API requests get 503,
+`/readyz` 503, `/healthz` stays 200; a request already being prepared is still answered.
 """
 from __future__ import annotations
 
@@ -19,6 +25,7 @@ import os
 import re
 import time
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Callable
 
 from engine.api import (GenRequest, Grammar, GrammarCache, Model, ModelFormatError, PromptTooLong,
@@ -26,19 +33,19 @@ from engine.api import (GenRequest, Grammar, GrammarCache, Model, ModelFormatErr
 from server import documents as docs
 from server import openai as api
 from server.bridge import EngineBridge
-from server.engine_view import EngineView, snapshot_document
 from server.defaults import SamplingDefaults
 from server.errors import ApiError, error_response, kind_response
-from server.metrics import CONTENT_TYPE as METRICS_TYPE
-from server.metrics import ServerMetrics, metrics_text
-from server.documents import JSON_CONTENT_TYPE, json_bytes
+from server.metrics import ServerMetrics
+from server.documents import JSON_CONTENT_TYPE, json_bytes, json_bytes_piecewise
 from server.messages import for_template
 from server.http.protocol import Request, Response, Stream
+from server.offloop import Inline, OffLoop, Outcome, outcome_of
 from server.responses import parse_responses
 from server.responses import renderer as responses_renderer
-from server.routes import API_ROUTES, HEALTH_ROUTES, resolve
-from server.static import CHAT_PAGE, ENGINE_PAGE, FAVICON, StaticFiles
-from server.streams import Echo, EmbedStream, GenerationStream, StreamContext
+from server.routes import API_ROUTES, resolve
+from server.static import CHAT_PAGE, FAVICON, StaticFiles
+from server.embed_stream import EmbedStream
+from server.streams import Echo, GenerationStream, StreamContext
 from server.structured import Structured, compile_structured
 from server.toolcalls import tool_renderer
 from server import tools as tl
@@ -51,6 +58,10 @@ Params = dict[str, str]                         # path parameters from the route
 
 MAX_REQUEST_ID_CHARS = 128                      # longer client ids are replaced, not echoed
 REQUEST_ID_OK = re.compile(r"[\x21-\x7e]{1,%d}" % MAX_REQUEST_ID_CHARS)
+# The routes whose handler is the heavy, pure half, run off the loop (server/offloop.py):
+# it returns a `Launch` for the loop thread, or a whole Response.
+OFFLOOP_ROUTES = frozenset({"chat", "completions", "responses", "embeddings", "tokenize"})
+Launch = Callable[[], Stream]                   # admission -> the stream; loop thread only
 
 
 @dataclass
@@ -144,8 +155,10 @@ class ApiApp:
 
     def __init__(self, *, served: ServedModel, bridge: EngineBridge, state: ServerState,
                  ping_interval_s: float, clock: Callable[[], float] = time.monotonic,
-                 web: StaticFiles | None = None, defaults: SamplingDefaults = SamplingDefaults()):
+                 web: StaticFiles | None = None, defaults: SamplingDefaults = SamplingDefaults(),
+                 offloop: OffLoop = Inline()):
         self.served, self.bridge, self.state = served, bridge, state
+        self.offloop = offloop                   # where OFFLOOP_ROUTES are prepared
         self.web = web or StaticFiles.load()
         self.defaults = defaults                 # server-side sampling defaults
         self.clock = clock
@@ -153,7 +166,7 @@ class ApiApp:
         self.stream_ctx = StreamContext(
             bridge=bridge, tokenizer=served.tokenizer, ping_interval_s=ping_interval_s,
             on_status=metrics.count_request,
-            on_finish=metrics.observe_generation)
+            on_finish=metrics.observe_generation, offloop=offloop)
         self.handlers = {"chat": self.chat, "completions": self.completions,
                          "responses": self.responses,
                          "embeddings": self.embeddings, "tokenize": self.tokenize,
@@ -166,20 +179,33 @@ class ApiApp:
     error = staticmethod(kind_response)  # App.error: the document of an error the transport found
 
     def handle(self, request: Request) -> Response | Stream:
-        rid = request_id(request)
-        extra = (("X-Request-Id", rid),)
-        label = "unmatched"
+        extra = (("X-Request-Id", request_id(request)),)
         try:
             route, params = resolve(API_ROUTES, request.method, request.path)
-            label = route.handler
-            if self.state.is_draining and route.handler != "healthz":
-                raise ApiError("shutting_down", "The server is shutting down; retry elsewhere.")
-            result = self.handlers[route.handler](request, params, extra)
+        except ApiError as err:
+            return self._answer("unmatched", extra, Outcome(error=err))
+        label = route.handler
+        if self.state.is_draining and label != "healthz":
+            refusal = ApiError("shutting_down", "The server is shutting down; retry elsewhere.")
+            return self._answer(label, extra, Outcome(error=refusal))
+        handler = partial(self.handlers[label], request, params, extra)
+        if label in OFFLOOP_ROUTES:     # prepared on a worker; launched back on the loop thread
+            return self.offloop.run(handler, partial(self._answer, label, extra))
+        return self._answer(label, extra, outcome_of(handler))
+
+    def _answer(self, label: str, extra: Headers, outcome: Outcome) -> Response | Stream:
+        """A handler's outcome as the answer, on the loop thread: a `Launch` is launched
+        (admission), an ApiError becomes its OpenAI error, anything else a logged 500; the
+        status of a whole Response is counted here (a stream counts its own)."""
+        try:
+            result = outcome.get()
+            if not isinstance(result, Response) and callable(result):
+                result = result()                   # a Launch: tickets, on this thread
         except ApiError as err:
             self.state.metrics.count_request(label, err.status)
             return error_response(err, extra)
         except Exception:                                      # noqa: BLE001
-            log.exception("request %s: handler %s failed", rid, label)
+            log.exception("request %s: handler %s failed", _request_id_of(extra), label)
             self.state.metrics.count_request(label, 500)
             return error_response(ApiError("internal_error", "Internal server error."), extra)
         if isinstance(result, Response):
@@ -190,7 +216,7 @@ class ApiApp:
 
     # -- generation ----------------------------------------------------------------------
 
-    def chat(self, request: Request, params: Params, extra: Headers) -> GenerationStream:
+    def chat(self, request: Request, params: Params, extra: Headers) -> Launch:
         spec = api.parse_chat(request.body, self.defaults)
         self._check_model(spec.model)
         spec, offered = self._with_tools(spec)
@@ -209,7 +235,7 @@ class ApiApp:
             spec = replace(spec, structured=Structured("tool_choice", grammar))
         return spec, (spec.tools.tools if spec.tools.offered else ())
 
-    def completions(self, request: Request, params: Params, extra: Headers) -> GenerationStream:
+    def completions(self, request: Request, params: Params, extra: Headers) -> Launch:
         spec = api.parse_completion(request.body, self.defaults)
         self._check_model(spec.model)
         prompts = []
@@ -228,7 +254,7 @@ class ApiApp:
         return self._generate(request, spec, prompts, "completions", "cmpl", "prompt", extra,
                               echoes)
 
-    def responses(self, request: Request, params: Params, extra: Headers) -> GenerationStream:
+    def responses(self, request: Request, params: Params, extra: Headers) -> Launch:
         spec = parse_responses(request.body, self.defaults)
         self._check_model(spec.gen.model)
         gen, offered = self._with_tools(spec.gen)
@@ -239,16 +265,24 @@ class ApiApp:
 
     def _generate(self, request: Request, spec: api.GenSpec, prompts: list[list[int]],
                   route: str, id_prefix: str, prompt_param: str, extra: Headers,
-                  echoes: list[Echo] | None = None, render=None) -> GenerationStream:
+                  echoes: list[Echo] | None = None, render=None) -> Launch:
         """One engine request per choice (`n` per prompt; choice index = prompt * n + j, as
-        OpenAI numbers them); the whole answer or none of it: a refusal or a 429 on a later
-        choice aborts the earlier ones."""
+        OpenAI numbers them), prepared here (worker thread: the grammar, the context rule);
+        the launch admits them on the loop thread."""
         priority = self._headers(request)
         self.served.check_token_ids(tuple(t for t, _ in spec.params.logit_bias), "logit_bias")
         grammar = (compile_structured(self.served.grammars, spec.structured)
                    if spec.structured else None)        # compiled once, shared by every choice
         requests = [self._gen_request(spec, prompt, prompt_param, priority, j, grammar)
                     for prompt in prompts for j in range(spec.n)]
+        return partial(self._launch, requests, spec, sum(map(len, prompts)), route, id_prefix,
+                       extra, echoes, render)
+
+    def _launch(self, requests: list[GenRequest], spec: api.GenSpec, prompt_tokens: int,
+                route: str, id_prefix: str, extra: Headers, echoes: list[Echo] | None,
+                render) -> GenerationStream:
+        """Admission, on the loop thread: the whole answer or none of it: a refusal or a 429
+        on a later choice aborts the earlier ones."""
         now = self.clock()
         tickets = []
         try:
@@ -260,7 +294,7 @@ class ApiApp:
             raise
         header = docs.Header.new(id_prefix, self.served.id)
         return GenerationStream(ctx=self.stream_ctx, tickets=tickets, spec=spec, header=header,
-                                prompt_tokens=sum(map(len, prompts)), route=route,
+                                prompt_tokens=prompt_tokens, route=route,
                                 headers=extra, arrival_s=now, echoes=echoes,
                                 renderer=render(header) if render else tool_renderer(spec, header))
 
@@ -311,7 +345,7 @@ class ApiApp:
 
     # -- embeddings, tokenize, models ----------------------------------------------------
 
-    def embeddings(self, request: Request, params: Params, extra: Headers) -> EmbedStream:
+    def embeddings(self, request: Request, params: Params, extra: Headers) -> Launch:
         spec = api.parse_embeddings(request.body)
         self._check_model(spec.model)
         for x in spec.inputs:
@@ -323,11 +357,15 @@ class ApiApp:
             if not ids or len(ids) > self.served.max_model_len:
                 raise ApiError("context_length_exceeded", "Each input must have 1 to "
                                f"{self.served.max_model_len} tokens.", param="input")
-        ticket = self.bridge.embed(inputs, spec.encoding_format,    # 429 when the queue is full
+        return partial(self._launch_embed, inputs, spec.encoding_format, extra)
+
+    def _launch_embed(self, inputs: list[list[int]], encoding_format: str,
+                      extra: Headers) -> EmbedStream:
+        ticket = self.bridge.embed(inputs, encoding_format,    # 429 when the queue is full
                                    request_id=_request_id_of(extra))
         return EmbedStream(ticket=ticket, model_id=self.served.id,
                            prompt_tokens=sum(map(len, inputs)), headers=extra,
-                           on_status=self.state.metrics.count_request)
+                           on_status=self.state.metrics.count_request, offloop=self.offloop)
 
     def tokenize(self, request: Request, params: Params, extra: Headers) -> Response:
         spec = api.parse_tokenize(request.body)
@@ -335,8 +373,9 @@ class ApiApp:
         text = (self.served.render(spec.messages,
                                    add_generation_prompt=spec.add_generation_prompt)
                 if spec.messages else spec.prompt)
-        tokens = self.served.encode(text)
-        return json_response(200, docs.tokenized(tokens, self.served.max_model_len))
+        tokens = self.served.encode(text)                 # built on a worker: maybe millions
+        return Response(status=200, headers=(JSON_CONTENT_TYPE,), body=json_bytes_piecewise(
+            docs.tokenized(tokens, self.served.max_model_len)))
 
     def detokenize(self, request: Request, params: Params, extra: Headers) -> Response:
         spec = api.parse_detokenize(request.body)
@@ -358,63 +397,3 @@ class ApiApp:
 
 def health_ok(request: Request, params: Params, extra: Headers) -> Response:
     return json_response(200, {"status": "ok"})
-
-
-class HealthApp:
-    """The health listener: liveness, readiness, metrics. Stays up during a drain."""
-
-    def __init__(self, *, bridge: EngineBridge, state: ServerState,
-                 web: StaticFiles | None = None):
-        self.bridge, self.state = bridge, state
-        self.web = web or StaticFiles.load()
-        self.handlers = {"healthz": self.healthz, "readyz": self.readyz, "metrics": self.metrics,
-                         "engine_page": self.engine_page, "engine_snapshot": self.engine_snapshot,
-                         "favicon": lambda *_: self.web.response(FAVICON),
-                         "static": lambda _, params, __: self.web.response(params["name"])}
-
-    error = staticmethod(kind_response)  # App.error: the document of an error the transport found
-
-    def handle(self, request: Request) -> Response:
-        rid = request_id(request)
-        extra = (("X-Request-Id", rid),)
-        try:
-            route, params = resolve(HEALTH_ROUTES, request.method, request.path)
-            result = self.handlers[route.handler](request, params, extra)
-        except ApiError as err:
-            return error_response(err, extra)
-        return Response(status=result.status, headers=result.headers + extra, body=result.body)
-
-    def healthz(self, request: Request, params: Params, extra: Headers) -> Response:
-        """Liveness: fails once the engine thread has died, so an orchestrator restarts us."""
-        if not self.bridge.is_healthy():
-            raise ApiError("engine_unavailable", f"The engine thread has stopped: "
-                                                 f"{self.bridge.died or 'unknown reason'}.")
-        return health_ok(request, params, extra)
-
-    def readyz(self, request: Request, params: Params, extra: Headers) -> Response:
-        if self.state.is_draining:
-            raise ApiError("not_ready", "The server is draining.")
-        return json_response(200, {"status": "ready"})
-
-    def metrics(self, request: Request, params: Params, extra: Headers) -> Response:
-        text = metrics_text(self.bridge.stats, self.state.metrics)
-        return Response(status=200, headers=(("Content-Type", METRICS_TYPE),),
-                        body=text.encode("utf-8"))
-
-    def _view(self) -> EngineView:
-        if self.bridge.view is None:
-            raise ApiError("engine_view_off", "The engine view is turned off on this server "
-                                              "([engine].engine_view = false).")
-        return self.bridge.view
-
-    def engine_page(self, request: Request, params: Params, extra: Headers) -> Response:
-        self._view()
-        return self.web.response(ENGINE_PAGE)
-
-    def engine_snapshot(self, request: Request, params: Params, extra: Headers) -> Response:
-        view = self._view()
-        view.asked()
-        latest = view.latest               # published by the engine thread, read as one value
-        return json_response(200, snapshot_document(latest), (("Cache-Control", "no-store"),))
-
-

@@ -11,7 +11,9 @@ Three sources feed this page:
   the Gateway API Inference Extension's endpoint picker read) and the prefix-cache counters;
 * `server/process_metrics.py`: the standard `process_*` families;
 * `ServerMetrics`, updated on the loop thread only (no lock): requests by route and
-  status, prompt/generation tokens, and the latency histograms.
+  status, prompt/generation tokens, and the latency histograms;
+* the loop's worst stall (`tl_loop_stall_seconds_max` and `_cpu_seconds_max`, read from
+  `EventLoop.stall`).
 """
 from __future__ import annotations
 
@@ -175,6 +177,21 @@ class ServerMetrics:
         ])
 
 
-def metrics_text(stats: EngineStats, server: ServerMetrics | None = None) -> str:
+def loop_metrics_text(stall_max_s: float, stall_cpu_max_s: float) -> str:
+    """The loop thread's worst stall (server/http/loop.py measures it): what a stream's
+    inter-token gap or a /healthz answer waited at worst behind other callbacks, and the
+    loop thread's own CPU time in that worst iteration."""
+    return (family("tl_loop_stall_seconds_max", "gauge",
+                   "Longest time one loop iteration spent in its callbacks since start.",
+                   [((), stall_max_s)])
+            + family("tl_loop_stall_cpu_seconds_max", "gauge",
+                     "Most CPU time the loop thread spent in one iteration since start.",
+                     [((), stall_cpu_max_s)]))
+
+
+def metrics_text(stats: EngineStats, server: ServerMetrics | None = None,
+                 loop_stall_s: tuple[float, float] | None = None) -> str:
+    """`loop_stall_s`: (wall, CPU) of the loop's worst iteration, when it is measured."""
+    loop = loop_metrics_text(*loop_stall_s) if loop_stall_s is not None else ""
     return (engine_metrics_text(stats) + (server.render() if server is not None else "")
-            + process_metrics_text())
+            + loop + process_metrics_text())

@@ -40,7 +40,7 @@ from server.errors import ApiError
 from server.messages import check_content
 from server.openai import (GenSpec, bad, boolean, integer, load_json_object, model_name,
                            number, unsupported)
-from server.pieces import Piece
+from server.gentext import Piece
 from server.responses_tools import (FunctionCall, call_events, function_call,
                                     function_call_item, parse_response_tools, tool_message,
                                     tools_echo)

@@ -31,7 +31,7 @@ from engine.api import (Engine, EngineConfig, ModelFormatError, load_model, mode
                         tune_malloc)
 from server import defaults as sampling
 from server.access import AccessLog, open_access_log
-from server.app import ApiApp, HealthApp, ServedModel, ServerState
+from server.app import ApiApp, ServedModel, ServerState
 from server.arrivals import ArrivalWindow
 from server.auth import ApiKeyCheck
 from server.admission import QueuePolicy
@@ -40,8 +40,10 @@ from server.config import ConfigError, ServeConfig, settings_changed
 from server.cors import CorsPolicy
 from server.engine_view import EngineView
 from server.gateway import GatewayApp, LoadingApp, Switch
+from server.health import HealthApp
 from server.http.connstate import BindError
 from server.http.loop import EventLoop, Listener
+from server.offloop import WorkerPool
 from server.routes import API_ROUTES, HEALTH_ROUTES
 from server.trace import TraceWriter
 
@@ -65,6 +67,7 @@ class ServerHandle:
     api: GatewayApp
     health: Switch
     bridge: EngineBridge | None = None
+    workers: WorkerPool | None = None       # the off-loop pool, started once the model loads
     thread: threading.Thread | None = None
 
     def drain(self) -> None:
@@ -82,9 +85,15 @@ class ServerHandle:
             self.thread.join(timeout)
             if self.thread.is_alive():
                 return 1
+        self.stop_threads()
+        return 0
+
+    def stop_threads(self) -> None:
+        """After the loop: the off-loop workers, then the engine thread."""
+        if self.workers is not None:
+            self.workers.stop()
         if self.bridge is not None:
             self.bridge.stop()
-        return 0
 
     @property
     def http_url(self) -> str:
@@ -171,10 +180,16 @@ def load(cfg: ServeConfig, handle: ServerHandle, wrap_engine: EngineWrapper | No
     served = ServedModel(model, cfg.model_id, engine.max_model_len(),
                          kv_capacity_tokens=engine.kv.num_blocks * engine_cfg.block_size)
     bridge.wake = handle.loop.wake
-    handle.bridge = bridge
+    workers = WorkerPool(wake=handle.loop.wake)    # the heavy, pure half of requests
+    handle.bridge, handle.workers = bridge, workers
+    workers.start()
     handle.api.inner = ApiApp(served=served, bridge=bridge, state=handle.state,
-                              ping_interval_s=cfg.ping_interval_s, defaults=defaults)
-    handle.health.current = HealthApp(bridge=bridge, state=handle.state)
+                              ping_interval_s=cfg.ping_interval_s, defaults=defaults,
+                              offloop=workers)
+    loop = handle.loop
+    handle.health.current = HealthApp(bridge=bridge, state=handle.state,
+                                      loop_stall_s=lambda: (loop.stall.max_s,
+                                                            loop.stall.max_cpu_s))
 
 
 def build(cfg: ServeConfig, wrap_engine: EngineWrapper | None = None) -> ServerHandle:
@@ -248,8 +263,7 @@ def run(cfg: ServeConfig) -> int:
         handle.loop.run()
     finally:
         thread.join()
-        if handle.bridge is not None:
-            handle.bridge.stop()
+        handle.stop_threads()
     if failure:
         raise failure[0]
     log.info("drained; exiting")

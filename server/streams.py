@@ -1,11 +1,9 @@
-"""The answers that take time: generations (streamed or not) and embeddings.
+"""The answers that take time: generations, streamed or not (embeddings: server/embed_stream.py).
 
 A generation is three small parts, read top to bottom:
 
-1. `GenerationText` — engine events in, text `Piece`s out. It owns the `TextStream`
-   (incremental UTF-8, stop strings), aborts the engine request when a stop string ends it,
-   never sends the EOS token's text, makes the logprob entries, counts completion tokens
-   and names the finish reason. A refusal, failure or expiry comes out as its `ApiError`.
+1. `GenerationText` (server/gentext.py) — engine events in, text `Piece`s out: UTF-8,
+   stop strings, logprob entries, the finish reason; a refusal comes out as its `ApiError`.
 2. A renderer per output shape — `ChatChunks`, `ChatDocument`, `CompletionChunks`,
    `CompletionDocument` — all with the same interface: `piece(Piece) -> bytes`,
    `finish(usage) -> bytes`, `error(ApiError) -> bytes`. Streamed ones return SSE bytes from
@@ -14,12 +12,12 @@ A generation is three small parts, read top to bottom:
    another API's renderer is handed to the shell (server/responses.py's typed events).
    A renderer may end a choice itself (its `cut`: a tool call repeating an earlier one,
    server/toolcalls.py): the shell aborts that engine request and hands it the finish.
-   (`Piece` and the other values they pass live in server/pieces.py.)
 3. `GenerationStream` — the thin `server.http.protocol.Stream` shell the loop polls whenever the
    engine thread wakes it, and at `next_deadline_s()` (SSE pings). It does head timing,
-   pings and metrics. A streamed answer sends its `200` head with its first bytes, and
-   only once the engine has scheduled it (its first token); pings keep a quiet stream
-   alive only after that. So a request is refused before its head (503 past the queue
+   pings and metrics; a large whole document (many logprobs) is built off the loop
+   (server/offloop.py) and sent when ready. A streamed answer sends its `200` head with
+   its first bytes, and only once the engine has scheduled it (its first token); pings
+   keep a quiet stream alive only after that. So a request is refused before its head (503 past the queue
    deadline, 500, 400: statuses a client can retry or read) or served to its end: waiting
    behind running sequences never turns into an error inside an accepted stream. After
    the head an error (an engine fault) can only travel as an SSE `error` event + `[DONE]`.
@@ -27,21 +25,25 @@ A generation is three small parts, read top to bottom:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Callable, Collection, Protocol
 
-from engine.api import FINISH_LENGTH, FINISH_STOP, PromptLogprobs, TokenOut, Tokenizer
+from engine.api import FINISH_STOP, Tokenizer
 from server import documents as docs
-from server.bridge import EngineBridge, Event, Ticket
-from server.embedding_jobs import EmbedTicket
+from server.bridge import EngineBridge, Ticket
 from server.errors import ApiError
+from server.gentext import Echo, GenerationText, Piece, TokenLogprob
 from server.openai import GenSpec
-from server.documents import JSON_CONTENT_TYPE, json_bytes
-from server.http.protocol import ResponseHead, StreamPoll
-from server.pieces import Echo, Piece, TokenLogprob
-from sse import DONE, PING, TextStream, event
+from server.documents import JSON_CONTENT_TYPE, json_bytes, json_bytes_piecewise
+from server.http.protocol import Response, ResponseHead, Stream, StreamPoll
+from server.offloop import Inline, OffLoop, Outcome
+from sse import DONE, PING, event
 
 SSE_HEADERS = (("Content-Type", "text/event-stream; charset=utf-8"),
                ("Cache-Control", "no-cache"), ("X-Accel-Buffering", "no"))
+# A whole document with more logprob entries than this (tokens x (1 + top_logprobs)) is
+# built off the loop: each entry is a dict with a byte list, ~10 us of JSON.
+INLINE_DOCUMENT_MAX_ENTRIES = 512
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,79 +54,7 @@ class StreamContext:
     ping_interval_s: float
     on_status: Callable[[str, int], None]     # (route, status) -> request counter
     on_finish: Callable[..., None]            # ServerMetrics.observe_generation
-
-
-# ---- 1. engine events -> text pieces ---------------------------------------------------------
-
-def _finish_reason(engine_finish: str | None) -> str:
-    return FINISH_LENGTH if engine_finish == FINISH_LENGTH else FINISH_STOP
-
-
-class GenerationText:
-    """The text of one generation (one choice), one engine event at a time."""
-
-    def __init__(self, *, tokenizer: Tokenizer, stop: tuple[str, ...], logprobs: bool,
-                 top_logprobs: int, on_stop: Callable[[], None], index: int = 0,
-                 echo: Echo | None = None):
-        self._tokenizer = tokenizer
-        self._text = TextStream(stop)
-        self._logprobs, self._top_logprobs = logprobs, top_logprobs
-        self._on_stop = on_stop                 # a stop string ends the request in the engine
-        self.index = index
-        self._echo = echo                       # sent once, before the first completion text
-        self._prompt: list[TokenLogprob] = []
-        self.completion_tokens = 0
-
-    def feed(self, ev: Event) -> Piece | ApiError | None:
-        if isinstance(ev, PromptLogprobs):
-            return self._scored_prompt(ev)
-        if not isinstance(ev, TokenOut):
-            return ev.error()                   # refused, failed or expired
-        if ev.token is None:                    # the finish alone (length, stop)
-            return Piece(self._echo_text() + self._text.finish(),
-                         finish=_finish_reason(ev.finish), index=self.index)
-        self.completion_tokens += 1
-        is_stop_token = ev.finish == FINISH_STOP    # EOS / a stop id: its text is never sent
-        raw = b"" if is_stop_token else self._tokenizer.token_bytes(ev.token)
-        text = self._text.push(raw)
-        finish = None
-        if self._text.stopped():
-            finish = FINISH_STOP
-            self._on_stop()
-        elif ev.finish is not None:
-            text += self._text.finish()
-            finish = _finish_reason(ev.finish)
-        entry = None if (is_stop_token or not self._logprobs) else self._logprob(
-            raw, ev.logprob, ev.top_logprobs)
-        return Piece(self._echo_text() + text, entry, finish, self.index)
-
-    def _echo_text(self) -> str:
-        text, self._echo = ("" if self._echo is None else self._echo.text), None
-        return text
-
-    def _scored_prompt(self, ev: PromptLogprobs) -> Piece | None:
-        """Collect the prompt's scores; the echo (text and scores) once they are complete."""
-        if self._echo is None or not self._echo.scored:
-            return None
-        if not self._prompt:
-            raw = self._tokenizer.token_bytes(self._echo.first_token)
-            self._prompt.append(TokenLogprob(_text_of(raw), raw, None, None))
-        for token, logprob, top in zip(ev.tokens, ev.logprobs, ev.top_logprobs):
-            self._prompt.append(self._logprob(self._tokenizer.token_bytes(token), logprob, top))
-        if not ev.complete:
-            return None
-        return Piece(self._echo_text(), index=self.index, prompt=tuple(self._prompt))
-
-    def _logprob(self, raw: bytes, logprob: float, top_ids) -> TokenLogprob:
-        top = []
-        for token, top_logprob in top_ids[:self._top_logprobs]:
-            token_raw = self._tokenizer.token_bytes(token)
-            top.append((_text_of(token_raw), token_raw, top_logprob))
-        return TokenLogprob(_text_of(raw), raw, float(logprob), tuple(top))
-
-
-def _text_of(raw: bytes) -> str:
-    return raw.decode("utf-8", errors="replace")
+    offloop: OffLoop = Inline()               # where a large whole document is built
 
 
 # ---- 2. renderers: one per output shape ------------------------------------------------------
@@ -249,8 +179,8 @@ class _WholeRenderer:
             choice.finish = piece.finish
         return b""
 
-    def finish(self, usage: dict) -> bytes:
-        return json_bytes(docs.merge_choices([
+    def finish(self, usage: dict) -> bytes:        # piecewise: may run off the loop, large
+        return json_bytes_piecewise(docs.merge_choices([
             self._document(index, "".join(c.parts), c, usage)
             for index, c in sorted(self._choices.items())]))
 
@@ -312,6 +242,9 @@ class GenerationStream:
                         for index, ticket in enumerate(tickets)]
         self.ticket = tickets[0]                # the timings of the first choice are observed
         self.render = renderer or renderer_for(spec, header)    # given: another API's shape or tool calls
+        self.entries_per_token = 1 + spec.top_logprobs if spec.logprobs else 0
+        self.echoed_tokens = prompt_tokens * spec.n if spec.echo and spec.logprobs else 0
+        self.tail: Stream | None = None         # the whole document, being built off the loop
         self.pending: list[bytes] = []          # bytes not yet handed to the loop
         self.head_sent = self.done = False
         self.last_send_s = arrival_s
@@ -333,6 +266,8 @@ class GenerationStream:
                               echo=echo)
 
     def poll(self, now_s: float) -> StreamPoll:
+        if self.tail is not None:
+            return self.tail.poll(now_s)
         out = StreamPoll()
         if self.done:
             out.done = True
@@ -349,6 +284,8 @@ class GenerationStream:
         return out
 
     def next_deadline_s(self) -> float | None:
+        if self.tail is not None:
+            return self.tail.next_deadline_s()
         if self.done or not self.render.streamed or not self._is_scheduled():
             return None
         return self.last_send_s + self.ctx.ping_interval_s
@@ -362,6 +299,8 @@ class GenerationStream:
 
     def cancel(self) -> None:
         self._abort_all()
+        if self.tail is not None:
+            self.tail.cancel()
         self.done = True
 
     def _abort_all(self) -> None:
@@ -395,14 +334,30 @@ class GenerationStream:
         return sum(choice.text.completion_tokens for choice in self.choices)
 
     def _finish(self, out: StreamPoll, now_s: float) -> None:
-        data = self.render.finish(docs.usage(self.prompt_tokens, self.completion_tokens))
+        usage = docs.usage(self.prompt_tokens, self.completion_tokens)
         if self.render.streamed:
-            self.pending.append(data)
+            self.pending.append(self.render.finish(usage))
             self._send_sse(out, now_s)
+        elif self._document_entries() > INLINE_DOCUMENT_MAX_ENTRIES:
+            self.tail = self.ctx.offloop.run(partial(self.render.finish, usage),
+                                             partial(self._document_built, now_s))
+            return                              # the tail answers once the document is built
         else:
-            self._whole(out, 200, data)
+            self._whole(out, 200, self.render.finish(usage))
         self._observe(now_s)
         out.done = self.done = True
+
+    def _document_entries(self) -> int:
+        """The logprob entries of the whole document (an echoed prompt's scores included)."""
+        return (self.completion_tokens + self.echoed_tokens) * self.entries_per_token
+
+    def _document_built(self, now_s: float, body: Outcome) -> Response:
+        """Back on the loop thread with the whole document built off it."""
+        self.head_sent = self.done = True
+        self.ctx.on_status(self.route, 200)
+        self._observe(now_s)
+        return Response(status=200, headers=(JSON_CONTENT_TYPE,) + self.headers,
+                        body=body.get())
 
     def _fail(self, out: StreamPoll, err: ApiError) -> None:
         self.error_message = err.message
@@ -437,43 +392,3 @@ class GenerationStream:
             ttft_s=None if t.first_token_s is None else t.first_token_s - self.arrival_s,
             e2e_s=(t.last_token_s or now_s) - self.arrival_s,
             queue_s=None if t.scheduled_s is None else max(0.0, t.scheduled_s - self.arrival_s))
-
-
-class EmbedStream:
-    """Waits for the engine to run the inputs (packed into its steps), then answers once."""
-
-    def __init__(self, *, ticket: EmbedTicket, model_id: str, prompt_tokens: int,
-                 headers: tuple[tuple[str, str], ...], on_status: Callable[[str, int], None]):
-        self.ticket, self.model_id, self.prompt_tokens = ticket, model_id, prompt_tokens
-        self.headers, self.on_status = headers, on_status
-        self.done = False
-
-    def access_fields(self) -> dict:
-        """What the access log (server/access.py) records of this request."""
-        return {"model": self.model_id, "prompt_tokens": self.prompt_tokens,
-                "error": self.ticket.error if self.ticket.done else None}
-
-    def poll(self, now_s: float) -> StreamPoll:
-        out = StreamPoll()
-        if self.done or not self.ticket.done:
-            out.done = self.done
-            return out
-        if self.ticket.error is not None:
-            err = ApiError("internal_error", self.ticket.error)
-            status, body = err.status, json_bytes(err.document())
-        else:
-            doc = docs.embeddings(self.model_id, self.ticket.result, self.prompt_tokens)
-            status, body = 200, json_bytes(doc)
-        out.head = ResponseHead(status=status, headers=(JSON_CONTENT_TYPE,) + self.headers,
-                                content_length=len(body))
-        out.chunks = [body]
-        out.done = self.done = True
-        self.on_status("embeddings", status)
-        return out
-
-    def next_deadline_s(self) -> float | None:
-        return None
-
-    def cancel(self) -> None:
-        self.ticket.is_cancelled = True         # the engine thread drops the job
-        self.done = True

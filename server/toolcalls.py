@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from engine.api import FINISH_STOP
 from server import documents as docs
 from server.openai import GenSpec
-from server.pieces import Piece
+from server.gentext import Piece
 from server.streams import ChatChunks, ChatDocument
 from server.tools import MISTRAL, ToolCallFormat
 

@@ -109,6 +109,25 @@ def connection_deadline(conn: "ConnState", limits: HttpLimits) -> float | None:
     return deadline
 
 
+@dataclass
+class StallMeter:
+    """The longest time one loop iteration spent in its callbacks, since start: wall time
+    (what a waiting client sees, waits for the GIL or a CPU included) and the loop thread's
+    own CPU time (the work done on it). Written by the loop thread, read by apps."""
+    max_s: float = 0.0
+    max_cpu_s: float = 0.0
+
+    def note(self, wall_s: float, cpu_s: float) -> None:
+        self.max_s = max(self.max_s, wall_s)
+        self.max_cpu_s = max(self.max_cpu_s, cpu_s)
+
+
+def select_timeout(now_s: float, *due_s: float | None) -> float | None:
+    """How long select may sleep: until the nearest of the deadlines (None: no deadline)."""
+    candidates = [t for t in due_s if t is not None]
+    return max(0.0, min(candidates) - now_s) if candidates else None
+
+
 def wants_read(conn: ConnState, limits: HttpLimits) -> bool:
     """Keep reading while a request is being parsed, while lingering (to see the close), and
     while pipelined input stays under its bound; a stream's socket stays readable, so a

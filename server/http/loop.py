@@ -25,6 +25,8 @@ from `run()` when no stream or unsent response of a draining listener is left, o
 
 The socket-free bookkeeping — each connection's deadline, the timer heap, what to read,
 how a stream's poll becomes bytes, the drain's flags — lives in `server/http/connstate.py`.
+`stall` (a `StallMeter`): the longest one iteration spent in its callbacks (select's return
+to the next select), wall and CPU, since start: how well the app keeps "never block".
 """
 from __future__ import annotations
 
@@ -36,7 +38,7 @@ from typing import Callable
 
 from server.http.connstate import (BindError, ConnState, Drain, Listener, ListenerState, TimerHeap,
                               cancel_stream, connection_deadline, parse_address,
-                              wants_read)
+                              StallMeter, select_timeout, wants_read)
 from server.http.http11 import CLOSING, HANDLING, IDLE, Connection, HttpError, Interim
 from server.http.limits import HttpLimits
 from server.http.signals import install_stop_signals
@@ -89,6 +91,7 @@ class EventLoop:
         self._drain = Drain(timeout_s=drain_timeout_s)
         self._wake_pending = False
         self._accept_retry_s: float | None = None   # when paused listeners try again
+        self.stall = StallMeter()   # the longest iteration's callbacks; written here, read by apps
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
         for sock in (self._wake_r, self._wake_w):
@@ -146,13 +149,16 @@ class EventLoop:
                     self._begin_drain(now)
                 if self._drain.is_draining and self._drain.is_done(self._conns, now):
                     break
-                for key, mask in self._selector.select(self._select_timeout(now)):
+                ready = self._selector.select(self._select_timeout(now))
+                started_s, started_cpu_s = self._clock(), time.thread_time()
+                for key, mask in ready:
                     self._dispatch(key.data, mask)
                 now = self._clock()
                 self._run_timers(now)
                 self._answer_ready()
                 if self._accept_retry_s is not None and now >= self._accept_retry_s:
                     self._resume_accepting()
+                self.stall.note(self._clock() - started_s, time.thread_time() - started_cpu_s)
         finally:
             restore()
             self._close_all()
@@ -169,11 +175,8 @@ class EventLoop:
                 self._on_readable(target)
 
     def _select_timeout(self, now: float) -> float | None:
-        if self._ready:
-            return 0.0
-        candidates = [t for t in (self._timers.next_due_s(),
-                                  self._drain.deadline_s, self._accept_retry_s) if t is not None]
-        return max(0.0, min(candidates) - now) if candidates else None
+        return 0.0 if self._ready else select_timeout(
+            now, self._timers.next_due_s(), self._drain.deadline_s, self._accept_retry_s)
 
     # ---- drain ------------------------------------------------------------------------
 

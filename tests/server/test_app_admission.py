@@ -8,7 +8,7 @@ from engine.api import EngineStats
 from server.app import ApiApp, ServedModel, ServerState
 from server.admission import QueuePolicy
 from server.bridge import EngineBridge
-from server.http.protocol import Request, Response
+from server.http.protocol import Request
 
 
 class StatsOnly:
@@ -39,10 +39,10 @@ def test_embeddings_answer_429_with_retry_after_when_the_queue_is_full(succ_mode
                  state=ServerState(), ping_interval_s=15.0)
     body = json.dumps({"model": "succ", "input": "ab"}).encode()
     request = Request(method="POST", path="/v1/embeddings", body=body)
-    first = app.handle(request)
-    assert not isinstance(first, Response) and gate.waiting == 1     # queued, slot held
-    second = app.handle(request)
-    assert isinstance(second, Response) and second.status == 429
-    assert ("Retry-After", "1") in second.headers
-    assert json.loads(second.body)["error"]["code"] == "rate_limit_exceeded"
+    first = app.handle(request)          # prepared at once (Inline); admitted at its poll
+    assert first.poll(0.0).head is None and gate.waiting == 1          # queued, slot held
+    second = app.handle(request).poll(0.0)
+    assert second.head.status == 429 and second.done
+    assert ("Retry-After", "1") in second.head.headers
+    assert json.loads(b"".join(second.chunks))["error"]["code"] == "rate_limit_exceeded"
     assert len(bridge.embedded) == 1                                  # the refused one never queued

@@ -193,6 +193,36 @@ def test_app_exception_is_500_and_the_loop_keeps_serving():
         assert client.read_response()[:1] == (200,)
 
 
+class StepClock:
+    """The loop's clock: frozen, except where a test's app moves it on."""
+
+    def __init__(self):
+        self.now_s = 100.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+def test_stall_meter_records_the_longest_iteration_of_callbacks():
+    clock = StepClock()
+
+    class SlowApp(EchoApp):
+        def handle(self, request):
+            if request.path == "/slow":
+                clock.now_s += 0.25                  # a handler that blocks the loop 250 ms
+            return super().handle(request)
+
+    with serving(SlowApp(), clock=clock) as (loop, _):
+        assert loop.stall.max_s == 0.0
+        client = Client(loop.bound_address("api"))
+        client.send(request(path="/slow"))
+        assert client.read_response()[0] == 200
+        client.send(request(path="/fast"))           # a later iteration: the slow one is noted
+        assert client.read_response()[0] == 200
+        assert loop.stall.max_s == pytest.approx(0.25)
+        assert 0.0 < loop.stall.max_cpu_s < 0.25        # the app's 250 ms were not CPU
+
+
 # ---- errors, limits and timeouts ----------------------------------------------------------
 
 @pytest.mark.parametrize("raw, status", [

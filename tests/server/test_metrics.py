@@ -95,3 +95,13 @@ def test_router_metrics_kv_utilization_prefix_counters_and_process():
     assert samples["process_open_fds"] >= 3
     import time
     assert time.time() - 86400 * 365 < samples["process_start_time_seconds"] <= time.time()
+
+
+def test_loop_stall_gauge_only_when_the_loop_measures_it():
+    types, samples = parse(metrics_text(EngineStats(), ServerMetrics(),
+                                        loop_stall_s=(0.031, 0.002)))
+    assert types["tl_loop_stall_seconds_max"] == types["tl_loop_stall_cpu_seconds_max"] == "gauge"
+    assert samples["tl_loop_stall_seconds_max"] == 0.031
+    assert samples["tl_loop_stall_cpu_seconds_max"] == 0.002
+    types, _ = parse(metrics_text(EngineStats(), ServerMetrics()))
+    assert "tl_loop_stall_seconds_max" not in types

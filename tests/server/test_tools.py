@@ -16,7 +16,7 @@ from server.bridge import Ticket
 from server.errors import ApiError
 from server.messages import for_template
 from server.openai import parse_chat, parse_completion
-from server.pieces import Piece
+from server.gentext import Piece
 from server.streams import GenerationStream, StreamContext
 from server.toolcalls import (CallScanner, CallSplitter, ToolChatChunks, ToolChatDocument, kept_calls,
                               split_calls, tool_renderer)
