@@ -1,7 +1,7 @@
 """The loop thread under heavy requests: its worst stall, health latency, streams' gaps.
 
     python bench/loop_stall.py [--model-dir DIR] [--streams 4] [--embedding-inputs 2048]
-                               [--set key=value,...]
+                               [--set key=value,...] [--repo DIR]
 
 Starts our server (`tlserve.py --config runtime.toml`, bench/load_server.py's `spawned`:
 a child process on free ports), opens `--streams` streaming chats, and while they run sends
@@ -17,7 +17,9 @@ prints, per heavy request, its status and time, the probes' largest latency and 
 streams' largest inter-token gap while it ran (a gap during the embeddings call is mostly
 the engine thread running the inputs, not the loop); then the loop's worst stall
 (`tl_loop_stall_seconds_max`, before and after the heavy phase) and the probes' largest
-latency per path. It prints; comparing two versions is the reader's job.
+latency per path. It prints; comparing two versions is the reader's job (`--repo` runs another
+checkout's server, e.g. a worktree of the version before; one without the stall meter
+prints n/a for it).
 """
 from __future__ import annotations
 
@@ -159,9 +161,10 @@ def main(argv: list[str]) -> int:
     p.add_argument("--embedding-inputs", type=int, default=MAX_EMBEDDING_INPUTS,
                    help="inputs of the embeddings call (the engine runs them all: minutes)")
     p.add_argument("--set", default="", help="engine settings, key=value,... (TL_ENGINE__)")
+    p.add_argument("--repo", type=Path, default=None, help="the checkout whose server runs")
     args = p.parse_args(argv)
-    with spawned(args.model_dir, settings_env(config_sets(args.set)), "loop_stall") as (
-            endpoint, _):
+    with spawned(args.model_dir, settings_env(config_sets(args.set)), "loop_stall",
+                 repo=args.repo.resolve() if args.repo else None) as (endpoint, _):
         host, port = endpoint.target.host, endpoint.target.port
         stop = threading.Event()
         gaps = [StreamGaps() for _ in range(args.streams)]
@@ -197,11 +200,12 @@ def report(rows: list[Heavy], gaps: list[StreamGaps], probes: list[Probe],
     start_s, end_s = rows[0].start_s, rows[-1].end_s
     baseline_s = max((g.largest_gap_s(start_s - BASELINE_S, start_s) for g in gaps), default=0.0)
     print(f"streams' largest gap in the {BASELINE_S:.0f} s before: {baseline_s * 1000:.1f} ms")
+    def ms(sample: dict[str, float], name: str) -> str:
+        return f"{sample[name] * 1000:.1f} ms" if name in sample else "n/a"
     print(f"loop worst stall ({STALL_METRIC}, wall; {STALL_CPU_METRIC}, the loop thread's "
-          f"CPU): {before[STALL_METRIC] * 1000:.1f} ms / {before[STALL_CPU_METRIC] * 1000:.1f} "
-          f"ms before the heavy phase, {after[STALL_METRIC] * 1000:.1f} ms / "
-          f"{after[STALL_CPU_METRIC] * 1000:.1f} ms after it ({end_s - start_s:.1f} s, "
-          f"{len(gaps)} streams running)")
+          f"CPU): {ms(before, STALL_METRIC)} / {ms(before, STALL_CPU_METRIC)} before the heavy "
+          f"phase, {ms(after, STALL_METRIC)} / {ms(after, STALL_CPU_METRIC)} after it "
+          f"({end_s - start_s:.1f} s, {len(gaps)} streams running)")
     print(f"probe latency max over {len(probes)} probes: " + ", ".join(
         f"{path} {worst_probe_s(probes, start_s, end_s, path) * 1000:.1f} ms"
         for path in PROBE_PATHS))

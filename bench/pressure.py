@@ -341,6 +341,8 @@ def embeddings(server: Server, args) -> dict:
 
 
 LOCKOUT_BURST_S = 2.0        # the burst's clients arrive within this
+LOCKOUT_MAX_TRIES = 12       # a retrying client gives up after this many refusals (a server
+                             # that locks out would otherwise keep them retrying for ever)
 
 
 def lockout(server: Server, args) -> dict:
@@ -351,7 +353,7 @@ def lockout(server: Server, args) -> dict:
 
     def client(name, at_s: float, retries: bool, started: float) -> None:
         time.sleep(max(0.0, started + at_s - time.monotonic()))   # its arrival time
-        while True:
+        for _ in range(LOCKOUT_MAX_TRIES):
             sent_s = time.monotonic() - started
             request = urllib.request.Request(url, body, {"Content-Type": "application/json"})
             try:
@@ -386,6 +388,7 @@ def lockout(server: Server, args) -> dict:
             "burst_drained_s": round(drained_s, 1), "new_after_drain": len(late),
             "new_refused_after_drain": refused_late,
             "retrying_served": sum(n in served_at for n in retriers), "retrying": len(retriers),
+            "new_served": sum(n[0] == "new" for n in served_at),
             "ok": refused_late == 0 and all(n in served_at for n in retriers)}
 
 
