@@ -21,11 +21,12 @@ child process, drives it from threads in this one, and prints one JSON line:
   be free within 2 s.
 * drain: SIGTERM with N streams in flight: all reach [DONE], new connections are refused,
   the exit status is 0; prints the drain time (the figure `drain_timeout_s` is sized from).
-* lockout: N chats within 2 s (`max_tokens` far above the answer, which ends at EOS); of
-  those refused, half leave for good and half come back after Retry-After (until served);
-  then one new client a second. Every new client that arrives once the burst has drained
-  must be served at its first try (an idle server used to answer 429 for as long as traffic
-  came). Run it with a small queue to see refusals at all, e.g. `--env
+* lockout: N streamed chats within 2 s, each cut after its first token (a load test, an
+  impatient proxy: none finishes, so the server stays cold); of those refused, half leave
+  for good and half come back after Retry-After; then one new client a second, plain chats
+  whose `max_tokens` is far above the answer (it ends at EOS). Every new client that arrives
+  once the burst has drained must be served at its first try (an idle server used to answer
+  429 for as long as traffic came). Run it with a small queue to see refusals at all, e.g. `--env
   TL_ENGINE__QUEUE_CAPACITY=64 --env TL_ENGINE__QUEUE_DEADLINE_MS=5000`.
 * embeddings: N inputs of ~12 tokens in one call (wall time and tokens/s) against the
   prefill tokens/s of one long prompt in the same run; then a streamed chat's largest
@@ -346,26 +347,43 @@ LOCKOUT_MAX_TRIES = 12       # a retrying client gives up after this many refusa
 
 
 def lockout(server: Server, args) -> dict:
+    model = served_model(server)
     url = f"http://{server.http[0]}:{server.http[1]}/v1/chat/completions"
-    body = json.dumps({"model": served_model(server), "max_tokens": args.tokens, "temperature": 0,
+    body = json.dumps({"model": model, "max_tokens": args.tokens, "temperature": 0,
                        "messages": [{"role": "user", "content": "Say hello."}]}).encode()
     first_status, served_at, lock = {}, {}, threading.Lock()
+    refusals = {"burst": 0, "new": 0}               # 429s and 503s seen, by kind of client
+
+    def whole_chat() -> tuple[int, int]:
+        """A plain chat to its end: (status, Retry-After)."""
+        request = urllib.request.Request(url, body, {"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=600) as r:
+                r.read()
+                return r.status, 0
+        except urllib.error.HTTPError as err:
+            return err.code, int(err.headers.get("Retry-After") or 1)
+
+    def impatient_stream() -> tuple[int, int]:
+        """A streamed chat cut after its first token (a load test, an impatient proxy)."""
+        sock = open_raw_stream(server.http, chat_payload(args.tokens), model)
+        head = read_until_closed_or(sock, b"data: ")
+        sock.close()
+        status = int(head[9:12]) if head[:5] == b"HTTP/" else 0
+        retry = re.search(rb"(?i)retry-after: (\d+)", head)
+        return status, int(retry.group(1)) if retry else 1
 
     def client(name, at_s: float, retries: bool, started: float) -> None:
         time.sleep(max(0.0, started + at_s - time.monotonic()))   # its arrival time
         for _ in range(LOCKOUT_MAX_TRIES):
             sent_s = time.monotonic() - started
-            request = urllib.request.Request(url, body, {"Content-Type": "application/json"})
-            try:
-                with urllib.request.urlopen(request, timeout=600) as r:
-                    r.read()
-                    status, retry_s = r.status, 0
-            except urllib.error.HTTPError as err:
-                status, retry_s = err.code, int(err.headers.get("Retry-After") or 1)
+            status, retry_s = impatient_stream() if name[0] == "burst" else whole_chat()
             with lock:
                 first_status.setdefault(name, (status, sent_s))
                 if status == 200:
                     served_at[name] = time.monotonic() - started
+                elif status in (429, 503):
+                    refusals[name[0]] += 1
             if status == 200 or not retries or status not in (429, 503):
                 return
             time.sleep(retry_s)
@@ -389,6 +407,9 @@ def lockout(server: Server, args) -> dict:
             "new_refused_after_drain": refused_late,
             "retrying_served": sum(n in served_at for n in retriers), "retrying": len(retriers),
             "new_served": sum(n[0] == "new" for n in served_at),
+            "new_refused_at_first": sum(st[0] != 200 for n, st in first_status.items()
+                                        if n[0] == "new"),
+            "refusals": refusals,
             "ok": refused_late == 0 and all(n in served_at for n in retriers)}
 
 
