@@ -78,8 +78,7 @@ class ModelRunner:
         self.scale = F32(1.0 / np.sqrt(config.head_dim))
         self.planner = AttentionPlanner(config.num_heads, self.group_size, self.block_size, self.mirror)
         # RoPE angles for every position once: [max_model_len, hd/2] each.
-        self.cos_table, self.sin_table = llama.rope_cos_sin(
-            np.arange(max_model_len), config.head_dim, config.rope_theta)
+        self.cos_table, self.sin_table = llama.rope_for(config, np.arange(max_model_len))
         # One helper thread for the elementwise passes (numpy releases the GIL in them);
         # started on first use, idle otherwise.
         self.helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tl-runner")

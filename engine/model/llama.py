@@ -15,7 +15,9 @@ Conventions (fixed by `engine/model/spec.py`):
 * Q, K and V come from ONE matmul with the fused `wqkv` (columns q | k | v), the gate and
   up projections from ONE matmul with `w_gate_up` (columns gate | up);
 * RoPE uses Hugging Face's rotate-half convention: a head vector is split into halves
-  `(x1, x2)` and rotated by the angle `position * theta**(-2i/hd)` of pair `i`.
+  `(x1, x2)` and rotated by the angle `position * inv_freq[i]` of pair `i`
+  (`engine/model/rope.py`: `theta**(-2i/hd)`, or the family's scaled frequencies);
+* the family's options (`config.options`) add q/k/v biases and per-head q/k norms.
 
 Shape names: n query rows, m key rows, d hidden size, H query heads, KV key/value heads,
 g = H // KV query heads per KV head, hd head dim, ff MLP width, V vocabulary.
@@ -31,6 +33,7 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
+from engine.model import rope
 from engine.model.spec import LayerWeights, LlamaWeights, ModelConfig
 
 F32 = np.float32
@@ -60,18 +63,14 @@ def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
 
 
 def rope_cos_sin(positions, head_dim: int, theta: float) -> tuple[np.ndarray, np.ndarray]:
-    """Cosines and sines of the rotary angles for each position and frequency pair.
+    """Cosines and sines of the plain rotary angles: (cos, sin), each [n, head_dim // 2]."""
+    return rope.cos_sin(positions, rope.plain_inv_freq(head_dim, theta))
 
-    The angles follow Hugging Face's arithmetic exactly: inverse frequencies
-    `1 / theta**(2i/hd)` and `position * inv_freq` both in float32. Measured against the
-    oracle logits this halves the mean error of computing the angles in float64 (7e-6
-    versus 1.6e-5; both are far inside the 1e-3 bound). Returns (cos, sin), each
-    [n, head_dim // 2] float32.
-    """
-    pair = np.arange(0, head_dim, 2, dtype=F32) / F32(head_dim)          # [hd/2]
-    inv_freq = (F32(1.0) / (F32(theta) ** pair)).astype(F32)            # [hd/2]
-    angles = np.asarray(positions, dtype=F32)[:, None] * inv_freq[None, :]  # [n, hd/2]
-    return np.cos(angles), np.sin(angles)
+
+def rope_for(config: ModelConfig, positions) -> tuple[np.ndarray, np.ndarray]:
+    """(cos, sin) [n, hd/2] for the config's family (Llama 3 scaling, GGUF divisors...)."""
+    inv_freq = rope.inv_freq_for(config.head_dim, config.rope_theta, config.options)  # [hd/2]
+    return rope.cos_sin(positions, inv_freq)
 
 
 def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
@@ -137,15 +136,34 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray,
 
 def qkv_project(x_normed: np.ndarray, layer: LayerWeights, config: ModelConfig,
                 cos: np.ndarray, sin: np.ndarray):
-    """One fused matmul -> (q [n, H, hd], k [n, KV, hd], v [n, KV, hd]), RoPE on q and k."""
+    """One fused matmul -> (q [n, H, hd], k [n, KV, hd], v [n, KV, hd]), RoPE on q and k.
+
+    The family's options add the q/k/v biases (Qwen2) and the per-head q/k RMSNorm before
+    RoPE (Qwen3)."""
     n = x_normed.shape[0]
     qs, kvs, hd = config.q_size, config.kv_size, config.head_dim
     qkv = x_normed @ layer.wqkv                                         # [n, d] -> [n, qs+2*kvs]
+    if layer.bqkv is not None:
+        qkv += layer.bqkv                                               # [qs+2*kvs]
     heads_qk = config.num_heads + config.num_kv_heads
-    qk = apply_rope(qkv[:, :qs + kvs].reshape(n, heads_qk, hd), cos, sin)  # [n, H+KV, hd]
+    qk = qkv[:, :qs + kvs].reshape(n, heads_qk, hd)                     # [n, H+KV, hd]
+    if layer.q_norm is not None:
+        qk = _head_norms(qk, layer, config)
+    qk = apply_rope(qk, cos, sin)                                       # [n, H+KV, hd]
     q, k = qk[:, :config.num_heads], qk[:, config.num_heads:]           # [n, H, hd], [n, KV, hd]
     v = qkv[:, qs + kvs:].reshape(n, config.num_kv_heads, hd)           # [n, KV, hd]
     return q, k, v
+
+
+def _head_norms(qk: np.ndarray, layer: LayerWeights, config: ModelConfig) -> np.ndarray:
+    """RMSNorm over each head vector, q heads with q_norm, k heads with k_norm. [n, H+KV, hd]."""
+    n, heads_qk, hd = qk.shape
+    h, eps = config.num_heads, config.rms_norm_eps
+    out = np.empty(qk.shape, dtype=F32)
+    out[:, :h] = rms_norm(qk[:, :h].reshape(n * h, hd), layer.q_norm, eps).reshape(n, h, hd)
+    kv = heads_qk - h
+    out[:, h:] = rms_norm(qk[:, h:].reshape(n * kv, hd), layer.k_norm, eps).reshape(n, kv, hd)
+    return out
 
 
 def mlp(x_normed: np.ndarray, layer: LayerWeights, ff: int) -> np.ndarray:
@@ -194,7 +212,7 @@ def hidden_states(config: ModelConfig, weights: LlamaWeights, ids) -> np.ndarray
     """Token ids [n] (positions 0..n-1) -> final-normed hidden states [n, d] float32."""
     ids = np.asarray(ids, dtype=np.int64)
     positions = np.arange(ids.shape[0])
-    cos, sin = rope_cos_sin(positions, config.head_dim, config.rope_theta)
+    cos, sin = rope_for(config, positions)
 
     def attend_self(q, k, v):
         return attention(q, k, v, positions, positions)
@@ -263,7 +281,7 @@ def forward_cached(config: ModelConfig, weights: LlamaWeights, ids, cache: Dense
     cache.reserve(start + n)
     q_positions = np.arange(start, start + n)
     k_positions = np.arange(start + n)
-    cos, sin = rope_cos_sin(q_positions, config.head_dim, config.rope_theta)
+    cos, sin = rope_for(config, q_positions)
     x = embed(weights, ids)                                             # [n, d]
     for index, layer in enumerate(weights.layers):
         def attend_cached(q, k, v, index=index):

@@ -33,6 +33,7 @@ import numpy as np
 
 from engine.errors import ModelFormatError
 from engine.formats.gguf import GGUFFile
+from engine.model.families import gguf_qk_permuted
 from engine.model.spec import Model, ModelConfig
 from engine.formats.safetensors import read_safetensors_dir
 from engine.model.weights import (GGUF_NAMES, HF_NAMES, TensorSource, as_ids, build_weights,
@@ -81,7 +82,8 @@ def _load_gguf(file: Path, directory: Path) -> Model:
     source = TensorSource(path=gguf.path,
                           shapes={n: t.shape for n, t in gguf.tensors.items()},
                           get=gguf.tensor, get_input_major=gguf.matrix_input_major,
-                          role_names=GGUF_NAMES, is_gguf_permuted=True)
+                          role_names=GGUF_NAMES,
+                          is_gguf_permuted=gguf_qk_permuted(config.options))
     config, weights = build_weights(source, config)
     tokenizer = _guarded(gguf.path, _bpe_from_gguf, gguf.metadata)
     generation = _read_json(directory / "generation_config.json")

@@ -11,6 +11,11 @@ where the numbers came from. Conventions fixed here, once:
 * Q, K and V are fused into one matrix, and so are the MLP's gate and up projections, so a
   step does one matmul per weight (the columns are [q | k | v] and [gate | up]).
 
+The families served (Llama 2/3.x, Qwen2, Qwen3) are ONE decoder: what differs between them
+is a `FamilyOptions` value in the config (q/k/v biases, per-head q/k RMSNorm, Llama 3 RoPE
+scaling, per-pair RoPE divisors from a GGUF), read by the same forward pass
+(`engine/model/families.py` decides the options and refuses what is not implemented).
+
 Even the `succ` bigram test model is a Llama here: zero layers, an identity embedding and a
 shifted LM head (see `tests/models.py`).
 """
@@ -20,6 +25,26 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from engine.tokenizer.base import Tokenizer
+
+
+@dataclass(frozen=True, kw_only=True)
+class Llama3RopeScaling:
+    """Llama 3's RoPE frequency scaling (HF `rope_type: "llama3"`), see engine/model/rope.py."""
+    factor: float
+    low_freq_factor: float
+    high_freq_factor: float
+    original_max_positions: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class FamilyOptions:
+    """What one model family changes in the shared decoder (the defaults are plain Llama)."""
+    family: str = "llama"
+    qkv_bias: bool = False          # Qwen2: q/k/v projections add a bias (o_proj has none)
+    qk_norm: bool = False           # Qwen3: RMSNorm over each q and k head [hd] before RoPE
+    rope_scaling: Llama3RopeScaling | None = None
+    # A GGUF's `rope_freqs` tensor: pair i's frequency is divided by divisor i. [hd/2]
+    rope_freq_divisors: tuple[float, ...] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,6 +63,7 @@ class ModelConfig:
     tie_word_embeddings: bool = True
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
+    options: FamilyOptions = FamilyOptions()
 
     @property
     def q_size(self) -> int:        # columns of Q in the fused QKV matrix
@@ -57,6 +83,9 @@ class LayerWeights:
     mlp_norm: np.ndarray            # [d]
     w_gate_up: np.ndarray           # [d, 2*ff]             columns: gate | up
     w_down: np.ndarray              # [ff, d]
+    bqkv: np.ndarray | None = None  # [H*hd + 2*KV*hd]  q | k | v biases (options.qkv_bias)
+    q_norm: np.ndarray | None = None  # [hd]            per-head q RMSNorm (options.qk_norm)
+    k_norm: np.ndarray | None = None  # [hd]            per-head k RMSNorm (options.qk_norm)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -16,8 +16,10 @@ transposes packed bytes, so no float32 copy is wasted):
 * No `lm_head` tensor means tied embeddings: `lm_head = embed.T`, a view, not a copy.
 
 Config keys come from `config.json` (`config_from_hf`) or the GGUF `llama.*` metadata
-(`config_from_gguf`). Any missing key, missing tensor or wrong shape raises
-`ModelFormatError` naming the file.
+(`config_from_gguf`), with the family's options from engine/model/families.py (which refuses
+what is not implemented). The family decides the optional tensors (Qwen2's q/k/v biases,
+Qwen3's q/k norms, a Llama 3 GGUF's `rope_freqs` divisors); any missing key, missing tensor,
+unknown tensor or wrong shape raises `ModelFormatError` naming the file.
 """
 from __future__ import annotations
 
@@ -28,13 +30,15 @@ from typing import Callable
 import numpy as np
 
 from engine.errors import ModelFormatError
+from engine.model.families import options_from_gguf, options_from_hf
 from engine.model.spec import LayerWeights, LlamaWeights, ModelConfig
 
 DEFAULT_ROPE_THETA = 10000.0
 DEFAULT_RMS_EPS_HF = 1e-6           # transformers' LlamaConfig default
 DEFAULT_RMS_EPS_GGUF = 1e-5         # llama.cpp's default
 DEFAULT_MAX_POSITIONS = 2048
-SUPPORTED_GGUF_ARCHS = ("llama",)
+# Tensors a checkpoint may carry that the maths never needs (old HF RoPE buffers).
+IGNORED_SUFFIXES = (".rotary_emb.inv_freq",)
 
 # Tensor roles -> names per format ({i} = layer index). Output-major in both.
 HF_NAMES = {
@@ -49,6 +53,11 @@ HF_NAMES = {
     "gate": "model.layers.{i}.mlp.gate_proj.weight",
     "up": "model.layers.{i}.mlp.up_proj.weight",
     "down": "model.layers.{i}.mlp.down_proj.weight",
+    "q_bias": "model.layers.{i}.self_attn.q_proj.bias",
+    "k_bias": "model.layers.{i}.self_attn.k_proj.bias",
+    "v_bias": "model.layers.{i}.self_attn.v_proj.bias",
+    "q_norm": "model.layers.{i}.self_attn.q_norm.weight",
+    "k_norm": "model.layers.{i}.self_attn.k_norm.weight",
 }
 GGUF_NAMES = {
     "embed": "token_embd.weight", "final_norm": "output_norm.weight",
@@ -59,7 +68,14 @@ GGUF_NAMES = {
     "mlp_norm": "blk.{i}.ffn_norm.weight",
     "gate": "blk.{i}.ffn_gate.weight", "up": "blk.{i}.ffn_up.weight",
     "down": "blk.{i}.ffn_down.weight",
+    "q_bias": "blk.{i}.attn_q.bias", "k_bias": "blk.{i}.attn_k.bias",
+    "v_bias": "blk.{i}.attn_v.bias",
+    "q_norm": "blk.{i}.attn_q_norm.weight", "k_norm": "blk.{i}.attn_k_norm.weight",
+    "rope_freqs": "rope_freqs.weight",
 }
+LAYER_ROLES = ("attn_norm", "q", "k", "v", "o", "mlp_norm", "gate", "up", "down")
+BIAS_ROLES = ("q_bias", "k_bias", "v_bias")
+QK_NORM_ROLES = ("q_norm", "k_norm")
 
 
 @dataclass(frozen=True)
@@ -90,7 +106,8 @@ def as_ids(value) -> tuple[int, ...]:
 
 
 def config_from_hf(cfg: dict, path: str) -> ModelConfig:
-    """config.json (LlamaConfig) -> ModelConfig. rope_theta may sit in rope_parameters."""
+    """config.json (Llama/Qwen2/Qwen3) -> ModelConfig. rope_theta may sit in rope_parameters."""
+    options = options_from_hf(cfg, path)
     try:
         heads = int(_require(cfg, "num_attention_heads", path))
         hidden = int(_require(cfg, "hidden_size", path))
@@ -110,6 +127,7 @@ def config_from_hf(cfg: dict, path: str) -> ModelConfig:
             tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
             bos_token_id=None if cfg.get("bos_token_id") is None else int(cfg["bos_token_id"]),
             eos_token_ids=as_ids(cfg.get("eos_token_id")),
+            options=options,
         )
     except (TypeError, ValueError, AttributeError) as e:
         raise ModelFormatError(path, f"bad config value: {e}") from None
@@ -117,10 +135,8 @@ def config_from_hf(cfg: dict, path: str) -> ModelConfig:
 
 def config_from_gguf(meta: dict, path: str, vocab_fallback: int) -> ModelConfig:
     """GGUF `{arch}.*` and `tokenizer.ggml.*` metadata -> ModelConfig."""
-    arch = meta.get("general.architecture")
-    if arch not in SUPPORTED_GGUF_ARCHS:
-        raise ModelFormatError(path, f"unsupported architecture {arch!r} "
-                                     f"(supported: {', '.join(SUPPORTED_GGUF_ARCHS)})")
+    options = options_from_gguf(meta, path)
+    arch = options.family
 
     def key(name: str, default=None):
         full = f"{arch}.{name}"
@@ -149,6 +165,7 @@ def config_from_gguf(meta: dict, path: str, vocab_fallback: int) -> ModelConfig:
             tie_word_embeddings=False,  # build_weights ties when output.weight is absent
             bos_token_id=meta.get("tokenizer.ggml.bos_token_id"),
             eos_token_ids=as_ids(meta.get("tokenizer.ggml.eos_token_id")),
+            options=options,
         )
     except (TypeError, ValueError) as e:
         raise ModelFormatError(path, f"bad metadata value: {e}") from None
@@ -216,9 +233,21 @@ def _input_major(src: TensorSource, roles: list[tuple[str, tuple, int]],
     return src.get_input_major(parts)
 
 
+def _qkv_bias(src: TensorSource, cfg: ModelConfig, i: int) -> np.ndarray:
+    """q | k | v biases [H*hd + 2*KV*hd], q and k in rotate-half order like their rows."""
+    parts = []
+    for role, heads in (("q_bias", cfg.num_heads), ("k_bias", cfg.num_kv_heads), ("v_bias", 0)):
+        size = cfg.q_size if role == "q_bias" else cfg.kv_size
+        bias = _vector(src, role, size, i)                                  # [size]
+        parts.append(bias[unpermute_order(size, heads)] if heads and src.is_gguf_permuted
+                     else bias)
+    return np.concatenate(parts)
+
+
 def _layer(src: TensorSource, cfg: ModelConfig, i: int) -> LayerWeights:
     d, ff, q, kv = cfg.hidden_size, cfg.intermediate_size, cfg.q_size, cfg.kv_size
     qkv = [("q", (q, d), cfg.num_heads), ("k", (kv, d), cfg.num_kv_heads), ("v", (kv, d), 0)]
+    qk_norm = cfg.options.qk_norm
     return LayerWeights(
         attn_norm=_vector(src, "attn_norm", d, i),
         wqkv=_input_major(src, qkv, i),                                     # [d, q + 2*kv]
@@ -226,6 +255,9 @@ def _layer(src: TensorSource, cfg: ModelConfig, i: int) -> LayerWeights:
         mlp_norm=_vector(src, "mlp_norm", d, i),
         w_gate_up=_input_major(src, [("gate", (ff, d), 0), ("up", (ff, d), 0)], i),
         w_down=_input_major(src, [("down", (d, ff), 0)], i),               # [ff, d]
+        bqkv=_qkv_bias(src, cfg, i) if cfg.options.qkv_bias else None,      # [q + 2*kv]
+        q_norm=_vector(src, "q_norm", cfg.head_dim, i) if qk_norm else None,  # [hd]
+        k_norm=_vector(src, "k_norm", cfg.head_dim, i) if qk_norm else None,  # [hd]
     )
 
 
@@ -238,8 +270,11 @@ def _check_heads(cfg: ModelConfig, path: str) -> None:
 
 
 def build_weights(src: TensorSource, cfg: ModelConfig) -> tuple[ModelConfig, LlamaWeights]:
-    """Load, check and rearrange every tensor; returns the config with tying settled."""
+    """Load, check and rearrange every tensor; returns the config with tying and the GGUF's
+    RoPE divisors settled."""
     _check_heads(cfg, src.path)
+    _check_known_tensors(src, cfg)
+    cfg = _with_rope_divisors(src, cfg)
     d, vocab = cfg.hidden_size, cfg.vocab_size
     embed = _owned_f32(src.get(_name(src, "embed", (vocab, d))))            # [V, d]
     has_head = src.role_names["lm_head"] in src.shapes
@@ -255,3 +290,37 @@ def build_weights(src: TensorSource, cfg: ModelConfig) -> tuple[ModelConfig, Lla
         lm_head=lm_head,
     )
     return dataclasses.replace(cfg, tie_word_embeddings=tied), weights
+
+
+def _expected_names(src: TensorSource, cfg: ModelConfig) -> set[str]:
+    """Every tensor name this family's decoder reads (or may find and leave, like a tied
+    model's spare LM head)."""
+    roles = list(LAYER_ROLES)
+    roles += BIAS_ROLES if cfg.options.qkv_bias else ()
+    roles += QK_NORM_ROLES if cfg.options.qk_norm else ()
+    names = {src.role_names[r].format(i=i) for r in roles for i in range(cfg.num_layers)}
+    names |= {src.role_names[r] for r in ("embed", "final_norm", "lm_head", "rope_freqs")
+              if r in src.role_names}
+    return names
+
+
+def _check_known_tensors(src: TensorSource, cfg: ModelConfig) -> None:
+    """Refuse a tensor the decoder would not read: it is maths we would silently skip."""
+    expected = _expected_names(src, cfg)
+    unknown = sorted(n for n in src.shapes
+                     if n not in expected and not n.endswith(IGNORED_SUFFIXES))
+    if unknown:
+        more = f" and {len(unknown) - 1} more" if len(unknown) > 1 else ""
+        raise ModelFormatError(src.path, f"unknown tensor {unknown[0]}{more} for the "
+                                         f"{cfg.options.family} family (not supported)")
+
+
+def _with_rope_divisors(src: TensorSource, cfg: ModelConfig) -> ModelConfig:
+    """A GGUF's `rope_freqs` [hd/2] (llama.cpp's form of Llama 3 RoPE scaling) -> options."""
+    name = src.role_names.get("rope_freqs")
+    if name is None or name not in src.shapes:
+        return cfg
+    divisors = _vector(src, "rope_freqs", cfg.head_dim // 2)                # [hd/2]
+    options = dataclasses.replace(cfg.options,
+                                  rope_freq_divisors=tuple(float(x) for x in divisors))
+    return dataclasses.replace(cfg, options=options)
