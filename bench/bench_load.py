@@ -21,6 +21,7 @@ sys.path.insert(0, str(REPO))
 
 from cli.fetch import DEFAULT_DEST, GGUF_NAME, ensure_model  # noqa: E402
 from engine.formats.gguf import GGUFFile  # noqa: E402
+from engine.model.families import gguf_qk_permuted  # noqa: E402
 from engine.model.loader import load_model  # noqa: E402
 from engine.model.weights import GGUF_NAMES, TensorSource, build_weights, config_from_gguf  # noqa: E402
 
@@ -30,10 +31,11 @@ TARGET_S = 3.0
 def load_weights_only(path: Path) -> float:
     start = time.perf_counter()
     gguf = GGUFFile(path)
+    config = config_from_gguf(gguf.metadata, gguf.path, 0)
     source = TensorSource(path=gguf.path, shapes={n: t.shape for n, t in gguf.tensors.items()},
                           get=gguf.tensor, get_input_major=gguf.matrix_input_major,
-                          role_names=GGUF_NAMES, is_gguf_permuted=True)
-    build_weights(source, config_from_gguf(gguf.metadata, gguf.path, 0))
+                          role_names=GGUF_NAMES, is_gguf_permuted=gguf_qk_permuted(config.options))
+    build_weights(source, config)
     return time.perf_counter() - start
 
 

@@ -18,7 +18,7 @@ from engine.core.snapshot import (BLOCK_CACHED, BLOCK_FREE, BLOCK_SHARED, BLOCK_
 from engine.core.speculative import SPECULATIVE_RULES
 from engine.core.speculative import check_config as check_speculative_config
 from engine.errors import (InvalidConfig, InvalidRequest, ModelFormatError, PromptTooLong,
-                           RequestRefused)
+                           RequestRefused, UnsupportedModel)
 from engine.grammar.automaton import Grammar
 from engine.grammar.budget import MAX_COMPILE_WORK
 from engine.grammar.compile import GrammarCache, GrammarSpec, ToolCallFormat, schema_spec
@@ -42,7 +42,7 @@ __all__ = [
     "generate_dense", "GenRequest", "Grammar", "GrammarCache", "GrammarError", "GrammarInvalid",
     "GrammarSpec", "GrammarUnsupported", "InvalidConfig", "InvalidRequest", "load_model",
     "MAX_COMPILE_WORK", "MAX_SCHEMA_DEPTH", "MAX_TOP_LOGPROBS", "Model", "model_name",
-    "ModelConfig", "ModelFormatError",
+    "ModelConfig", "ModelFormatError", "UnsupportedModel",
     "PREFIX_CACHE_MODES", "PREFIX_CACHE_RULE", "PromptLogprobs", "PromptTooLong", "RequestId",
     "RequestRefused", "sample", "SamplingParams", "schema_spec", "SPECULATIVE_METHODS",
     "SPECULATIVE_RULES", "SpeculativeConfig", "StepRecord", "Tokenizer", "TokenOut",

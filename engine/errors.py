@@ -7,6 +7,10 @@ file and the problem in words. A caller (the CLI, the server at start-up) can pr
 is; nobody ever sees a numpy or struct traceback for a broken model file. It subclasses
 `ValueError` so code that already catches "bad file" keeps working.
 
+`UnsupportedModel` (a `ModelFormatError`): the file is well formed but asks for maths this
+engine does not implement (an architecture, a RoPE scaling type, soft-capping, an unknown
+tensor...): fetching the file again will not help, a caller should say so.
+
 `InvalidConfig`: an engine setting the engine will not run with (`EngineConfig`, its
 `SpeculativeConfig`). `field` names the setting as the config spells it
 (`speculative.prompt_lookup_min`), so a caller that reads settings from a file can name
@@ -29,6 +33,10 @@ class ModelFormatError(ValueError):
         self.path = str(path)
         self.problem = problem
         super().__init__(f"{self.path}: {problem}")
+
+
+class UnsupportedModel(ModelFormatError):
+    """A readable model file whose maths (architecture, key, tensor) is not implemented."""
 
 
 class InvalidConfig(ValueError):

@@ -11,13 +11,14 @@ options:
 "Never load and answer wrongly": a config key or GGUF key that would change the maths and
 is not implemented here (another RoPE scaling type, partial rotary, logit soft-capping,
 sliding windows, biases we do not read, another activation, experts) refuses the model with
-`ModelFormatError` naming the key and the file. Unknown tensors are refused by weights.py.
+`UnsupportedModel` (a ModelFormatError) naming the key and the file. Unknown tensors are
+refused by weights.py.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.errors import ModelFormatError
+from engine.errors import ModelFormatError, UnsupportedModel
 from engine.model.spec import FamilyOptions, Llama3RopeScaling
 
 
@@ -54,7 +55,7 @@ GGUF_REFUSED_KEYS = {
 
 
 def _refuse(path: str, key: str, why: str):
-    raise ModelFormatError(path, f"{key}: {why} (not supported, refusing rather than "
+    raise UnsupportedModel(path, f"{key}: {why} (not supported, refusing rather than "
                                  f"answering wrongly)")
 
 

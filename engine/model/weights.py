@@ -29,7 +29,7 @@ from typing import Callable
 
 import numpy as np
 
-from engine.errors import ModelFormatError
+from engine.errors import ModelFormatError, UnsupportedModel
 from engine.model.families import options_from_gguf, options_from_hf
 from engine.model.spec import LayerWeights, LlamaWeights, ModelConfig
 
@@ -148,8 +148,8 @@ def config_from_gguf(meta: dict, path: str, vocab_fallback: int) -> ModelConfig:
         head_dim = int(key("attention.key_length", hidden // heads))
         rope_dims = int(key("rope.dimension_count", head_dim))
         if rope_dims != head_dim:
-            raise ModelFormatError(path, f"partial RoPE ({rope_dims} of {head_dim} dims) "
-                                         f"is not supported")
+            raise UnsupportedModel(path, f"{arch}.rope.dimension_count: partial RoPE "
+                                         f"({rope_dims} of {head_dim} dims) is not supported")
         tokens = meta.get("tokenizer.ggml.tokens")
         return ModelConfig(
             vocab_size=int(key("vocab_size", len(tokens) if tokens else vocab_fallback)),
@@ -167,6 +167,8 @@ def config_from_gguf(meta: dict, path: str, vocab_fallback: int) -> ModelConfig:
             eos_token_ids=as_ids(meta.get("tokenizer.ggml.eos_token_id")),
             options=options,
         )
+    except ModelFormatError:
+        raise                       # already names the file and the key (a ValueError too)
     except (TypeError, ValueError) as e:
         raise ModelFormatError(path, f"bad metadata value: {e}") from None
 
@@ -311,7 +313,7 @@ def _check_known_tensors(src: TensorSource, cfg: ModelConfig) -> None:
                      if n not in expected and not n.endswith(IGNORED_SUFFIXES))
     if unknown:
         more = f" and {len(unknown) - 1} more" if len(unknown) > 1 else ""
-        raise ModelFormatError(src.path, f"unknown tensor {unknown[0]}{more} for the "
+        raise UnsupportedModel(src.path, f"unknown tensor {unknown[0]}{more} for the "
                                          f"{cfg.options.family} family (not supported)")
 
 

@@ -14,6 +14,7 @@ import os
 import numpy as np
 import pytest
 
+from engine.errors import UnsupportedModel
 from engine.formats.gguf import GGUFFile
 from engine.model import rope
 from engine.model.loader import load_model
@@ -76,6 +77,8 @@ def test_folder_key_that_changes_the_maths_is_refused(tmp_path, family, edits, k
     folder = _folder(tmp_path, family, **edits)
     message = expect_format_error(load_model, folder, key, detail)
     assert "fetch-model" not in message
+    with pytest.raises(UnsupportedModel):      # not a broken file: fetching again won't help
+        load_model(folder)
 
 
 def test_harmless_values_of_those_keys_still_load(tmp_path):
@@ -102,6 +105,7 @@ GGUF_REFUSALS = [
     ({"llama.attention.sliding_window": 512}, "llama.attention.sliding_window", "512"),
     ({"llama.expert_count": 8}, "llama.expert_count", "8"),
     ({"llama.attention.value_length": 8}, "llama.attention.value_length", "8"),
+    ({"llama.rope.dimension_count": 8}, "llama.rope.dimension_count", "partial RoPE"),
 ]
 
 
@@ -110,6 +114,8 @@ def test_gguf_key_that_changes_the_maths_is_refused(tmp_path, meta, key, detail)
     path = _tiny_gguf(tmp_path, extra_meta=meta)
     message = expect_format_error(load_model, path, key, detail)
     assert "fetch-model" not in message
+    with pytest.raises(UnsupportedModel):
+        load_model(path)
 
 
 def test_gguf_unknown_tensor_is_refused(tmp_path):
