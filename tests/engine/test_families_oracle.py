@@ -17,7 +17,7 @@ import json
 import numpy as np
 import pytest
 
-from engine.api import EngineConfig, GenRequest
+from engine.api import EngineConfig, GenRequest, SpeculativeConfig
 from engine.core.engine import Engine
 from engine.model import llama
 from engine.model.loader import load_model
@@ -35,6 +35,9 @@ MARGIN_TOLERANCE = 1e-3
 # A paged engine with small blocks and prefill chunks, so every prompt crosses blocks and
 # the long (>300 token) prompt is prefilled in several chunks.
 PAGED = EngineConfig(block_size=8, num_kv_blocks=512, prefill_chunk=48)
+# The same with prompt-lookup speculation: verification chunks of the last token + drafts.
+SPECULATIVE = EngineConfig(block_size=8, num_kv_blocks=512, prefill_chunk=48,
+                           speculative=SpeculativeConfig(num_speculative_tokens=4))
 
 
 def _jsonl(family: str, name: str) -> list[dict]:
@@ -88,16 +91,34 @@ def test_dense_greedy_matches_hugging_face(family, source):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_batched_paged_engine_matches_hugging_face(family):
-    """All prompts at once through the runner (paged KV, chunked prefill, decode mirror):
-    the family's options must reach the batched path, not only the dense reference."""
+    """All prompts at once through the runner (paged KV, chunked prefill, decode mirror),
+    twice: the second round reads the first round's prompts from the radix prefix cache.
+    The family's options must reach the batched path, not only the dense reference."""
     model = _model(family, "gguf")
     cases = _jsonl(family, "greedy.jsonl")
     engine = Engine(model, PAGED)
+    for round_index in range(2):
+        ids = [engine.add_request(GenRequest(prompt=tuple(c["prompt_ids"]), params=GREEDY,
+                                             max_tokens=c["max_new_tokens"])) for c in cases]
+        outs = run_to_completion(engine)
+        for rid, case in zip(ids, cases):
+            _assert_greedy_matches(tokens_of(outs[rid]), case)
+    # the >300-token prompt alone spans dozens of whole cached blocks
+    assert engine.stats().prefix_hit_tokens >= PAGED.block_size * 40
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_speculative_engine_matches_hugging_face(family):
+    """Greedy speculation must not change a token, whatever the family's options."""
+    model = _model(family, "folder")
+    cases = _jsonl(family, "greedy.jsonl")
+    engine = Engine(model, SPECULATIVE)
     ids = [engine.add_request(GenRequest(prompt=tuple(c["prompt_ids"]), params=GREEDY,
                                          max_tokens=c["max_new_tokens"])) for c in cases]
     outs = run_to_completion(engine)
     for rid, case in zip(ids, cases):
         _assert_greedy_matches(tokens_of(outs[rid]), case)
+    assert engine.stats().spec_draft_tokens > 0          # drafts were verified, not skipped
 
 
 @pytest.mark.parametrize("family", FAMILIES)
