@@ -107,6 +107,8 @@ def _hf_rope_scaling(cfg: dict, path: str) -> Llama3RopeScaling | None:
     scaling = None
     for key in ("rope_scaling", "rope_parameters"):
         params = cfg.get(key) or {}
+        if any(isinstance(value, dict) for value in params.values()):
+            _refuse(path, key, "RoPE parameters per layer type")      # Gemma 3 style
         partial = params.get("partial_rotary_factor", cfg.get("partial_rotary_factor"))
         if partial not in (None, 1, 1.0):
             _refuse(path, "partial_rotary_factor", f"partial rotary ({partial!r})")
