@@ -6,12 +6,13 @@ integers. Dequantizing means `value = scale * q (+ min)` per block. The dequanti
 the raw bytes of a whole tensor into float32 in a handful of numpy operations over *all*
 blocks at once -- never a Python loop per block -- because the real model has millions of
 blocks and must load in about a second. This module holds the plain formats; the 256-value
-K-quants live in `quants_k.py`, the shared bit-unpacking in `quant_bits.py`; `GGML_TYPES`
-here registers them all.
+K-quants live in `quants_k.py`, the table-lookup IQ4 types in `quants_iq.py`, the shared
+bit-unpacking in `quant_bits.py`; `GGML_TYPES` here registers them all.
 
 Exactness: each dequantizer performs the same float32 operations, in the same order, as
 llama.cpp's reference (`d * q + m`, `(d * sc) * q - dmin * m`, ...), so its output is bit
-for bit the reference output (`../shared/oracle/dequant_cases.json` checks this).
+for bit the reference output (`../shared/oracle/dequant_cases.json` and the `gguf`
+package's `gguf.quants.dequantize` on random blocks check this).
 
 What it is not: a quantizer. The runtime only reads; the two small quantizers the tests
 use to write GGUF test models (Q8_0, Q4_1) live in `tests/quantize.py`.
@@ -21,9 +22,11 @@ Block layouts (bytes, little-endian; `f16` is an IEEE half):
     Q8_0  [d:f16][q:int8 x32]                          value = d * q
     Q4_0  [d:f16][nibbles x16]                         value = d * (nibble - 8)
     Q4_1  [d:f16][m:f16][nibbles x16]                  value = d * nibble + m
+    Q5_0  [d:f16][qh:u32][nibbles x16]                 value = d * (q5 - 16)
+    Q5_1  [d:f16][m:f16][qh:u32][nibbles x16]          value = d * q5 + m
 
 In these formats the low nibbles of the 16 bytes are values 0-15 and the high nibbles
-values 16-31.
+values 16-31; Q5's fifth bit of value j is bit j of `qh`.
 """
 from __future__ import annotations
 
@@ -32,9 +35,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.formats.quant_bits import QK_K, Dequantizer, f16_column, split_nibbles
-from engine.formats.quants_k import dequant_q4_k, dequant_q5_k, dequant_q6_k
+from engine.formats.quants_iq import dequant_iq4_nl, dequant_iq4_xs
+from engine.formats.quants_k import (dequant_q2_k, dequant_q3_k, dequant_q4_k, dequant_q5_k,
+                                     dequant_q6_k)
 
 Q4_CODE_BIAS = 8            # Q4_0's 4-bit codes are stored +8
+Q5_CODE_BIAS = 16           # Q5_0's 5-bit codes are stored +16
 
 
 @dataclass(frozen=True)
@@ -90,6 +96,32 @@ def dequant_q4_1(raw: np.ndarray) -> np.ndarray:
     return out
 
 
+def _q5_codes(raw: np.ndarray, start: int) -> np.ndarray:
+    """Q5_0/Q5_1 block bytes from `start` ([qh:4][nibbles x16]) -> 5-bit codes uint8 [nb, 32].
+
+    Bit j of the little-endian u32 `qh` is the fifth bit of value j; the nibbles are laid
+    out as in Q4_0 (low nibbles values 0-15, high nibbles 16-31).
+    """
+    high = np.unpackbits(raw[:, start:start + 4], axis=1, bitorder="little")   # [nb, 32]
+    low = split_nibbles(raw[:, start + 4:start + 20], 16).reshape(raw.shape[0], 32)
+    return low | (high << 4)
+
+
+def dequant_q5_0(raw: np.ndarray) -> np.ndarray:
+    d = f16_column(raw[:, :2])                          # [nb, 1]
+    out = (_q5_codes(raw, 2).astype(np.int8) - np.int8(Q5_CODE_BIAS)).astype(np.float32)
+    out *= d
+    return out
+
+
+def dequant_q5_1(raw: np.ndarray) -> np.ndarray:
+    d, m = f16_column(raw[:, :2]), f16_column(raw[:, 2:4])      # [nb, 1] each
+    out = _q5_codes(raw, 4).astype(np.float32)          # [nb, 32]
+    out *= d
+    out += m
+    return out
+
+
 def _t(name, type_id, block_size, type_size, fn=None) -> GGMLType:
     return GGMLType(name, type_id, block_size, type_size, fn)
 
@@ -100,22 +132,34 @@ GGML_TYPES: dict[int, GGMLType] = {t.type_id: t for t in (
     _t("F16", 1, 1, 2, dequant_f16),
     _t("Q4_0", 2, 32, 18, dequant_q4_0),
     _t("Q4_1", 3, 32, 20, dequant_q4_1),
-    _t("Q5_0", 6, 32, 22),
-    _t("Q5_1", 7, 32, 24),
+    _t("Q5_0", 6, 32, 22, dequant_q5_0),
+    _t("Q5_1", 7, 32, 24, dequant_q5_1),
     _t("Q8_0", 8, 32, 34, dequant_q8_0),
     _t("Q8_1", 9, 32, 36),
-    _t("Q2_K", 10, QK_K, 84),
-    _t("Q3_K", 11, QK_K, 110),
+    _t("Q2_K", 10, QK_K, 84, dequant_q2_k),
+    _t("Q3_K", 11, QK_K, 110, dequant_q3_k),
     _t("Q4_K", 12, QK_K, 144, dequant_q4_k),
     _t("Q5_K", 13, QK_K, 176, dequant_q5_k),
     _t("Q6_K", 14, QK_K, 210, dequant_q6_k),
     _t("Q8_K", 15, QK_K, 292),
+    _t("IQ2_XXS", 16, QK_K, 66),
+    _t("IQ2_XS", 17, QK_K, 74),
+    _t("IQ3_XXS", 18, QK_K, 98),
+    _t("IQ1_S", 19, QK_K, 50),
+    _t("IQ4_NL", 20, 32, 18, dequant_iq4_nl),
+    _t("IQ3_S", 21, QK_K, 110),
+    _t("IQ2_S", 22, QK_K, 82),
+    _t("IQ4_XS", 23, QK_K, 136, dequant_iq4_xs),
     _t("I8", 24, 1, 1),
     _t("I16", 25, 1, 2),
     _t("I32", 26, 1, 4),
     _t("I64", 27, 1, 8),
     _t("F64", 28, 1, 8),
+    _t("IQ1_M", 29, QK_K, 56),
     _t("BF16", 30, 1, 2, dequant_bf16),
+    _t("TQ1_0", 34, QK_K, 54),
+    _t("TQ2_0", 35, QK_K, 66),
+    _t("MXFP4", 39, 32, 17),
 )}
 GGML_TYPE_BY_NAME: dict[str, GGMLType] = {t.name: t for t in GGML_TYPES.values()}
 

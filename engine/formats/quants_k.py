@@ -1,20 +1,23 @@
-"""The K-quants: 256-value super-blocks with per-sub-block scales (Q4_K .. Q6_K).
+"""The K-quants: 256-value super-blocks with per-sub-block scales (Q2_K .. Q6_K).
 
 A super-block holds 256 values as 8 sub-blocks of 32 (Q4_K, Q5_K) or 16 sub-blocks of 16
-(Q6_K). Each sub-block has a small integer scale (and for Q4_K/Q5_K a
+(Q2_K, Q3_K, Q6_K). Each sub-block has a small integer scale (and for Q2_K/Q4_K/Q5_K a
 minimum) that multiplies one or two float16 super-scales: `value = (d * sc) * q - dmin * m`.
 Each dequantizer here performs llama.cpp's float32 operations in llama.cpp's order, so the
-output is bit for bit the reference (`../shared/oracle/dequant_cases.json` checks this).
+output is bit for bit the reference (tests/engine/test_quants_reference.py checks it against
+the `gguf` package on random blocks).
 
 Block layouts (bytes, little-endian; `f16` is an IEEE half):
 
+    Q2_K  [scales:16][2-bit codes:64][d:f16][dmin:f16]       scale byte: low nibble sc, high m
+    Q3_K  [high bits:32][2-bit codes:64][scales:12][d:f16]   16 signed 6-bit scales
     Q4_K  [d:f16][dmin:f16][scales:12][nibbles x128]         8 sub-blocks of 32, 6-bit sc/min
     Q5_K  [d][dmin][scales:12][high bits:32][nibbles x128]
     Q6_K  [low nibbles:128][high 2-bits:64][scales:int8 x16][d:f16]
 
-The 2-bit fields of Q6_K: each half super-block (128 values) has 32 bytes whose bits 0-1,
-2-3, 4-5, 6-7 are four runs of 32 values. The high bits of Q5_K: bit j of the 32 bytes is
-run j of 32 values.
+The 2-bit fields of Q2_K/Q3_K/Q6_K: each half super-block (128 values) has 32 bytes whose
+bits 0-1, 2-3, 4-5, 6-7 are four runs of 32 values. The high bits of Q3_K/Q5_K: bit j of
+the 32 bytes is run j of 32 values.
 """
 from __future__ import annotations
 
@@ -22,7 +25,9 @@ import numpy as np
 
 from engine.formats.quant_bits import QK_K, bit_planes, f16_column, split_crumbs, split_nibbles
 
-K_SCALE_BYTES = 12          # packed 6-bit (scale, min) pairs of the 8 sub-blocks of Q4_K/Q5_K
+K_SCALE_BYTES = 12          # packed 6-bit scales: 8 (sc, min) pairs (Q4_K/Q5_K) or 16 sc (Q3_K)
+Q3_K_SCALE_BIAS = 32        # Q3_K's 6-bit scales are stored +32
+Q3_K_CODE_BIAS = 4          # a Q3_K code whose high bit is clear is 4 lower
 Q6_K_CODE_BIAS = 32         # Q6_K's 6-bit codes are stored +32
 
 
@@ -51,15 +56,50 @@ def _k_affine(raw: np.ndarray, q: np.ndarray) -> np.ndarray:
     return out.reshape(raw.shape[0], QK_K)
 
 
-def _scaled_16s(q: np.ndarray, scale: np.ndarray) -> np.ndarray:
-    """Codes [nb, ...] (256 per block) -> scale * q, float32 [nb, 256].
+def _scaled_16s(q: np.ndarray, scale: np.ndarray, offset: np.ndarray | None = None) -> np.ndarray:
+    """Codes [nb, ...] (256 per block) -> scale * q (- offset), float32 [nb, 256].
 
-    `scale` is float32 [nb, 16]: one per sub-block of 16 values.
+    `scale` and `offset` are float32 [nb, 16]: one per sub-block of 16 values.
     """
     nb = q.shape[0]
     out = q.reshape(nb, 16, 16).astype(np.float32)
     out *= scale[:, :, None]
+    if offset is not None:
+        out -= offset[:, :, None]
     return out.reshape(nb, QK_K)
+
+
+def dequant_q2_k(raw: np.ndarray) -> np.ndarray:
+    """Q2_K: 16 sub-blocks of 16 values, 2-bit codes, 4-bit scale and min per sub-block."""
+    scales = raw[:, 0:16]                                # [nb, 16]
+    q = split_crumbs(raw[:, 16:80], 32)                  # [nb, 2, 4, 32] -> 16 x 16 values
+    d, dmin = f16_column(raw[:, 80:82]), f16_column(raw[:, 82:84])  # [nb, 1]
+    scale = d * (scales & 0x0F).astype(np.float32)       # [nb, 16]
+    offset = dmin * (scales >> 4).astype(np.float32)     # [nb, 16]
+    return _scaled_16s(q, scale, offset)
+
+
+def _q3_k_scales(packed: np.ndarray) -> np.ndarray:
+    """uint8 [nb, 12] -> the 16 signed 6-bit scales of Q3_K, float32 [nb, 16].
+
+    Bytes 0-7: low nibbles are scales 0-7's low 4 bits, high nibbles scales 8-15's. Bytes
+    8-11: the 2-bit field k of byte i is the top 2 bits of scale 4*k + i.
+    """
+    low = packed[:, 0:8]                                 # [nb, 8]
+    low4 = np.concatenate([low & 0x0F, low >> 4], axis=1)   # [nb, 16]
+    top2 = split_crumbs(packed[:, 8:12], 4).reshape(-1, 16)  # [nb, 1, 4, 4] -> [nb, 16]
+    sc = (low4 | (top2 << 4)).astype(np.int8) - np.int8(Q3_K_SCALE_BIAS)
+    return sc.astype(np.float32)
+
+
+def dequant_q3_k(raw: np.ndarray) -> np.ndarray:
+    """Q3_K: 16 sub-blocks of 16 values, 3-bit codes (2 low bits + 1 high bit) centred at 4."""
+    nb = raw.shape[0]
+    high = bit_planes(raw[:, 0:32])                      # [nb, 8, 32]: run j's high bits
+    low = split_crumbs(raw[:, 32:96], 32).reshape(nb, 8, 32)
+    q = (low | (high << 2)).astype(np.int8) - np.int8(Q3_K_CODE_BIAS)  # [nb, 8, 32]
+    d = f16_column(raw[:, 108:110])                      # [nb, 1]
+    return _scaled_16s(q, d * _q3_k_scales(raw[:, 96:108]))
 
 
 def dequant_q4_k(raw: np.ndarray) -> np.ndarray:
