@@ -46,6 +46,16 @@ def test_q4_0_codes_are_centred_at_8():
     assert got.tolist() == [-16.0] * 16 + [14.0] * 16
 
 
+def test_q5_0_fifth_bit_of_value_j_is_bit_j_of_the_little_endian_u32():
+    qh = (1 << 0) | (1 << 17) | (1 << 31)                          # values 0, 17, 31 get +16
+    block = _f16_bytes(0.5) + list(qh.to_bytes(4, "little")) + [0x21] * 16   # low 1, high 2
+    got = dequantize(np.array(block, np.uint8), GGML_TYPE_BY_NAME["Q5_0"], 32)
+    expected = [0.5 * (1 - 16)] * 16 + [0.5 * (2 - 16)] * 16
+    for j in (0, 17, 31):
+        expected[j] += 0.5 * 16
+    assert got.tolist() == expected
+
+
 def test_q8_0_is_signed_bytes_times_scale():
     block = _f16_bytes(0.25) + list(np.arange(-16, 16, dtype=np.int8).view(np.uint8))
     got = dequantize(np.array(block, np.uint8), GGML_TYPE_BY_NAME["Q8_0"], 32)
