@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from engine.formats.quants import GGML_TYPE_BY_NAME, GGML_TYPES, dequantize, dequantize_input_major
+from tests.quant_blocks import F16_SCALE_OFFSETS, random_blocks
 from tests.quantize import quantize_q4_1, quantize_q8_0
 from tests.oracle import ORACLE_DIR
 
@@ -45,6 +46,16 @@ def test_q4_0_codes_are_centred_at_8():
     assert got.tolist() == [-16.0] * 16 + [14.0] * 16
 
 
+def test_q5_0_fifth_bit_of_value_j_is_bit_j_of_the_little_endian_u32():
+    qh = (1 << 0) | (1 << 17) | (1 << 31)                          # values 0, 17, 31 get +16
+    block = _f16_bytes(0.5) + list(qh.to_bytes(4, "little")) + [0x21] * 16   # low 1, high 2
+    got = dequantize(np.array(block, np.uint8), GGML_TYPE_BY_NAME["Q5_0"], 32)
+    expected = [0.5 * (1 - 16)] * 16 + [0.5 * (2 - 16)] * 16
+    for j in (0, 17, 31):
+        expected[j] += 0.5 * 16
+    assert got.tolist() == expected
+
+
 def test_q8_0_is_signed_bytes_times_scale():
     block = _f16_bytes(0.25) + list(np.arange(-16, 16, dtype=np.int8).view(np.uint8))
     got = dequantize(np.array(block, np.uint8), GGML_TYPE_BY_NAME["Q8_0"], 32)
@@ -58,19 +69,11 @@ def test_f32_and_bf16_by_hand():
     assert dequantize(bf16, GGML_TYPE_BY_NAME["BF16"], 2).tolist() == [1.0, -3.0]
 
 
-# Where each type keeps its float16 scale(s) inside a block.
-SCALE_OFFSETS = {"Q4_0": (0,), "Q4_1": (0, 2), "Q8_0": (0,), "Q4_K": (0, 2), "Q5_K": (0, 2),
-                 "Q6_K": (208,)}
-
-
-@pytest.mark.parametrize("name", sorted(SCALE_OFFSETS))
+@pytest.mark.parametrize("name", sorted(F16_SCALE_OFFSETS))
 def test_many_blocks_at_once_equal_block_by_block(name):
     gtype = GGML_TYPE_BY_NAME[name]
     num_blocks = 5
-    blocks = np.random.default_rng(0).integers(0, 256, (num_blocks, gtype.type_size), np.uint8)
-    for b in range(num_blocks):                          # finite, distinct scales
-        for off in SCALE_OFFSETS[name]:
-            blocks[b, off:off + 2] = _f16_bytes(0.01 * (b + 1))
+    blocks = random_blocks(name, num_blocks, seed=0)    # finite, distinct scales
     whole = dequantize(blocks.reshape(-1), gtype, num_blocks * gtype.block_size)
     parts = [dequantize(blocks[b], gtype, gtype.block_size) for b in range(num_blocks)]
     assert np.array_equal(whole, np.concatenate(parts))
@@ -78,8 +81,8 @@ def test_many_blocks_at_once_equal_block_by_block(name):
 
 
 def test_unsupported_type_and_wrong_size_raise_value_errors():
-    with pytest.raises(ValueError, match="Q5_0"):
-        dequantize(np.zeros(22, np.uint8), GGML_TYPE_BY_NAME["Q5_0"], 32)
+    with pytest.raises(ValueError, match="IQ2_XXS"):
+        dequantize(np.zeros(66, np.uint8), GGML_TYPE_BY_NAME["IQ2_XXS"], 256)
     with pytest.raises(ValueError, match="do not hold"):
         dequantize(np.zeros(33, np.uint8), GGML_TYPE_BY_NAME["Q8_0"], 32)
     assert GGML_TYPES[30].name == "BF16" and GGML_TYPES[14].name == "Q6_K"
@@ -111,7 +114,8 @@ def test_constant_and_zero_blocks_quantize_exactly():
     assert np.array_equal(dequantize(quantize_q4_1(twos), GGML_TYPE_BY_NAME["Q4_1"], 32), twos)
 
 
-@pytest.mark.parametrize("name", ["Q8_0", "Q4_1", "Q4_0", "Q4_K", "Q6_K", "F16", "BF16"])
+@pytest.mark.parametrize("name", ["Q8_0", "Q4_1", "Q4_0", "Q4_K", "Q6_K", "F16", "BF16",
+                                  "Q5_0", "Q3_K", "IQ4_XS"])
 def test_input_major_dequantization_is_the_exact_transpose(name):
     gtype = GGML_TYPE_BY_NAME[name]
     out_dim, in_dim = 6, 512
