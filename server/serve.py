@@ -27,8 +27,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
-from engine.api import (Engine, EngineConfig, ModelFormatError, load_model, model_name,
-                        tune_malloc)
+from engine.api import (Engine, EngineConfig, ModelFormatError, UnsupportedModel, load_model,
+                        model_name, tune_malloc)
 from server import defaults as sampling
 from server.access import AccessLog, open_access_log
 from server.app import ApiApp, ServedModel, ServerState
@@ -159,6 +159,8 @@ def load(cfg: ServeConfig, handle: ServerHandle, wrap_engine: EngineWrapper | No
     t0 = time.perf_counter()
     try:
         model = load_model(cfg.model_dir)
+    except UnsupportedModel as exc:     # present and well formed: fetching will not help
+        raise StartupError(f"cannot serve the model {exc.path}: {exc.problem}") from None
     except (ModelFormatError, OSError) as exc:
         why = exc.problem if isinstance(exc, ModelFormatError) else (exc.strerror or str(exc))
         raise StartupError(f"cannot load the model at {cfg.model_dir}: {why}; "

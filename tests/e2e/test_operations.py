@@ -3,6 +3,7 @@ state, honest start-up failures, sampling defaults, --version."""
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import subprocess
 import sys
@@ -120,6 +121,23 @@ def test_a_missing_model_is_one_line_with_the_fetch_command(tmp_path):
     lines = [ln for ln in done.stderr.splitlines() if ln.startswith("tlserve: ")]
     assert done.returncode == 1 and len(lines) == 1 and "Traceback" not in done.stderr
     assert str(unreadable) in lines[0] and "fetch-model" in lines[0]
+
+
+def test_a_model_asking_for_unserved_maths_is_refused_by_name_without_the_fetch_hint(
+        succ_model_dir, tmp_path):
+    """Present and well formed, but it needs maths this server does not do: the one line
+    names the key and the file, and does not send the user to fetch a model."""
+    capped = tmp_path / "capped"
+    shutil.copytree(succ_model_dir, capped)
+    config = json.loads((capped / "config.json").read_text())
+    (capped / "config.json").write_text(json.dumps({**config, "attn_logit_softcapping": 50.0}))
+    done = subprocess.run([sys.executable, "tlserve.py", "--model-dir", str(capped),
+                           "--port", "0", "--health-port", "0"], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=60)
+    lines = [ln for ln in done.stderr.splitlines() if ln.startswith("tlserve: ")]
+    assert done.returncode == 1 and len(lines) == 1 and "Traceback" not in done.stderr
+    assert "attn_logit_softcapping" in lines[0] and "config.json" in lines[0]
+    assert "fetch-model" not in lines[0]
 
 
 def test_version_and_start_up_log_of_changed_keys(succ_model_dir, tmp_path):
