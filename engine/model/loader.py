@@ -145,8 +145,8 @@ def _guarded(path: str, build, *args):
 
 
 def _bpe_from_gguf(metadata: dict):
-    from engine.tokenizer.bpe import BPETokenizer
-    return BPETokenizer.from_gguf_metadata(metadata)
+    from engine.tokenizer.choose import tokenizer_from_gguf_metadata
+    return tokenizer_from_gguf_metadata(metadata)
 
 
 def _byte_tokenizer(tc: dict):
@@ -157,8 +157,8 @@ def _byte_tokenizer(tc: dict):
 
 
 def _bpe_from_json(path: Path, tc: dict):
-    from engine.tokenizer.bpe import BPETokenizer
-    return BPETokenizer.from_tokenizer_json(path, tokenizer_config=tc or None)
+    from engine.tokenizer.choose import tokenizer_from_json
+    return tokenizer_from_json(path, tc or None)
 
 
 def _hf_tokenizer(directory: Path, tc: dict):

@@ -101,6 +101,7 @@ class Tokenizer:
         added_tokens: Sequence[AddedToken],
         bos_token_id: int | None,
         eos_token_ids: Sequence[int],
+        add_bos_token: bool = False,
     ) -> None:
         if len(token_strings) != len(token_bytes):
             raise TokenizerLoadError("token_strings and token_bytes differ in length")
@@ -118,22 +119,36 @@ class Tokenizer:
         self._matcher_plain = AddedTokenMatcher(t for t in added_tokens if not t.is_special)
         self.bos_token_id: int | None = bos_token_id
         self.eos_token_ids: tuple[int, ...] = tuple(eos_token_ids)
+        # Whether the model's text starts with BOS (tokenizer_config / GGUF add_bos_token).
+        self.add_bos_token: bool = add_bos_token and bos_token_id is not None
         for token_id in ((bos_token_id,) if bos_token_id is not None else ()) + self.eos_token_ids:
             self._check_id(token_id)
         self.bos_token: str = self.id_to_token(bos_token_id) if bos_token_id is not None else ""
         self.eos_token: str = self.id_to_token(self.eos_token_ids[0]) if self.eos_token_ids else ""
 
     # -- text -> ids ---------------------------------------------------------------------
-    def encode(self, text: str, *, parse_special: bool = True) -> list[int]:
-        """Token ids of `text`; no BOS/EOS is added. Added tokens are matched first."""
+    def encode(self, text: str, *, parse_special: bool = True,
+               add_special_tokens: bool = False) -> list[int]:
+        """Token ids of `text`. Added tokens are matched first. With `add_special_tokens`
+        BOS comes first when the model asks for it (`add_bos_token`); EOS is never added."""
         matcher = self._matcher_all if parse_special else self._matcher_plain
         ids: list[int] = []
+        if add_special_tokens and self.add_bos_token:
+            ids.append(self.bos_token_id)  # type: ignore[arg-type]
+        follows_token = True          # the text's start counts as "after a token"
         for segment in matcher.split(text):
             if isinstance(segment, int):
                 ids.append(segment)
+                follows_token = True
             else:
-                ids.extend(self._encode_ordinary(segment))
+                ids.extend(self._encode_ordinary(self._text_prefix(follows_token) + segment))
+                follows_token = False
         return ids
+
+    def _text_prefix(self, follows_token: bool) -> str:
+        """Text put before a plain segment that starts the text or follows an added token
+        (SentencePiece's space prefix); none here."""
+        return ""
 
     def _encode_ordinary(self, text: str) -> list[int]:
         raise NotImplementedError

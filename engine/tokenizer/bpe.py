@@ -17,15 +17,17 @@ Two loaders build the same tokenizer; the tests check both against the oracle:
 """
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from engine.tokenizer.base import AddedToken, Tokenizer, TokenizerLoadError
+from engine.tokenizer.hf_json import (
+    added_tokens_from_json, config_token_id, json_adds_bos, read_tokenizer_json)
 from engine.tokenizer.bytes_unicode import byte_chars_to_bytes
 from engine.tokenizer.merges import Pair, WordEncoder
+from engine.tokenizer.normalize import Normalizer, normalizer_from_json
 from engine.tokenizer.pretokenize import (
     PRE_TYPES_IGNORING_MERGES, PreTokenizer, pre_tokenizer_for_gguf, pre_tokenizer_from_json)
 
@@ -73,6 +75,8 @@ class BPETokenizer(Tokenizer):
         eos_token_ids: Sequence[int],
         ignore_merges: bool = False,
         raw_text_ids: frozenset[int] = frozenset(),
+        normalizer: Normalizer = Normalizer(),
+        add_bos_token: bool = False,
     ) -> None:
         token_strings = _token_strings(vocab, added_tokens)
         token_bytes = [
@@ -82,11 +86,13 @@ class BPETokenizer(Tokenizer):
             token_bytes[token.id] = token.content.encode("utf-8")
         super().__init__(token_strings=token_strings, token_bytes=token_bytes,
                          added_tokens=added_tokens, bos_token_id=bos_token_id,
-                         eos_token_ids=eos_token_ids)
+                         eos_token_ids=eos_token_ids, add_bos_token=add_bos_token)
+        self._normalizer = normalizer
         self._pre_tokenizer = pre_tokenizer
         self._words = WordEncoder(vocab, merges, ignore_merges=ignore_merges)
 
     def _encode_ordinary(self, text: str) -> list[int]:
+        text = self._normalizer.apply(text)
         return self._words.encode_words(self._pre_tokenizer.split(text))
 
     # -- loaders -------------------------------------------------------------------------
@@ -97,28 +103,28 @@ class BPETokenizer(Tokenizer):
     ) -> BPETokenizer:
         """From Hugging Face's tokenizer.json (a path or the parsed dict); the optional
         parsed tokenizer_config.json names the bos_token and eos_token."""
-        data = source if isinstance(source, Mapping) else _read_json(source)
+        data = source if isinstance(source, Mapping) else read_tokenizer_json(source)
         model = data.get("model") or {}
         if model.get("type") != "BPE":
             raise TokenizerLoadError(f"tokenizer.json model type {model.get('type')!r} is not BPE")
         if model.get("byte_fallback") or (data.get("decoder") or {}).get("type") not in (
                 "ByteLevel", None):
             raise TokenizerLoadError("only byte-level BPE tokenizer.json files are supported")
-        added = [AddedToken(id=t["id"], content=t["content"], is_special=bool(t.get("special")),
-                            lstrip=bool(t.get("lstrip")), rstrip=bool(t.get("rstrip")))
-                 for t in data.get("added_tokens", [])]
+        added = added_tokens_from_json(data)
         content_ids = {t.content: t.id for t in added} | dict(model["vocab"])
         config = tokenizer_config or {}
-        bos_id = _config_token_id(config.get("bos_token"), content_ids, "bos_token")
-        eos_id = _config_token_id(config.get("eos_token"), content_ids, "eos_token")
+        bos_id = config_token_id(config.get("bos_token"), content_ids, "bos_token")
+        eos_id = config_token_id(config.get("eos_token"), content_ids, "eos_token")
         return cls(
             vocab=dict(model["vocab"]),
-            merges=[_parse_merge(m) for m in model.get("merges", [])],
+            merges=[parse_merge(m) for m in model.get("merges", [])],
             pre_tokenizer=pre_tokenizer_from_json(data.get("pre_tokenizer")),
             added_tokens=added,
             bos_token_id=bos_id,
             eos_token_ids=() if eos_id is None else (eos_id,),
             ignore_merges=bool(model.get("ignore_merges", False)),
+            normalizer=normalizer_from_json(data.get("normalizer")),
+            add_bos_token=json_adds_bos(data, config, bos_id),
         )
 
     @classmethod
@@ -133,35 +139,25 @@ class BPETokenizer(Tokenizer):
             "tokenizer.ggml.token_type", [GGUF_NORMAL_TOKEN_TYPE] * len(tokens))]
         if len(types) != len(tokens):
             raise TokenizerLoadError("tokenizer.ggml.token_type and tokens differ in length")
-        kinds = [_gguf_kind(t) for t in types]
+        kinds = [gguf_kind(t) for t in types]
         pre_type = metadata.get("tokenizer.ggml.pre", GGUF_DEFAULT_PRE)
         added = [AddedToken(id=i, content=tok, is_special=kind.is_special)
                  for i, (tok, kind) in enumerate(zip(tokens, kinds)) if kind.is_added]
         bos_id = metadata.get("tokenizer.ggml.bos_token_id")
-        eos_ids = _distinct_ids(metadata.get("tokenizer.ggml.eos_token_id"),
-                                metadata.get("tokenizer.ggml.eot_token_id"))
         return cls(
             vocab={tok: i for i, tok in enumerate(tokens)},
-            merges=[_parse_merge(m) for m in metadata.get("tokenizer.ggml.merges", [])],
+            merges=[parse_merge(m) for m in metadata.get("tokenizer.ggml.merges", [])],
             pre_tokenizer=pre_tokenizer_for_gguf(pre_type),
             added_tokens=added,
             bos_token_id=None if bos_id is None else int(bos_id),
-            eos_token_ids=eos_ids,
+            eos_token_ids=gguf_eos_ids(metadata),
             ignore_merges=pre_type in PRE_TYPES_IGNORING_MERGES,
             raw_text_ids=frozenset(i for i, t in enumerate(types) if t == GGUF_BYTE_TOKEN_TYPE),
+            add_bos_token=bool(metadata.get("tokenizer.ggml.add_bos_token", False)),
         )
 
 
-def _read_json(path: str | os.PathLike) -> dict:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, json.JSONDecodeError) as error:
-        raise TokenizerLoadError(
-            f"cannot read tokenizer.json {os.fspath(path)!r}: {error}") from error
-
-
-def _parse_merge(merge: str | Sequence[str]) -> Pair:
+def parse_merge(merge: str | Sequence[str]) -> Pair:
     """A merge as stored: "Ġ t" (older files, GGUF) or ["Ġ", "t"] (newer tokenizer.json)."""
     if isinstance(merge, str):
         left, sep, right = merge.partition(" ")
@@ -194,22 +190,17 @@ def _bytes_of_token(token: str, *, is_raw_text: bool) -> bytes:
     return token.encode("utf-8") if from_chars is None else from_chars
 
 
-def _config_token_id(value: Any, content_ids: Mapping[str, int], role: str) -> int | None:
-    """tokenizer_config.json's bos_token / eos_token: a string, {"content": ...}, or null."""
-    if isinstance(value, Mapping):
-        value = value.get("content")
-    if value is None or value == "":
-        return None
-    if value not in content_ids:
-        raise TokenizerLoadError(f"tokenizer_config {role} {value!r} is not in the vocabulary")
-    return content_ids[value]
-
-
-def _gguf_kind(token_type: int) -> TokenKind:
+def gguf_kind(token_type: int) -> TokenKind:
     try:
         return GGUF_TOKEN_KINDS[token_type]
     except KeyError:
         raise TokenizerLoadError(f"unknown GGUF token type {token_type}") from None
+
+
+def gguf_eos_ids(metadata: Mapping[str, Any]) -> tuple[int, ...]:
+    """The GGUF's end ids: eos and (if another) eot, in that order."""
+    return _distinct_ids(metadata.get("tokenizer.ggml.eos_token_id"),
+                         metadata.get("tokenizer.ggml.eot_token_id"))
 
 
 def _distinct_ids(*maybe_ids: Any) -> tuple[int, ...]:

@@ -35,7 +35,32 @@ MAX_CACHED_WORD_CHARS = 256
 Pair = tuple[str, str]
 
 
-def merge_rescan(symbols: list[str], ranks: dict[Pair, int]) -> list[str]:
+class PairRanks:
+    """Merge ranks without a merge list (SentencePiece, GGUF `tokenizer.ggml.scores`): the
+    pair (left, right) may merge when left + right is a piece in `rank_of`, and merges
+    before pairs whose piece has a larger rank. Quacks like the rank dict for the routines
+    below (`get`, `in`, `[]`)."""
+
+    __slots__ = ("_rank_of",)
+
+    def __init__(self, rank_of: dict[str, int]) -> None:
+        self._rank_of = rank_of
+
+    def get(self, pair: Pair, default: int | None = None) -> int | None:
+        return self._rank_of.get(pair[0] + pair[1], default)
+
+    def __contains__(self, pair: Pair) -> bool:
+        return pair[0] + pair[1] in self._rank_of
+
+    def __getitem__(self, pair: Pair) -> int:
+        return self._rank_of[pair[0] + pair[1]]
+
+
+# Either a merge list's ranks or a PairRanks (both answer get / in / []).
+Ranks = dict[Pair, int] | PairRanks
+
+
+def merge_rescan(symbols: list[str], ranks: Ranks) -> list[str]:
     """Apply merges to `symbols` (modified in place and returned) by rescanning the pairs."""
     while len(symbols) > 1:
         best_rank = -1
@@ -50,7 +75,7 @@ def merge_rescan(symbols: list[str], ranks: dict[Pair, int]) -> list[str]:
     return symbols
 
 
-def merge_heap(symbols: list[str], ranks: dict[Pair, int]) -> list[str]:
+def merge_heap(symbols: list[str], ranks: Ranks) -> list[str]:
     """The same result as `merge_rescan`, in O(n log n): a heap of (rank, position) over a
     doubly linked list of live symbols. Stale heap entries are skipped when popped."""
     count = len(symbols)
@@ -81,7 +106,7 @@ def merge_heap(symbols: list[str], ranks: dict[Pair, int]) -> list[str]:
     return [s for s in merged if s is not None]
 
 
-def _push_pair(heap: list, ranks: dict[Pair, int], left: str, right: str, at: int) -> None:
+def _push_pair(heap: list, ranks: Ranks, left: str, right: str, at: int) -> None:
     rank = ranks.get((left, right))
     if rank is not None:
         heapq.heappush(heap, (rank, at))
@@ -92,12 +117,15 @@ class WordEncoder:
 
     __slots__ = ("_vocab", "_ranks", "_ignore_merges", "_cache")
 
-    def __init__(self, vocab: dict[str, int], merges: Iterable[Pair], *,
+    def __init__(self, vocab: dict[str, int], merges: Iterable[Pair] | PairRanks, *,
                  ignore_merges: bool = False) -> None:
         self._vocab = vocab
-        self._ranks: dict[Pair, int] = {}
-        for rank, pair in enumerate(merges):
-            self._ranks.setdefault(pair, rank)  # a repeated pair keeps its first rank
+        if isinstance(merges, PairRanks):
+            self._ranks = merges
+        else:
+            self._ranks = {}
+            for rank, pair in enumerate(merges):
+                self._ranks.setdefault(pair, rank)  # a repeated pair keeps its first rank
         self._ignore_merges = ignore_merges
         self._cache: dict[str, list[int]] = {}
 
@@ -118,12 +146,20 @@ class WordEncoder:
 
     def encode_word(self, word: str) -> list[int]:
         """The ids of one pre-token word (no cache)."""
-        chars = text_to_byte_chars(word)
+        chars = self._symbols_of(word)
         vocab = self._vocab
         if self._ignore_merges and chars in vocab:
             return [vocab[chars]]
         merge = merge_rescan if len(chars) <= MAX_SYMBOLS_FOR_RESCAN else merge_heap
-        symbols = merge(list(chars), self._ranks)
-        # A symbol outside the vocabulary (a byte the vocabulary never saw) is dropped, as
-        # Hugging Face's BPE does when it has neither an unknown token nor byte fallback.
+        return self._ids_of(merge(list(chars), self._ranks))
+
+    def _symbols_of(self, word: str) -> str:
+        """The word as the string of its first symbols (here: byte-level characters)."""
+        return text_to_byte_chars(word)
+
+    def _ids_of(self, symbols: list[str]) -> list[int]:
+        """The ids of the merged symbols. A symbol outside the vocabulary (a byte the
+        vocabulary never saw) is dropped, as Hugging Face's BPE does when it has neither an
+        unknown token nor byte fallback."""
+        vocab = self._vocab
         return [vocab[s] for s in symbols if s in vocab]
