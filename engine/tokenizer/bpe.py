@@ -2,6 +2,8 @@
 
 Encoding one text, step by step (SmolLM2, "Hi <|im_end|> 2024"):
   1. added tokens first:   "Hi "  <|im_end|>=2  " 2024"          (base.AddedTokenMatcher)
+     then the tokenizer.json normalizer, if any, on each text segment (Qwen: NFC;
+     normalize.py; a GGUF has none)
   2. pre-tokenize each text segment into words; SmolLM2 cuts every digit out, then applies
      the GPT-2 regex:      "Hi" " " | " " "2" "0" "2" "4"         (pretokenize.py)
   3. each word -> bytes -> byte-level symbols -> merges by rank -> ids  (merges.py)

@@ -25,7 +25,9 @@ def read_tokenizer_json(path: str | os.PathLike) -> dict:
 
 
 def added_tokens_from_json(data: Mapping[str, Any]) -> list[AddedToken]:
-    """tokenizer.json's `added_tokens`; `special: true` ones are the special ids."""
+    """tokenizer.json's `added_tokens`; `special: true` ones are the special ids. All are
+    matched in the raw text (the files served here mark every one `normalized: false`;
+    Hugging Face would match `normalized: true` ones after the normalizer)."""
     return [AddedToken(id=t["id"], content=t["content"], is_special=bool(t.get("special")),
                        lstrip=bool(t.get("lstrip")), rstrip=bool(t.get("rstrip")))
             for t in data.get("added_tokens", [])]

@@ -86,8 +86,8 @@ class SentencePieceBPE(Tokenizer):
         text = self._normalizer.apply(text)
         if self._split_after:
             # Hugging Face Split(behavior=MergedWithPrevious): each piece ends with the mark.
-            words = [w for w in text.split(self._split_after)]
-            words = [w + self._split_after for w in words[:-1]] + words[-1:]
+            cut = text.split(self._split_after)
+            words = [w + self._split_after for w in cut[:-1]] + cut[-1:]
             return self._words.encode_words(w for w in words if w)
         return self._words.encode_words([text] if text else [])
 
