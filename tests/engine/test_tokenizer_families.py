@@ -118,6 +118,18 @@ def test_decode_reproduces_every_case(loaded):
     assert not wrong, "\n".join(wrong)
 
 
+def test_rendered_chat_prompts_tokenize_to_the_oracle_ids(loaded):
+    """template_cases.jsonl: each family's own chat template rendered by Hugging Face, then
+    tokenized (specials in the text parsed as specials): <start_of_turn>, <|im_start|>,
+    <think>, <tool_call>, <|start_header_id|> amid ordinary text."""
+    family, _, tokenizer = loaded
+    cases = [c for c in _jsonl(family, "template_cases.jsonl") if c["rendered"] is not None]
+    assert len(cases) >= 9
+    wrong = [c["rendered"][:60] for c in cases
+             if tokenizer.encode(c["rendered"]) != c["rendered_ids"]]
+    assert not wrong, wrong
+
+
 def test_bos_is_added_as_the_model_says(loaded):
     family, _, tokenizer = loaded
     # README: BOS for Gemma and Llama 3, nothing for Qwen.
