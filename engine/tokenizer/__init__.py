@@ -8,7 +8,8 @@
 All share `base.Tokenizer`'s interface: `encode(text, *, parse_special=True,
 add_special_tokens=False)`, `decode(ids, *, skip_special_tokens=False)`, `add_bos_token`,
 `token_bytes(id)`, `id_to_token(id)`, `token_to_id(str)`, `vocab_size`, `bos_token_id`,
-`eos_token_ids`, `bos_token`, `eos_token`, `special_ids`. Pure functions of their input: no I/O after loading.
+`eos_token_ids`, `bos_token`, `eos_token`, `special_ids`. Pure functions of their input:
+no I/O after loading.
 """
 from engine.tokenizer.base import (
     AddedToken, Tokenizer, TokenizerError, TokenizerLoadError, UnknownTokenIdError)
