@@ -99,7 +99,7 @@ def _tiny_gguf(tmp_path, extra_meta=None, extra_tensors=None):
 
 
 GGUF_REFUSALS = [
-    ({"general.architecture": "gemma3"}, "general.architecture", "gemma3"),
+    ({"general.architecture": "phi3"}, "general.architecture", "phi3"),
     ({"llama.rope.scaling.type": "linear", "llama.rope.scaling.factor": 4.0},
      "llama.rope.scaling.type", "linear"),
     ({"llama.rope.scaling.type": "yarn"}, "llama.rope.scaling.type", "yarn"),
