@@ -110,3 +110,34 @@ def test_runner_logits_match_dense_logits_with_sliding_windows(chunk):
         step = Chunk(tokens, start, table, num_logits=len(tokens), seq_id=0)
         got.append(runner.forward([step]))                                         # [n_c, V]
     np.testing.assert_allclose(np.concatenate(got), want, rtol=1e-4, atol=1e-4)
+
+
+def test_members_sharing_a_cached_prefix_keep_their_own_windows():
+    """Two prompts with a common cached prefix longer than the window, run together: their
+    shared leading blocks must not be attended as a whole by the sliding layers."""
+    model = _gemma_like()
+    prefix = PROMPTS[1][:24]                                      # 6 whole 4-token blocks
+    prompts = [prefix + [5, 9, 11, 3], prefix + [40, 2, 17, 33]]   # one group of 4 queries
+    want = [list(llama.generate(model.config, model.weights, p, max_new_tokens=NEW_TOKENS))
+            for p in prompts]
+    engine = Engine(model, PAGED)
+    first = engine.add_request(GenRequest(prompt=tuple(prefix), params=GREEDY, max_tokens=1))
+    run_to_completion(engine)                                     # the prefix is now cached
+    ids = [engine.add_request(GenRequest(prompt=tuple(p), params=GREEDY, max_tokens=NEW_TOKENS))
+           for p in prompts]
+    outs = run_to_completion(engine)
+    assert first is not None and [tokens_of(outs[rid]) for rid in ids] == want
+    assert engine.stats().prefix_hit_tokens >= 2 * 20
+
+
+def test_speculative_verification_keeps_the_windows():
+    """Verification chunks (the last token + drafts) are multi-query rows past the window."""
+    from engine.api import SpeculativeConfig
+    model = _gemma_like()
+    prompt = [1, 2] * 12                # the output repeats 2-grams of itself: drafts to verify
+    want = list(llama.generate(model.config, model.weights, prompt, max_new_tokens=40))
+    engine = Engine(model, dataclasses.replace(
+        PAGED, speculative=SpeculativeConfig(num_speculative_tokens=4)))
+    rid = engine.add_request(GenRequest(prompt=tuple(prompt), params=GREEDY, max_tokens=40))
+    assert tokens_of(run_to_completion(engine)[rid]) == want
+    assert engine.stats().spec_draft_tokens > 0
