@@ -1,4 +1,4 @@
-"""The dense reference Llama forward pass, in float32 numpy, as small pure functions.
+"""The dense reference decoder forward pass, in float32 numpy, as small pure functions.
 
 What it is: the maths of one Llama-architecture decoder (RMSNorm, rotary position
 embeddings with `rope_theta`, grouped-query attention, a SwiGLU MLP, a tied or untied LM
@@ -17,7 +17,10 @@ Conventions (fixed by `engine/model/spec.py`):
 * RoPE uses Hugging Face's rotate-half convention: a head vector is split into halves
   `(x1, x2)` and rotated by the angle `position * inv_freq[i]` of pair `i`
   (`engine/model/rope.py`: `theta**(-2i/hd)`, or the family's scaled frequencies);
-* the family's options (`config.options`) add q/k/v biases and per-head q/k norms.
+* the family's options (`config.options`) add q/k/v biases and per-head q/k norms, and
+  Gemma 3's: embeddings x sqrt(d), RMSNorm on each sublayer's output (post-norms), a GeGLU
+  MLP (gelu_tanh), and per layer a sliding window (keys j with i - window < j <= i) and
+  RoPE base.
 
 Shape names: n query rows, m key rows, d hidden size, H query heads, KV key/value heads,
 g = H // KV query heads per KV head, hd head dim, ff MLP width, V vocabulary.
