@@ -93,7 +93,10 @@ def family_from_hf(cfg: dict, path: str) -> str:
             _refuse(path, "architectures", f"architecture {unknown[0]!r} is not served "
                                            f"(served: {', '.join(HF_ARCHITECTURES)})")
         return HF_ARCHITECTURES[archs[0]]
-    if model_type not in FAMILIES or model_type in GGUF_ONLY_FAMILIES:
+    if model_type in GGUF_ONLY_FAMILIES:
+        _refuse(path, "model_type", f"{model_type!r} from config.json (only its GGUF is "
+                                    f"served: the GGUF stores the norms' 1 + w)")
+    if model_type not in FAMILIES:
         _refuse(path, "model_type", f"architecture {model_type!r} is not served "
                                     f"(served: {', '.join(FAMILIES)})")
     return model_type

@@ -46,7 +46,8 @@ def _folder(tmp_path, family: str, **edits):
 
 
 FOLDER_REFUSALS = [
-    ("qwen2-tiny", {"model_type": "gemma3"}, "model_type", "gemma3"),
+    ("qwen2-tiny", {"model_type": "gemma3"}, "model_type", "only its GGUF"),
+    ("qwen2-tiny", {"model_type": "gemma3_text"}, "model_type", "gemma3_text"),
     ("qwen2-tiny", {"model_type": None, "architectures": ["MistralForCausalLM"]},
      "architectures", "MistralForCausalLM"),
     ("llama32-tiny", {"rope_scaling": {"rope_type": "yarn", "factor": 4.0}},
