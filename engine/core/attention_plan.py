@@ -11,6 +11,11 @@ positions (row indices, block indices, causal masks) once; every layer reuses it
     MirrorGroup   the one-token (decode) rows, read as views of the decode mirror's dense
                   per-sequence rows (`engine/kv/mirror.py`): nothing is gathered.
 
+Sliding-window layers (Gemma 3) see only the keys j with i - window < j <= i: with a
+window, each group also carries `local_bias`, the causal mask with the window's edge, and
+the runner picks the mask by layer. Shared leading blocks are then not split off (a
+window may hide part of them from some members' queries).
+
 A group's score array [B, KV, G*n, L] stays below `llama.MAX_SCORE_ELEMENTS` (read at call
 time, one source): a long single prefill is cut into query pieces that each fit, and
 equal-length chunks share a group only while it fits.
@@ -51,6 +56,7 @@ class GatherGroup:
     batch: int                       # B
     num_queries: int                 # n
     shared_blocks: np.ndarray | None = None  # [S] leading blocks every member has (None: none)
+    local_bias: np.ndarray | None = None     # like bias, also hiding keys outside the window
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +68,7 @@ class MirrorGroup:
     span_rows: int                   # R: attention runs over mirror rows 0..R-1
     num_tokens: int                  # L: ... and their positions 0..L-1
     in_order: bool                   # mirror_rows == 0..B-1: attend without scatter or gathers
+    local_bias: np.ndarray | None = None  # like bias for sliding layers (None: all visible)
 
     @property
     def batch(self) -> int:          # B
@@ -79,11 +86,12 @@ class AttentionPlanner:
     """Turns a step's chunks into attention groups, for one model shape and KV layout."""
 
     def __init__(self, num_heads: int, group_size: int, block_size: int,
-                 mirror: DecodeMirror | None = None):
+                 mirror: DecodeMirror | None = None, window_tokens: int | None = None):
         self.num_heads = num_heads           # H query heads
         self.group_size = group_size         # G query heads per KV head
         self.block_size = block_size         # tokens per KV block
         self.mirror = mirror
+        self.window_tokens = window_tokens   # the sliding layers' window (None: no such layer)
 
     def plan(self, chunks: list[Chunk]) -> list[AttentionGroup]:
         """Group chunks by query count; cut long single prefills into score-sized pieces.
@@ -129,11 +137,15 @@ class AttentionPlanner:
         length = int(ends.max())
         ends[ends == 0] = length                                                            # idle rows: finite garbage
         hidden = np.arange(length)[None, :] >= ends[:, None]                                # [R, L]
-        bias = np.where(hidden, F32(-np.inf), F32(0.0)).astype(F32)[:, None, None, :]       # [R, 1, 1, L]
+        local_bias = None
+        if self.window_tokens is not None:                                                  # query at ends-1
+            outside = np.arange(length)[None, :] < (ends - self.window_tokens)[:, None]    # [R, L]
+            local_bias = _mirror_bias(hidden | outside)
         x_rows = np.asarray([m.first_row for m in members], dtype=np.int64)                 # [B]
         in_order = span == len(members) and bool(np.all(mirror_rows == np.arange(span)))
-        return MirrorGroup(x_rows, mirror_rows, bias if hidden.any() else None,
-                           span_rows=span, num_tokens=length, in_order=in_order)
+        return MirrorGroup(x_rows, mirror_rows, _mirror_bias(hidden),
+                           span_rows=span, num_tokens=length, in_order=in_order,
+                           local_bias=local_bias)
 
     def gather_group(self, n: int, members: list[Member]) -> GatherGroup:
         """A gathered group: members' blocks are copied out of the pools each layer.
@@ -155,19 +167,17 @@ class AttentionPlanner:
         q_pos = np.asarray([m.start_pos for m in members])[:, None] + np.arange(n)          # [B, n]
         k_pos = np.arange(shared * bs, (shared + num_blocks) * bs)                          # [L]
         hidden = k_pos[None, None, :] > q_pos[:, :, None]                                   # [B, n, L]
-        bias = np.where(hidden, F32(-np.inf), F32(0.0)).astype(F32)                         # [B, n, L]
-        if n == 1:
-            bias = bias[:, None]                                                            # [B, 1, 1, L]
-        else:
-            bias = np.broadcast_to(bias[:, None], (batch, groups, n, bias.shape[-1]))
-            bias = bias.reshape(batch, 1, groups * n, -1)                                   # [B, 1, G*n, L]
+        local_bias = None
+        if self.window_tokens is not None:
+            outside = k_pos[None, None, :] <= q_pos[:, :, None] - self.window_tokens        # [B, n, L]
+            local_bias = _gather_bias(hidden | outside, groups)
         shared_blocks = np.asarray(members[0].block_table[:shared], dtype=np.int64) if shared else None
-        return GatherGroup(rows, block_index, np.ascontiguousarray(bias), batch, n,
-                           shared_blocks=shared_blocks)
+        return GatherGroup(rows, block_index, _gather_bias(hidden, groups), batch, n,
+                           shared_blocks=shared_blocks, local_bias=local_bias)
 
     def num_shared_blocks(self, members: list[Member]) -> int:
         """Leading blocks identical in every member's table and wholly before every query."""
-        if len(members) < 2:
+        if len(members) < 2 or self.window_tokens is not None:
             return 0
         limit = min(m.start_pos for m in members) // self.block_size
         first = members[0].block_table
@@ -175,6 +185,24 @@ class AttentionPlanner:
         while count < limit and all(m.block_table[count] == first[count] for m in members):
             count += 1
         return count
+
+
+def _gather_bias(hidden: np.ndarray, groups: int) -> np.ndarray:
+    """hidden [B, n, L] -> the additive mask, 0 visible, -inf hidden: [B, 1, 1, L] for one
+    query, else [B, 1, G*n, L] (the G query heads of a KV head, each over the n queries)."""
+    batch, n, length = hidden.shape
+    bias = np.where(hidden, F32(-np.inf), F32(0.0)).astype(F32)                             # [B, n, L]
+    if n == 1:
+        return np.ascontiguousarray(bias[:, None])                                          # [B, 1, 1, L]
+    bias = np.broadcast_to(bias[:, None], (batch, groups, n, length))
+    return np.ascontiguousarray(bias.reshape(batch, 1, groups * n, length))                 # [B, 1, G*n, L]
+
+
+def _mirror_bias(hidden: np.ndarray) -> np.ndarray | None:
+    """hidden [R, L] -> the additive mask [R, 1, 1, L] (None when nothing is hidden)."""
+    if not hidden.any():
+        return None
+    return np.where(hidden, F32(-np.inf), F32(0.0)).astype(F32)[:, None, None, :]          # [R, 1, 1, L]
 
 
 def _fits(members: list[Member], n: int, heads: int, limit: int) -> bool:

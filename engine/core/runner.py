@@ -75,10 +75,16 @@ class ModelRunner:
         self.kv = kv
         self.block_size = kv.block_size
         self.group_size = config.num_heads // config.num_kv_heads      # G query heads per KV head
-        self.scale = F32(1.0 / np.sqrt(config.head_dim))
-        self.planner = AttentionPlanner(config.num_heads, self.group_size, self.block_size, self.mirror)
-        # RoPE angles for every position once: [max_model_len, hd/2] each.
-        self.cos_table, self.sin_table = llama.rope_for(config, np.arange(max_model_len))
+        self.scale = F32(config.attn_scale)
+        # Sliding-window layers (Gemma 3) use the plan's local masks; all share one window.
+        self.layer_is_local = [config.options.layer_window(i) is not None
+                               for i in range(config.num_layers)]
+        self.planner = AttentionPlanner(config.num_heads, self.group_size, self.block_size, self.mirror,
+                                        window_tokens=config.options.sliding_window
+                                        if any(self.layer_is_local) else None)
+        # RoPE angles for every position once, per layer (layers of one base share them):
+        # [(cos [max_model_len, hd/2], sin [max_model_len, hd/2])] per layer.
+        self.rope_tables = llama.rope_per_layer(config, np.arange(max_model_len))
         # One helper thread for the elementwise passes (numpy releases the GIL in them);
         # started on first use, idle otherwise.
         self.helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tl-runner")
@@ -98,7 +104,7 @@ class ModelRunner:
         cfg, w = self.config, self.weights
         ids = np.fromiter((t for c in chunks for t in c.tokens), dtype=np.int64)           # [N]
         positions = np.concatenate([np.arange(c.start_pos, c.start_pos + len(c.tokens)) for c in chunks])
-        x = llama.embed(w, ids)                                                             # [N, d]
+        x = llama.embed(w, ids, cfg.options.embed_scale)                                    # [N, d]
         if w.layers:
             x = self._layers(x, chunks, positions)
         logit_rows = self._logit_rows(chunks)                                               # [R]
@@ -110,7 +116,9 @@ class ModelRunner:
     def _layers(self, x: np.ndarray, chunks: list[Chunk], positions: np.ndarray) -> np.ndarray:
         cfg = self.config
         n_rows = x.shape[0]
-        cos, sin = self.cos_table[positions], self.sin_table[positions]                    # [N, hd/2]
+        step_ropes: dict[int, tuple[np.ndarray, np.ndarray]] = {}                           # by table id
+        for cos_table, sin_table in self.rope_tables:
+            step_ropes.setdefault(id(cos_table), (cos_table[positions], sin_table[positions]))  # [N, hd/2]
         slots = np.concatenate([slots_for(c.block_table, c.start_pos, len(c.tokens), self.block_size)
                                 for c in chunks])                                           # [N]
         groups = self.planner.plan(chunks)
@@ -118,6 +126,7 @@ class ModelRunner:
         attn = np.empty((n_rows, cfg.q_size), dtype=F32)                                     # [N, H*hd]
         for index, layer in enumerate(self.weights.layers):
             h = llama.rms_norm(x, layer.attn_norm, cfg.rms_norm_eps)                         # [N, d]
+            cos, sin = step_ropes[id(self.rope_tables[index][0])]                            # [N, hd/2]
             q, k, v = llama.qkv_project(h, layer, cfg, cos, sin)                             # [N, H|KV, hd]
             self.kv.write(index, slots, k, v)
             for group, group_positions in mirrored:
@@ -129,9 +138,10 @@ class ModelRunner:
             else:
                 for group in groups:
                     attn[group.rows] = self._attend(q[group.rows], index, group)
-            x += attn @ layer.wo                                                             # [N, H*hd] @ [H*hd, d]
+            x += llama.post_norm(attn @ layer.wo, layer.post_attn_norm, cfg)                # [N, H*hd] @ [H*hd, d]
             h = llama.rms_norm(x, layer.mlp_norm, cfg.rms_norm_eps)                          # [N, d]
-            x += llama.mlp(h, layer, cfg.intermediate_size)                                  # [N, d]
+            x += llama.post_norm(llama.mlp(h, layer, cfg.intermediate_size, cfg.options.mlp_activation),
+                                 layer.post_mlp_norm, cfg)                                   # [N, d]
         return x
 
     @staticmethod
@@ -149,12 +159,15 @@ class ModelRunner:
         cfg = self.config
         kvh, hd, grp, b, n = cfg.num_kv_heads, cfg.head_dim, self.group_size, g.batch, g.num_queries
         qg = q.reshape(b, n, kvh, grp, hd).transpose(0, 2, 3, 1, 4).reshape(b, kvh, grp * n, hd)
+        bias = g.local_bias if self.layer_is_local[layer] else g.bias    # the layer's mask
         if isinstance(g, MirrorGroup):
-            return self._attend_mirror(qg, layer, g)
-        return self._attend_gathered(qg, layer, g)
+            return self._attend_mirror(qg, layer, g, bias)
+        return self._attend_gathered(qg, layer, g, bias)
 
-    def _attend_gathered(self, qg: np.ndarray, layer: int, g: GatherGroup) -> np.ndarray:
-        """A gathered group's queries qg [B, KV, G*n, hd] over its blocks -> [B*n, H*hd].
+    def _attend_gathered(self, qg: np.ndarray, layer: int, g: GatherGroup,
+                         bias: np.ndarray) -> np.ndarray:
+        """A gathered group's queries qg [B, KV, G*n, hd] over its blocks -> [B*n, H*hd],
+        under `bias` (the group's causal mask, or its windowed one for a sliding layer).
 
         With shared leading blocks the keys come in two parts, the shared ones (scored by one
         gemm per KV head, `_shared_scores`) and each member's own; the softmax runs over both
@@ -166,7 +179,7 @@ class ModelRunner:
         kvh, hd, grp, b, n = cfg.num_kv_heads, cfg.head_dim, self.group_size, g.batch, g.num_queries
         keys, values = self.kv.gather(layer, g.block_index)                                  # [B, L, KV, hd]
         scores = qg @ keys.transpose(0, 2, 3, 1)                                            # [B, KV, G*n, L]
-        scores += g.bias
+        scores += bias
         shift = scores.max(axis=-1)                                                         # [B, KV, G*n]
         shared = None
         if g.shared_blocks is not None:
@@ -206,7 +219,8 @@ class ModelRunner:
         first = work(0, half)
         return [first, other.result()]
 
-    def _attend_mirror(self, qg: np.ndarray, layer: int, g: MirrorGroup) -> np.ndarray:
+    def _attend_mirror(self, qg: np.ndarray, layer: int, g: MirrorGroup,
+                       bias: np.ndarray | None) -> np.ndarray:
         """Decode rows over the mirror's dense rows (views, no gather): qg [B, KV, G, hd].
 
         In the usual case the members own mirror rows 0..B-1 in order and qg is used as
@@ -227,8 +241,8 @@ class ModelRunner:
         ctx = np.empty(q_all.shape, dtype=F32)                                              # [R, KV, G, hd]
 
         def rows(a: int, b: int) -> None:
-            bias = None if g.bias is None else g.bias[a:b]
-            _mirror_softmax_ctx(q_all[a:b], keys[a:b], values[a:b], bias, ctx[a:b])
+            rows_bias = None if bias is None else bias[a:b]
+            _mirror_softmax_ctx(q_all[a:b], keys[a:b], values[a:b], rows_bias, ctx[a:b])
         elements = span * q_all.shape[1] * q_all.shape[2] * length                          # score elements
         if elements < self.mirror_parallel_min_elements:
             rows(0, span)

@@ -7,6 +7,11 @@ options:
             GGUF `rope_freqs` tensor, read by weights.py); GGUF Q/K rows permuted
     qwen2   + q/k/v projection biases; GGUF rows not permuted (llama.cpp uses NEOX RoPE)
     qwen3   + per-head q/k RMSNorm before RoPE, explicit head_dim; GGUF rows not permuted
+    gemma3  (GGUF only) + q/k norms, norms after attention and MLP, embeddings x sqrt(d),
+            GeGLU (gelu_tanh), 5 sliding-window layers (RoPE base 10,000) then 1 global
+            (the file's base), repeated; GGUF rows not permuted. llama.cpp stores Gemma's
+            RMSNorm factor `1 + w` in the file, so every norm multiplies by the stored value
+            as the other families do; a config.json stores `w` and is refused for now.
 
 "Never load and answer wrongly": a config key or GGUF key that would change the maths and
 is not implemented here (another RoPE scaling type, partial rotary, logit soft-capping,
@@ -16,6 +21,8 @@ refused by weights.py.
 """
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass
 
 from engine.errors import ModelFormatError, UnsupportedModel
@@ -34,7 +41,16 @@ FAMILIES = {
     "llama": FamilyTraits(qkv_bias=False, qk_norm=False, gguf_qk_permuted=True),
     "qwen2": FamilyTraits(qkv_bias=True, qk_norm=False, gguf_qk_permuted=False),
     "qwen3": FamilyTraits(qkv_bias=False, qk_norm=True, gguf_qk_permuted=False),
+    "gemma3": FamilyTraits(qkv_bias=False, qk_norm=True, gguf_qk_permuted=False),
 }
+# Families whose config.json form is not read (its norm weights are w, the GGUF's 1 + w).
+GGUF_ONLY_FAMILIES = ("gemma3",)
+# Gemma 3: layer i is global iff (i + 1) % GEMMA3_GLOBAL_EVERY == 0 (5 local : 1 global,
+# llama.cpp's swa pattern, transformers' layer_types); local layers' RoPE base is
+# transformers' gemma3 default (the GGUF stores only the global one).
+GEMMA3_GLOBAL_EVERY = 6
+GEMMA3_LOCAL_ROPE_THETA = 10000.0
+GEMMA3_ACTIVATION = "gelu_tanh"
 HF_ARCHITECTURES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2",
                     "Qwen3ForCausalLM": "qwen3"}
 ROPE_TYPES_PLAIN = (None, "default")
@@ -49,7 +65,7 @@ HF_REFUSED_KEYS = ("attn_logit_softcapping", "final_logit_softcapping", "use_sli
 # GGUF `{arch}.` keys that change the maths -> the values that leave it unchanged.
 GGUF_REFUSED_KEYS = {
     "attn_logit_softcapping": (None, 0.0), "final_logit_softcapping": (None, 0.0),
-    "attention.sliding_window": (None, 0), "expert_count": (None, 0),
+    "expert_count": (None, 0),
     "rope.scaling.type": (None, "none"), "rope.scaling.factor": (None, 0.0, 1.0),
 }
 
@@ -77,6 +93,9 @@ def family_from_hf(cfg: dict, path: str) -> str:
             _refuse(path, "architectures", f"architecture {unknown[0]!r} is not served "
                                            f"(served: {', '.join(HF_ARCHITECTURES)})")
         return HF_ARCHITECTURES[archs[0]]
+    if model_type in GGUF_ONLY_FAMILIES:
+        _refuse(path, "model_type", f"{model_type!r} from config.json (only its GGUF is "
+                                    f"served: the GGUF stores the norms' 1 + w)")
     if model_type not in FAMILIES:
         _refuse(path, "model_type", f"architecture {model_type!r} is not served "
                                     f"(served: {', '.join(FAMILIES)})")
@@ -140,12 +159,32 @@ def options_from_gguf(meta: dict, path: str) -> FamilyOptions:
         value = meta.get(f"{arch}.{name}")
         if value not in harmless:
             _refuse(path, f"{arch}.{name}", f"set to {value!r}")
+    window = meta.get(f"{arch}.attention.sliding_window")
+    if arch != "gemma3" and window not in (None, 0):
+        _refuse(path, f"{arch}.attention.sliding_window", f"set to {window!r}")
     key_length = meta.get(f"{arch}.attention.key_length")
     value_length = meta.get(f"{arch}.attention.value_length", key_length)
     if key_length != value_length:
         _refuse(path, f"{arch}.attention.value_length",
                 f"value heads of {value_length} dims, key heads of {key_length}")
-    return _options(arch, None)
+    options = _options(arch, None)
+    return _gemma3_gguf_options(meta, path, options) if arch == "gemma3" else options
+
+
+def _gemma3_gguf_options(meta: dict, path: str, options: FamilyOptions) -> FamilyOptions:
+    """Gemma 3's additions from its GGUF keys: the window, the layer pattern, sqrt(d)."""
+    try:
+        window = int(meta.get("gemma3.attention.sliding_window") or 0)
+        num_layers = int(meta["gemma3.block_count"])
+        hidden = int(meta["gemma3.embedding_length"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise ModelFormatError(path, f"gemma3 metadata: {e!r}") from None
+    sliding = tuple((i + 1) % GEMMA3_GLOBAL_EVERY != 0 for i in range(num_layers))
+    return dataclasses.replace(
+        options, post_norms=True, embed_scale=math.sqrt(hidden),
+        mlp_activation=GEMMA3_ACTIVATION,
+        sliding_window=window or None, sliding_layers=sliding if window else (),
+        local_rope_theta=GEMMA3_LOCAL_ROPE_THETA)
 
 
 def gguf_qk_permuted(options: FamilyOptions) -> bool:

@@ -1,4 +1,4 @@
-"""The dense reference Llama forward pass, in float32 numpy, as small pure functions.
+"""The dense reference decoder forward pass, in float32 numpy, as small pure functions.
 
 What it is: the maths of one Llama-architecture decoder (RMSNorm, rotary position
 embeddings with `rope_theta`, grouped-query attention, a SwiGLU MLP, a tied or untied LM
@@ -17,7 +17,10 @@ Conventions (fixed by `engine/model/spec.py`):
 * RoPE uses Hugging Face's rotate-half convention: a head vector is split into halves
   `(x1, x2)` and rotated by the angle `position * inv_freq[i]` of pair `i`
   (`engine/model/rope.py`: `theta**(-2i/hd)`, or the family's scaled frequencies);
-* the family's options (`config.options`) add q/k/v biases and per-head q/k norms.
+* the family's options (`config.options`) add q/k/v biases and per-head q/k norms, and
+  Gemma 3's: embeddings x sqrt(d), RMSNorm on each sublayer's output (post-norms), a GeGLU
+  MLP (gelu_tanh), and per layer a sliding window (keys j with i - window < j <= i) and
+  RoPE base.
 
 Shape names: n query rows, m key rows, d hidden size, H query heads, KV key/value heads,
 g = H // KV query heads per KV head, hd head dim, ff MLP width, V vocabulary.
@@ -47,6 +50,10 @@ MAX_SCORE_ELEMENTS = 16 * 1024 * 1024
 # full square for a 512-token prompt).
 CAUSAL_QUERY_BLOCK = 128
 
+# GELU's tanh approximation: sqrt(2/pi) and the cubic term's coefficient.
+GELU_SQRT_2_OVER_PI = 0.7978845608028654
+GELU_CUBIC = 0.044715
+
 # A contiguous cache starts with room for this many tokens when the caller gives no size.
 DEFAULT_CACHE_TOKENS = 256
 
@@ -67,10 +74,24 @@ def rope_cos_sin(positions, head_dim: int, theta: float) -> tuple[np.ndarray, np
     return rope.cos_sin(positions, rope.plain_inv_freq(head_dim, theta))
 
 
-def rope_for(config: ModelConfig, positions) -> tuple[np.ndarray, np.ndarray]:
-    """(cos, sin) [n, hd/2] for the config's family (Llama 3 scaling, GGUF divisors...)."""
-    inv_freq = rope.inv_freq_for(config.head_dim, config.rope_theta, config.options)  # [hd/2]
+def rope_for(config: ModelConfig, positions, layer: int = -1) -> tuple[np.ndarray, np.ndarray]:
+    """(cos, sin) [n, hd/2] for the config's family (Llama 3 scaling, GGUF divisors...) and
+    layer `layer`'s RoPE base (sliding layers may have their own; -1: the global base)."""
+    theta = config.rope_theta if layer < 0 else config.layer_rope_theta(layer)
+    inv_freq = rope.inv_freq_for(config.head_dim, theta, config.options)   # [hd/2]
     return rope.cos_sin(positions, inv_freq)
+
+
+def rope_per_layer(config: ModelConfig, positions) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(cos, sin) [n, hd/2] of every layer; layers with the same RoPE base share arrays."""
+    by_theta: dict[float, tuple[np.ndarray, np.ndarray]] = {}
+    tables = []
+    for layer in range(config.num_layers):
+        theta = config.layer_rope_theta(layer)
+        if theta not in by_theta:
+            by_theta[theta] = rope_for(config, positions, layer)
+        tables.append(by_theta[theta])
+    return tables
 
 
 def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
@@ -91,11 +112,14 @@ def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
 
 
 def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray,
-              q_positions, k_positions) -> np.ndarray:
+              q_positions, k_positions, *, window: int | None = None,
+              scale: float | None = None) -> np.ndarray:
     """Causal grouped-query attention by positions.
 
     q [n, H, hd], k/v [m, KV, hd]; key j is visible to query i iff
-    k_positions[j] <= q_positions[i] (every query must see at least one key).
+    k_positions[j] <= q_positions[i] (every query must see at least one key) and, with a
+    sliding `window`, k_positions[j] > q_positions[i] - window (Hugging Face's mask).
+    Scores are scaled by `scale` (None: hd**-0.5).
     Query head h reads KV head h // (H // KV). Returns [n, H*hd] float32.
     """
     n, num_heads, hd = q.shape
@@ -108,8 +132,10 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray,
     kt = k.transpose(1, 2, 0)                                           # [KV, hd, m]
     vt = v.transpose(1, 0, 2)                                           # [KV, m, hd]
     sees_all = k_pos.max() <= q_pos.min()                               # e.g. a decode row
+    if window is not None:
+        sees_all = sees_all and k_pos.min() > q_pos.max() - window
     keys_sorted = sees_all or bool(np.all(k_pos[:-1] <= k_pos[1:]))
-    scale = F32(1.0 / np.sqrt(hd))
+    scale = F32(hd ** -0.5 if scale is None else scale)
     rows = max(1, MAX_SCORE_ELEMENTS // max(1, num_heads * m))
     if not sees_all:
         rows = min(rows, CAUSAL_QUERY_BLOCK)
@@ -125,6 +151,8 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray,
         scores = qc @ kt[:, :, :mc]                                     # [KV, g*nc, mc]
         if not sees_all:
             hidden = k_pos[None, :mc] > q_pos[start:stop, None]         # [nc, mc]
+            if window is not None:
+                hidden |= k_pos[None, :mc] <= q_pos[start:stop, None] - window
             np.copyto(scores.reshape(num_kv, group, nc, mc), -np.inf, where=hidden)
         scores -= scores.max(axis=-1, keepdims=True)
         np.exp(scores, out=scores)
@@ -166,10 +194,17 @@ def _head_norms(qk: np.ndarray, layer: LayerWeights, config: ModelConfig) -> np.
     return out
 
 
-def mlp(x_normed: np.ndarray, layer: LayerWeights, ff: int) -> np.ndarray:
-    """SwiGLU: (silu(x @ W_gate) * (x @ W_up)) @ W_down, with gate|up fused. [n, d] -> [n, d]."""
+def mlp(x_normed: np.ndarray, layer: LayerWeights, ff: int,
+        activation: str = "silu") -> np.ndarray:
+    """Gated MLP: (act(x @ W_gate) * (x @ W_up)) @ W_down, with gate|up fused. [n, d] -> [n, d].
+
+    act is silu (SwiGLU, Llama/Qwen) or gelu_tanh (GeGLU, Gemma)."""
     gate_up = x_normed @ layer.w_gate_up                                # [n, d] -> [n, 2*ff]
     gate, up = gate_up[:, :ff], gate_up[:, ff:]                         # [n, ff] each
+    if activation == "gelu_tanh":
+        act = _gelu_tanh(gate)
+        act *= up
+        return act @ layer.w_down                                       # [n, ff] -> [n, d]
     # silu(g) = g * sigmoid(g), sigmoid(g) = (1 + tanh(g/2)) / 2: no overflow for large |g|.
     act = np.multiply(gate, F32(0.5))                                   # [n, ff]
     np.tanh(act, out=act)
@@ -180,14 +215,33 @@ def mlp(x_normed: np.ndarray, layer: LayerWeights, ff: int) -> np.ndarray:
     return act @ layer.w_down                                           # [n, ff] -> [n, d]
 
 
+def _gelu_tanh(gate: np.ndarray) -> np.ndarray:
+    """GELU, tanh approximation (PyTorch's gelu(approximate="tanh")), float32 [n, ff]:
+    0.5 * g * (1 + tanh(sqrt(2/pi) * (g + 0.044715 * g^3)))."""
+    inner = gate * gate                                                 # [n, ff]
+    inner *= F32(GELU_CUBIC)
+    inner += F32(1.0)
+    inner *= gate
+    inner *= F32(GELU_SQRT_2_OVER_PI)
+    np.tanh(inner, out=inner)
+    inner += F32(1.0)
+    inner *= gate
+    inner *= F32(0.5)
+    return inner
+
+
 def logits_from_hidden(weights: LlamaWeights, h: np.ndarray) -> np.ndarray:
     """Final-normed hidden rows -> logits: [n, d] @ [d, V] -> [n, V]."""
     return h @ weights.lm_head
 
 
-def embed(weights: LlamaWeights, ids) -> np.ndarray:
-    """Token ids [n] -> embedding rows [n, d] (a gather, float32)."""
-    return weights.embed[np.asarray(ids, dtype=np.int64)]               # [n] -> [n, d]
+def embed(weights: LlamaWeights, ids, scale: float | None = None) -> np.ndarray:
+    """Token ids [n] -> embedding rows [n, d] (a gather, float32), times `scale` if given
+    (Gemma: sqrt(d), rounded to float32 first as Hugging Face does)."""
+    rows = weights.embed[np.asarray(ids, dtype=np.int64)]               # [n] -> [n, d]
+    if scale is not None:
+        rows *= F32(scale)
+    return rows
 
 
 # --------------------------------------------------------------------------- the layer stack
@@ -202,24 +256,29 @@ def decoder_layer(x: np.ndarray, layer: LayerWeights, config: ModelConfig,
     """
     h = rms_norm(x, layer.attn_norm, config.rms_norm_eps)               # [n, d]
     q, k, v = qkv_project(h, layer, config, cos, sin)
-    x = x + attend(q, k, v) @ layer.wo                                  # [n, H*hd] @ [H*hd, d]
+    x = x + post_norm(attend(q, k, v) @ layer.wo, layer.post_attn_norm, config)  # [n, d]
     h = rms_norm(x, layer.mlp_norm, config.rms_norm_eps)                # [n, d]
-    x += mlp(h, layer, config.intermediate_size)                        # [n, d]
+    x += post_norm(mlp(h, layer, config.intermediate_size, config.options.mlp_activation),
+                   layer.post_mlp_norm, config)                         # [n, d]
     return x
+
+
+def post_norm(out: np.ndarray, weight: np.ndarray | None, config: ModelConfig) -> np.ndarray:
+    """A sublayer's output [n, d], RMS-normed when the family has post-norms (Gemma)."""
+    return out if weight is None else rms_norm(out, weight, config.rms_norm_eps)
 
 
 def hidden_states(config: ModelConfig, weights: LlamaWeights, ids) -> np.ndarray:
     """Token ids [n] (positions 0..n-1) -> final-normed hidden states [n, d] float32."""
     ids = np.asarray(ids, dtype=np.int64)
     positions = np.arange(ids.shape[0])
-    cos, sin = rope_for(config, positions)
-
-    def attend_self(q, k, v):
-        return attention(q, k, v, positions, positions)
-
-    x = embed(weights, ids)                                             # [n, d]
-    for layer in weights.layers:
-        x = decoder_layer(x, layer, config, cos, sin, attend_self)
+    ropes = rope_per_layer(config, positions)                           # [(cos, sin)] per layer
+    x = embed(weights, ids, config.options.embed_scale)                 # [n, d]
+    for index, layer in enumerate(weights.layers):
+        def attend_self(q, k, v, index=index):
+            return attention(q, k, v, positions, positions, scale=config.attn_scale,
+                             window=config.options.layer_window(index))
+        x = decoder_layer(x, layer, config, *ropes[index], attend_self)
     return rms_norm(x, weights.final_norm, config.rms_norm_eps)         # [n, d]
 
 
@@ -281,13 +340,14 @@ def forward_cached(config: ModelConfig, weights: LlamaWeights, ids, cache: Dense
     cache.reserve(start + n)
     q_positions = np.arange(start, start + n)
     k_positions = np.arange(start + n)
-    cos, sin = rope_for(config, q_positions)
-    x = embed(weights, ids)                                             # [n, d]
+    ropes = rope_per_layer(config, q_positions)                         # [(cos, sin)] per layer
+    x = embed(weights, ids, config.options.embed_scale)                 # [n, d]
     for index, layer in enumerate(weights.layers):
         def attend_cached(q, k, v, index=index):
             keys, values = cache.write_and_view(index, k, v)            # [start+n, KV, hd]
-            return attention(q, keys, values, q_positions, k_positions)
-        x = decoder_layer(x, layer, config, cos, sin, attend_cached)
+            return attention(q, keys, values, q_positions, k_positions, scale=config.attn_scale,
+                             window=config.options.layer_window(index))
+        x = decoder_layer(x, layer, config, *ropes[index], attend_cached)
     cache.advance(n)
     rows = x[-1:] if last_only else x                                   # [1 or n, d]
     return logits_from_hidden(weights, rms_norm(rows, weights.final_norm, config.rms_norm_eps))

@@ -34,7 +34,7 @@ import numpy as np
 from engine.errors import ModelFormatError
 from engine.formats.gguf import GGUFFile
 from engine.model.families import gguf_qk_permuted
-from engine.model.spec import Model, ModelConfig
+from engine.model.spec import LlamaWeights, Model, ModelConfig
 from engine.formats.safetensors import read_safetensors_dir
 from engine.model.weights import (GGUF_NAMES, HF_NAMES, TensorSource, as_ids, build_weights,
                             config_from_gguf, config_from_hf)
@@ -75,8 +75,14 @@ def model_name(directory: str | os.PathLike) -> str:
 
 # --- the two formats -------------------------------------------------------------------
 
-def _load_gguf(file: Path, directory: Path) -> Model:
-    gguf = GGUFFile(file)
+def load_gguf_weights(file: str | os.PathLike) -> tuple[ModelConfig, LlamaWeights]:
+    """A .gguf file's config and weights alone, without its tokenizer (what the maths needs:
+    tests and benchmarks of a family whose vocabulary is read elsewhere)."""
+    gguf = GGUFFile(Path(file))
+    return _gguf_config_weights(gguf)
+
+
+def _gguf_config_weights(gguf: GGUFFile) -> tuple[ModelConfig, LlamaWeights]:
     embed = gguf.tensors.get(GGUF_NAMES["embed"])
     config = config_from_gguf(gguf.metadata, gguf.path, embed.shape[0] if embed else 0)
     source = TensorSource(path=gguf.path,
@@ -84,7 +90,12 @@ def _load_gguf(file: Path, directory: Path) -> Model:
                           get=gguf.tensor, get_input_major=gguf.matrix_input_major,
                           role_names=GGUF_NAMES,
                           is_gguf_permuted=gguf_qk_permuted(config.options))
-    config, weights = build_weights(source, config)
+    return build_weights(source, config)
+
+
+def _load_gguf(file: Path, directory: Path) -> Model:
+    gguf = GGUFFile(file)
+    config, weights = _gguf_config_weights(gguf)
     tokenizer = _guarded(gguf.path, _bpe_from_gguf, gguf.metadata)
     generation = _read_json(directory / "generation_config.json")
     template = _side_template(directory, generation) or gguf.metadata.get("tokenizer.chat_template")

@@ -11,9 +11,11 @@ where the numbers came from. Conventions fixed here, once:
 * Q, K and V are fused into one matrix, and so are the MLP's gate and up projections, so a
   step does one matmul per weight (the columns are [q | k | v] and [gate | up]).
 
-The families served (Llama 2/3.x, Qwen2, Qwen3) are ONE decoder: what differs between them
-is a `FamilyOptions` value in the config (q/k/v biases, per-head q/k RMSNorm, Llama 3 RoPE
-scaling, per-pair RoPE divisors from a GGUF), read by the same forward pass
+The families served (Llama 2/3.x, Qwen2, Qwen3, Gemma 3) are ONE decoder: what differs
+between them is a `FamilyOptions` value in the config (q/k/v biases, per-head q/k RMSNorm,
+Llama 3 RoPE scaling, per-pair RoPE divisors from a GGUF; Gemma's post-norms, embedding
+scale, GeGLU, attention scale, per-layer sliding windows and RoPE bases), read by the
+same forward pass
 (`engine/model/families.py` decides the options and refuses what is not implemented).
 
 Even the `succ` bigram test model is a Llama here: zero layers, an identity embedding and a
@@ -45,6 +47,22 @@ class FamilyOptions:
     rope_scaling: Llama3RopeScaling | None = None
     # A GGUF's `rope_freqs` tensor: pair i's frequency is divided by divisor i. [hd/2]
     rope_freq_divisors: tuple[float, ...] | None = None
+    # Gemma 3: norms after attention and after the MLP too (post_attention/post_ffw norms)
+    post_norms: bool = False
+    embed_scale: float | None = None        # input embeddings are multiplied by this (sqrt(d))
+    mlp_activation: str = "silu"            # the gate's activation: "silu" or "gelu_tanh"
+    attn_scale: float | None = None         # scores scale (None: head_dim**-0.5)
+    # Sliding-window layers (Gemma 3): layer i attends keys j with i - window < j <= i
+    # (positions) when sliding_layers[i]; those layers use RoPE base local_rope_theta.
+    sliding_window: int | None = None
+    sliding_layers: tuple[bool, ...] = ()
+    local_rope_theta: float | None = None
+
+    def layer_window(self, layer: int) -> int | None:
+        """The sliding window of layer `layer` in tokens (None: it sees every earlier key)."""
+        if self.sliding_window is None or layer >= len(self.sliding_layers):
+            return None
+        return self.sliding_window if self.sliding_layers[layer] else None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,6 +91,18 @@ class ModelConfig:
     def kv_size(self) -> int:       # columns of K (and of V) in the fused QKV matrix
         return self.num_kv_heads * self.head_dim
 
+    @property
+    def attn_scale(self) -> float:  # what q.k is multiplied by before the softmax
+        scale = self.options.attn_scale
+        return self.head_dim ** -0.5 if scale is None else scale
+
+    def layer_rope_theta(self, layer: int) -> float:
+        """RoPE base of layer `layer`: sliding layers may use their own (Gemma 3: 10,000)."""
+        local = self.options.local_rope_theta
+        if local is not None and self.options.layer_window(layer) is not None:
+            return local
+        return self.rope_theta
+
 
 @dataclass(frozen=True, kw_only=True)
 class LayerWeights:
@@ -86,6 +116,8 @@ class LayerWeights:
     bqkv: np.ndarray | None = None  # [H*hd + 2*KV*hd]  q | k | v biases (options.qkv_bias)
     q_norm: np.ndarray | None = None  # [hd]            per-head q RMSNorm (options.qk_norm)
     k_norm: np.ndarray | None = None  # [hd]            per-head k RMSNorm (options.qk_norm)
+    post_attn_norm: np.ndarray | None = None  # [d]     on attention's output (options.post_norms)
+    post_mlp_norm: np.ndarray | None = None   # [d]     on the MLP's output (options.post_norms)
 
 
 @dataclass(frozen=True, kw_only=True)

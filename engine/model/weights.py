@@ -18,7 +18,7 @@ transposes packed bytes, so no float32 copy is wasted):
 Config keys come from `config.json` (`config_from_hf`) or the GGUF `llama.*` metadata
 (`config_from_gguf`), with the family's options from engine/model/families.py (which refuses
 what is not implemented). The family decides the optional tensors (Qwen2's q/k/v biases,
-Qwen3's q/k norms, a Llama 3 GGUF's `rope_freqs` divisors); any missing key, missing tensor,
+Qwen3's and Gemma's q/k norms, Gemma's post-norms, a Llama 3 GGUF's `rope_freqs` divisors); any missing key, missing tensor,
 unknown tensor or wrong shape raises `ModelFormatError` naming the file.
 """
 from __future__ import annotations
@@ -72,10 +72,13 @@ GGUF_NAMES = {
     "v_bias": "blk.{i}.attn_v.bias",
     "q_norm": "blk.{i}.attn_q_norm.weight", "k_norm": "blk.{i}.attn_k_norm.weight",
     "rope_freqs": "rope_freqs.weight",
+    "post_attn_norm": "blk.{i}.post_attention_norm.weight",     # Gemma 3
+    "post_mlp_norm": "blk.{i}.post_ffw_norm.weight",            # Gemma 3
 }
 LAYER_ROLES = ("attn_norm", "q", "k", "v", "o", "mlp_norm", "gate", "up", "down")
 BIAS_ROLES = ("q_bias", "k_bias", "v_bias")
 QK_NORM_ROLES = ("q_norm", "k_norm")
+POST_NORM_ROLES = ("post_attn_norm", "post_mlp_norm")      # GGUF only (Gemma 3)
 
 
 @dataclass(frozen=True)
@@ -249,7 +252,7 @@ def _qkv_bias(src: TensorSource, cfg: ModelConfig, i: int) -> np.ndarray:
 def _layer(src: TensorSource, cfg: ModelConfig, i: int) -> LayerWeights:
     d, ff, q, kv = cfg.hidden_size, cfg.intermediate_size, cfg.q_size, cfg.kv_size
     qkv = [("q", (q, d), cfg.num_heads), ("k", (kv, d), cfg.num_kv_heads), ("v", (kv, d), 0)]
-    qk_norm = cfg.options.qk_norm
+    qk_norm, post_norms = cfg.options.qk_norm, cfg.options.post_norms
     return LayerWeights(
         attn_norm=_vector(src, "attn_norm", d, i),
         wqkv=_input_major(src, qkv, i),                                     # [d, q + 2*kv]
@@ -260,6 +263,8 @@ def _layer(src: TensorSource, cfg: ModelConfig, i: int) -> LayerWeights:
         bqkv=_qkv_bias(src, cfg, i) if cfg.options.qkv_bias else None,      # [q + 2*kv]
         q_norm=_vector(src, "q_norm", cfg.head_dim, i) if qk_norm else None,  # [hd]
         k_norm=_vector(src, "k_norm", cfg.head_dim, i) if qk_norm else None,  # [hd]
+        post_attn_norm=_vector(src, "post_attn_norm", d, i) if post_norms else None,  # [d]
+        post_mlp_norm=_vector(src, "post_mlp_norm", d, i) if post_norms else None,    # [d]
     )
 
 
@@ -300,6 +305,7 @@ def _expected_names(src: TensorSource, cfg: ModelConfig) -> set[str]:
     roles = list(LAYER_ROLES)
     roles += BIAS_ROLES if cfg.options.qkv_bias else ()
     roles += QK_NORM_ROLES if cfg.options.qk_norm else ()
+    roles += POST_NORM_ROLES if cfg.options.post_norms else ()
     names = {src.role_names[r].format(i=i) for r in roles for i in range(cfg.num_layers)}
     names |= {src.role_names[r] for r in ("embed", "final_norm", "lm_head", "rope_freqs")
               if r in src.role_names}

