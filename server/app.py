@@ -108,8 +108,11 @@ class ServedModel:
         except TemplateError as exc:
             raise ApiError("template_error", exc.message, param="messages") from None
 
-    def encode(self, text: str) -> list[int]:
-        return list(self.tokenizer.encode(text))
+    def encode(self, text: str, *, add_special_tokens: bool = False) -> list[int]:
+        """Token ids of `text`. A raw prompt is encoded as Hugging Face's `tok(text)` and vLLM
+        do (`add_special_tokens`: BOS first when the model asks for it, as Gemma's does); a
+        rendered chat template already holds its BOS."""
+        return list(self.tokenizer.encode(text, add_special_tokens=add_special_tokens))
 
     def check_token_ids(self, ids: tuple[int, ...], param: str) -> None:
         """Refuse client-sent token ids past the vocabulary (400 naming `param`).
@@ -242,7 +245,8 @@ class ApiApp:
         for prompt in spec.prompts:
             if isinstance(prompt, tuple):
                 self.served.check_token_ids(prompt, "prompt")
-            ids = list(prompt) if isinstance(prompt, tuple) else self.served.encode(prompt)
+            ids = (list(prompt) if isinstance(prompt, tuple)
+                   else self.served.encode(prompt, add_special_tokens=True))
             if not ids:
                 raise api.bad("prompt", "The prompt must contain at least one token.")
             prompts.append(ids)
@@ -373,7 +377,7 @@ class ApiApp:
         text = (self.served.render(spec.messages,
                                    add_generation_prompt=spec.add_generation_prompt)
                 if spec.messages else spec.prompt)
-        tokens = self.served.encode(text)                 # built on a worker: maybe millions
+        tokens = self.served.encode(text, add_special_tokens=spec.add_special_tokens)
         return Response(status=200, headers=(JSON_CONTENT_TYPE,), body=json_bytes_piecewise(
             docs.tokenized(tokens, self.served.max_model_len)))
 

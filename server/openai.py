@@ -383,7 +383,9 @@ def parse_embeddings(body: bytes) -> EmbedSpec:
 def parse_tokenize(body: bytes) -> TokenizeSpec:
     doc = load_json_object(body)
     model = model_name(doc)
-    add_special = boolean(doc, "add_special_tokens", True)
+    # vLLM's defaults: a raw prompt gets the model's special tokens (BOS), a rendered chat
+    # does not (its template wrote them).
+    add_special = boolean(doc, "add_special_tokens", doc.get("messages") is None)
     if doc.get("messages") is not None:
         return TokenizeSpec(model=model, messages=_messages(doc),
                             add_special_tokens=add_special,
