@@ -41,6 +41,8 @@ from engine.model.weights import (GGUF_NAMES, HF_NAMES, TensorSource, as_ids, bu
 
 VERSION_DIR = re.compile(r"v\d+(\.\d+)*")
 TEMPLATE_FILE = "chat_template.jinja"
+# Turn-ending tokens of the chat formats served (Gemma, Llama 3, ChatML/Qwen, Phi-3).
+END_OF_TURN_TOKENS = ("<end_of_turn>", "<|eot_id|>", "<|eom_id|>", "<|im_end|>", "<|end|>")
 DEFAULT_TEMPLATE_NAME = "default"       # tokenizer_config may hold a list of named templates
 
 
@@ -98,6 +100,8 @@ def _load_gguf(file: Path, directory: Path) -> Model:
     config, weights = _gguf_config_weights(gguf)
     tokenizer = _guarded(gguf.path, _bpe_from_gguf, gguf.metadata)
     generation = _read_json(directory / "generation_config.json")
+    if "eos_token_id" not in generation:         # a GGUF alone: its chat's end-of-turn too
+        generation = {**generation, "eos_token_id": _end_of_turn_ids(tokenizer)}
     template = _side_template(directory, generation) or gguf.metadata.get("tokenizer.chat_template")
     return _finish(directory, config, weights, tokenizer, template, file, "gguf", generation)
 
@@ -117,6 +121,14 @@ def _load_hf(directory: Path) -> Model:
     template = _side_template(directory, generation, tokenizer_config)
     return _finish(directory, config, weights, tokenizer, template, directory, "safetensors",
                    generation)
+
+
+def _end_of_turn_ids(tokenizer) -> list[int]:
+    """The vocabulary's end-of-turn tokens. A GGUF names one EOS (Gemma: `<eos>`), but its chat
+    ends turns with another token (`<end_of_turn>`), which Hugging Face's generation_config and
+    llama.cpp's end-of-generation list both stop on; without it a chat runs to max_tokens."""
+    found = (tokenizer.token_to_id(text) for text in END_OF_TURN_TOKENS)
+    return [token_id for token_id in found if token_id is not None]
 
 
 def _fused_t(files: dict, parts: list[tuple[str, np.ndarray | None]]) -> np.ndarray:

@@ -88,3 +88,15 @@ def test_paged_engine_matches_dense_past_the_window(gemma):
                                             max_tokens=ENGINE_NEW_TOKENS))
         assert tokens_of(run_to_completion(engine)[rid]) == want
     assert engine.stats().prefix_hit_tokens >= len(prompt) - PAGED.block_size
+
+
+def test_the_gguf_alone_stops_at_end_of_turn_as_hugging_face_does():
+    """The GGUF names `<eos>` (1) only; Gemma's generation_config (the oracle's stop ids) and
+    llama.cpp also stop at `<end_of_turn>` (106), where every chat turn ends."""
+    from cli.fetch import GEMMA, ensure_model
+    from engine.api import load_model
+    folder = ensure_model(REPO_ROOT / GEMMA.default_dest, model=GEMMA.name)
+    model = load_model(folder)
+    stop_ids = _jsonl("greedy.jsonl")[0]["stop_ids"]                           # [1, 106]
+    assert model.tokenizer.token_to_id("<end_of_turn>") == 106
+    assert sorted(model.config.eos_token_ids) == sorted(stop_ids)
