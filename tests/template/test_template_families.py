@@ -7,13 +7,11 @@ system folding and role checks (Gemma 3), tools and tool calls, `enable_thinking
 `error` holds what the template raised, which our render must raise with the same text.
 """
 
-from datetime import datetime
-from functools import lru_cache
-
 import pytest
 
-from template import Template, TemplateRaised
+from template import TemplateRaised
 from tests.family_tokens import GEMMA, TINY_FAMILIES, family_jsonl
+from tests.template.oracle_render import assert_renders_like_oracle, render_case
 
 FAMILIES = (GEMMA,) + TINY_FAMILIES
 CASES_PER_FAMILY = 10
@@ -22,16 +20,12 @@ CASES = [(family, case) for family in FAMILIES for case in family_jsonl(family, 
 ERROR_CLASSES = {"TemplateError": TemplateRaised}
 
 
-@lru_cache(maxsize=None)
-def _compiled(source: str) -> Template:
-    return Template.parse(source)
+def _variables(case: dict) -> dict:
+    return {"bos_token": case["bos_token"], "eos_token": case["eos_token"], **case["template_kwargs"]}
 
 
 def _render(case: dict) -> str:
-    return _compiled(case["template_source"]).render_chat(
-        case["messages"], add_generation_prompt=case["add_generation_prompt"], tools=case["tools"],
-        bos_token=case["bos_token"], eos_token=case["eos_token"],
-        now=datetime.fromisoformat(case["frozen_now"]), **case["template_kwargs"])
+    return render_case(case, **_variables(case))
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -44,12 +38,7 @@ def test_each_family_has_its_cases(family):
 @pytest.mark.parametrize("family, case", CASES,
                          ids=[f"{family}-{case['case']}" for family, case in CASES])
 def test_family_case_renders_exactly(family, case):
-    if case["error"] is None:
-        assert _render(case) == case["rendered"]
-        return
-    with pytest.raises(ERROR_CLASSES[case["error"]["type"]]) as info:
-        _render(case)
-    assert info.value.message == case["error"]["message"]
+    assert_renders_like_oracle(case, ERROR_CLASSES, **_variables(case))
 
 
 def test_thinking_switch_reaches_the_qwen3_template():
