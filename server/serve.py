@@ -190,9 +190,13 @@ def load(cfg: ServeConfig, handle: ServerHandle, wrap_engine: EngineWrapper | No
                           arrivals=ArrivalWindow(cfg.arrival_window_ms),
                           view=EngineView() if cfg.engine_view else None,
                           tracer=_tracer(cfg))
-    served = ServedModel(model, cfg.model_id, engine.max_model_len(),
-                         kv_capacity_tokens=engine.kv.num_blocks * engine_cfg.block_size,
-                         chat_template=given_template)
+    try:                                 # the model's own template is parsed here
+        served = ServedModel(model, cfg.model_id, engine.max_model_len(),
+                             kv_capacity_tokens=engine.kv.num_blocks * engine_cfg.block_size,
+                             chat_template=given_template)
+    except ModelFormatError as exc:
+        raise StartupError(f"cannot serve the model {exc.path}: {exc.problem}; give a working "
+                           "template with --chat-template FILE ([engine].chat_template)") from None
     bridge.wake = handle.loop.wake
     workers = WorkerPool(wake=handle.loop.wake)    # the heavy, pure half of requests
     handle.bridge, handle.workers = bridge, workers

@@ -3,11 +3,14 @@ no chat template of its own).
 
 Given a file, chats render with it (seen through /v1/tokenize's ids); a file that cannot be
 read or does not parse stops the start-up with one line naming it; with no template anywhere
-the start-up warns once that the plain default is used and how to give one.
+the start-up warns once that the plain default is used and how to give one. A model's own
+template that does not parse is a one-line start-up error too, pointing at the override.
 """
 from __future__ import annotations
 
+import json
 import logging
+import shutil
 
 import pytest
 
@@ -62,6 +65,18 @@ def test_a_bad_template_file_stops_the_start_up_naming_it(tiny_llama_dir, tmp_pa
             pass
     assert words in str(info.value) and str(path) in str(info.value)
     assert "[engine].chat_template" in str(info.value)
+
+
+def test_a_model_template_that_does_not_parse_stops_the_start_up_in_one_line(tiny_llama_dir, tmp_path):
+    broken = shutil.copytree(tiny_llama_dir, tmp_path / "broken")
+    config_path = broken / "tokenizer_config.json"
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    config_path.write_text(json.dumps({**config, "chat_template": "{% if x %}"}), encoding="utf-8")
+    with pytest.raises(StartupError) as info:            # not the loader's ModelFormatError
+        with running_server(broken):
+            pass
+    assert str(broken) in str(info.value) and "chat template does not parse" in str(info.value)
+    assert "--chat-template FILE" in str(info.value)
 
 
 def test_the_command_line_prints_one_line_for_a_bad_template(tiny_llama_dir, tmp_path, capsys):
