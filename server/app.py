@@ -75,10 +75,11 @@ class ServedModel:
     """The model as the API sees it: id, chat format, tokenizer, context length.
 
     The chat template is parsed here, once, at start-up: a broken one stops the server with
-    `ModelFormatError` naming the model file and the template's line, never a request."""
+    `ModelFormatError` naming the model file and the template's line, never a request.
+    `chat_template` (the text of a configured file) replaces the model's own when given."""
 
     def __init__(self, model: Model, model_id: str, max_model_len: int, *,
-                 kv_capacity_tokens: int | None = None):
+                 kv_capacity_tokens: int | None = None, chat_template: str | None = None):
         self.id = model_id
         self.model = model
         self.tokenizer: Tokenizer = model.tokenizer
@@ -87,7 +88,8 @@ class ServedModel:
         self.created = int(time.time())
         self.grammars = GrammarCache()          # structured outputs, compiled once per schema
         try:
-            self.chat = ChatFormat.from_source(model.chat_template,
+            source = model.chat_template if chat_template is None else chat_template
+            self.chat = ChatFormat.from_source(source,
                                                bos_token=self.tokenizer.bos_token,
                                                eos_token=self.tokenizer.eos_token)
         except TemplateSyntaxError as err:

@@ -13,7 +13,8 @@ key's type; `TL_ENGINE__` variables naming no key are refused like unknown TOML 
 Listen addresses are `"host:port"`; both default to loopback (`127.0.0.1`); `":8000"` or
 `"0.0.0.0:8000"` opens a listener on all interfaces; port 0 picks a free port (the tests).
 
-Paths in a config file (`model_dir`, `api_key_file`, an `access_log` file) are relative to
+Paths in a config file (`model_dir`, `api_key_file`, an `access_log` file, `chat_template`,
+`trace_file`) are relative to
 the file's own directory, not to the current one; paths from the environment or the command
 line are relative to the current directory. A `[defaults]` table (and `TL_DEFAULTS__<KEY>`)
 sets server-side sampling defaults (server/defaults.py). `settings_changed` lists every key
@@ -73,6 +74,7 @@ class ServeConfig:
     engine_view: bool = True                   # /engine and /engine/snapshot on the health port
     trace_file: str = ""                       # Chrome trace-event JSON of the steps; "" = off
     trace_max_mib: int = 64                    # the trace file stops (and says so) at this size
+    chat_template: str = ""                    # a Jinja file replacing the model's own; "" = the model's
 
     def __post_init__(self):
         if not self.model_id:
@@ -170,6 +172,7 @@ KEYS: dict[str, Key] = {
     "engine_view": Key(bool, lambda v: True, "true or false"),
     "trace_file": _ANY,
     "trace_max_mib": Key(int, _positive, "an integer >= 1"),
+    "chat_template": _ANY,
     "speculative": Key(str, lambda v: v in ("", "none") + SPECULATIVE_METHODS,
                        f'{SPECULATIVE_RULES["method"]} or "none" (or a [engine.speculative] table)'),
 }
@@ -186,9 +189,9 @@ ENGINE_FIELDS = ("prefill_chunk", "block_size", "kv_cache_mib", "num_kv_blocks",
 SERVE_FIELDS = ("model_dir", "model_id", "http_listen", "health_listen", "queue_capacity",
                 "queue_deadline_ms", "step_delay_s", "arrival_window_ms", "drain_timeout_s",
                 "ping_interval_s",
-                "engine_view", "trace_file", "trace_max_mib",
+                "engine_view", "trace_file", "trace_max_mib", "chat_template",
                 "api_key", "cors_allow_origins", "access_log", "default_overrides")
-PATH_KEYS = ("model_dir", "api_key_file", "access_log", "trace_file")   # relative to the config file
+PATH_KEYS = ("model_dir", "api_key_file", "access_log", "trace_file", "chat_template")   # relative to the config file
 
 def _checked(name: str, key: Key, value: Any) -> Any:
     kind_ok = (isinstance(value, key.kind) and not (key.kind is int and isinstance(value, bool))

@@ -11,6 +11,11 @@ the fetch command (`StartupError`), never a traceback. The start-up log names th
 file, every setting that differs from its default (the API key redacted) and the sampling
 defaults in force.
 
+The chat template: `[engine].chat_template` (or `--chat-template FILE`) replaces the model's
+own; a file that cannot be read or does not parse ends the start-up with one line naming it.
+A model with no template and none given renders with the chapter's plain default, and the
+start-up log warns once, saying how to give one.
+
 Shutdown order (chapter 2.6): the loop drains (API listener closed, /readyz 503, new
 requests 503, in-flight streams finish up to `drain_timeout_s`), `run()` returns, then the
 engine thread stops. `/healthz` answers 200 until the process ends.
@@ -46,10 +51,14 @@ from server.http.loop import EventLoop, Listener
 from server.offloop import WorkerPool
 from server.routes import API_ROUTES, HEALTH_ROUTES
 from server.trace import TraceWriter
+from template import Template, TemplateSyntaxError
 
 log = logging.getLogger("tlserve")
 PACKAGE = "tl-serve"
 EngineWrapper = Callable[[Engine], Engine]      # tests: inject faults into engine steps
+NO_TEMPLATE_WARNING = ("model %s ships no chat template: chats render with the plain default "
+                       "(<|role|> lines); give one with chat_template = \"path\" in runtime.toml "
+                       "([engine]) or --chat-template FILE")
 
 
 class StartupError(Exception):
@@ -156,6 +165,7 @@ def load(cfg: ServeConfig, handle: ServerHandle, wrap_engine: EngineWrapper | No
     `wrap_engine` is the tests' fault seam: it may wrap the Engine the bridge drives."""
     tuned = tune_malloc()                # process-wide: numpy's big temporaries stay on the heap
     log.info("malloc tuned for numpy temporaries: %s", "yes" if tuned else "no (not glibc)")
+    given_template = read_chat_template(cfg.chat_template) if cfg.chat_template else None
     t0 = time.perf_counter()
     try:
         model = load_model(cfg.model_dir)
@@ -167,6 +177,7 @@ def load(cfg: ServeConfig, handle: ServerHandle, wrap_engine: EngineWrapper | No
                            f"fetch it with: {fetch_hint()}") from None
     log.info("model %s loaded from %s in %.2f s", cfg.model_id, cfg.model_dir,
              time.perf_counter() - t0)
+    _log_chat_template(cfg, model.chat_template, given_template)
     defaults = sampling.resolve(cfg.model_dir, dict(cfg.default_overrides))
     log.info("sampling defaults: %s", defaults.changed() or "OpenAI's (none set)")
     engine_cfg = cfg.engine
@@ -179,8 +190,13 @@ def load(cfg: ServeConfig, handle: ServerHandle, wrap_engine: EngineWrapper | No
                           arrivals=ArrivalWindow(cfg.arrival_window_ms),
                           view=EngineView() if cfg.engine_view else None,
                           tracer=_tracer(cfg))
-    served = ServedModel(model, cfg.model_id, engine.max_model_len(),
-                         kv_capacity_tokens=engine.kv.num_blocks * engine_cfg.block_size)
+    try:                                 # the model's own template is parsed here
+        served = ServedModel(model, cfg.model_id, engine.max_model_len(),
+                             kv_capacity_tokens=engine.kv.num_blocks * engine_cfg.block_size,
+                             chat_template=given_template)
+    except ModelFormatError as exc:
+        raise StartupError(f"cannot serve the model {exc.path}: {exc.problem}; give a working "
+                           "template with --chat-template FILE ([engine].chat_template)") from None
     bridge.wake = handle.loop.wake
     workers = WorkerPool(wake=handle.loop.wake)    # the heavy, pure half of requests
     handle.bridge, handle.workers = bridge, workers
@@ -199,6 +215,31 @@ def build(cfg: ServeConfig, wrap_engine: EngineWrapper | None = None) -> ServerH
     handle = bind(cfg)
     load(cfg, handle, wrap_engine)
     return handle
+
+
+def read_chat_template(path: str) -> str:
+    """The text of a `[engine].chat_template` file, parsed once to refuse a broken one now."""
+    try:
+        source = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise StartupError(f"cannot read the chat template {path} ([engine].chat_template): "
+                           f"{why}") from None
+    if not source.strip():
+        raise StartupError(f"the chat template {path} ([engine].chat_template) is empty")
+    try:
+        Template.parse(source)
+    except TemplateSyntaxError as err:
+        raise StartupError(f"the chat template {path} ([engine].chat_template) does not parse: "
+                           f"{err}") from None
+    return source
+
+
+def _log_chat_template(cfg: ServeConfig, model_template: str | None, given: str | None) -> None:
+    if given is not None:
+        log.info("chat template: %s (replaces the model's own)", cfg.chat_template)
+    elif not (model_template and model_template.strip()):
+        log.warning(NO_TEMPLATE_WARNING, cfg.model_id)
 
 
 def _tracer(cfg: ServeConfig) -> TraceWriter | None:
@@ -299,6 +340,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--trace-file", metavar="PATH",
                    help="write a Chrome trace-event JSON of the engine steps and requests "
                         "(Perfetto, chrome://tracing); overrides [engine].trace_file")
+    p.add_argument("--chat-template", metavar="FILE",
+                   help="a Jinja chat template that replaces the model's own (or gives one to a "
+                        "model without); overrides [engine].chat_template")
     p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"),
                    help="logging verbosity (default INFO: one line per start-up phase)")
     return p.parse_args(argv)
@@ -323,6 +367,8 @@ def config_from_args(args: argparse.Namespace, env=None) -> ServeConfig:
         overrides["health_listen"] = _with_port(cfg.health_listen, args.health_port)
     if args.trace_file:
         overrides["trace_file"] = args.trace_file
+    if args.chat_template:
+        overrides["chat_template"] = args.chat_template
     return replace(cfg, **overrides) if overrides else cfg
 
 

@@ -146,3 +146,19 @@ def test_engine_view_and_trace_keys_from_the_table_the_env_and_the_command_line(
             ServeConfig.from_toml(text, env={})
     args = parse_args(["--trace-file", "run.json"])
     assert config_from_args(args, env={}).trace_file == "run.json"
+
+
+def test_chat_template_key_from_the_file_the_env_and_the_command_line(tmp_path):
+    from server.serve import config_from_args, parse_args
+    assert ServeConfig.from_toml("", env={}).chat_template == ""          # the model's own
+    toml = tmp_path / "conf" / "runtime.toml"
+    toml.parent.mkdir()
+    toml.write_text('[engine]\nchat_template = "templates/chat.jinja"\n', encoding="utf-8")
+    # relative to the config file's folder, like the other paths
+    assert ServeConfig.load(toml, env={}).chat_template == str(tmp_path / "conf" / "templates" / "chat.jinja")
+    env = {"TL_ENGINE__CHAT_TEMPLATE": "other.jinja"}
+    assert ServeConfig.load(toml, env=env).chat_template == "other.jinja"   # env: as given
+    args = parse_args(["--config", str(toml), "--chat-template", "cli.jinja"])
+    assert config_from_args(args, env=env).chat_template == "cli.jinja"     # the flag wins
+    with pytest.raises(ConfigError, match=r"\[engine\].chat_template"):
+        ServeConfig.from_toml("[engine]\nchat_template = 3\n", env={})
