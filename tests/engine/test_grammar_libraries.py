@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+import gc
 import json
 import pathlib
 import time
@@ -21,6 +22,7 @@ from tests.engine.grammar_sampling import sample_texts
 
 ZOD_DIR = pathlib.Path(__file__).parent / "fixtures" / "zod"
 MAX_COMPILE_S = 0.1
+TIMING_TRIES = 3                 # the best of three compiles is timed
 
 
 class Color(str, enum.Enum):
@@ -89,6 +91,13 @@ def test_library_schemas_compile_and_every_output_validates(schema):
 @pytest.mark.timing
 @pytest.mark.parametrize("schema", library_schemas())
 def test_library_schemas_compile_in_under_100_ms(schema):
-    start = time.perf_counter()
-    compile_spec(schema_spec(schema))
-    assert time.perf_counter() - start < MAX_COMPILE_S
+    """The best of TIMING_TRIES compiles (each one does all the work: no cache here): a
+    shared host or a collection of the test process's large heap can stall any one of them
+    (the server pauses automatic collection while it compiles: server/offloop.py)."""
+    took_s = []
+    for _ in range(TIMING_TRIES):
+        gc.collect()
+        start = time.perf_counter()
+        compile_spec(schema_spec(schema))
+        took_s.append(time.perf_counter() - start)
+    assert min(took_s) < MAX_COMPILE_S, took_s

@@ -4,6 +4,7 @@ test against jsonschema over random bounds), exclusive bounds exclude their ends
 spelling, and integer `multipleOf` is served."""
 from __future__ import annotations
 
+import gc
 import json
 import random
 import time
@@ -36,10 +37,16 @@ def test_zods_safe_integer_bounds_compile_with_little_work():
 
 @pytest.mark.timing
 def test_zods_safe_integer_bounds_compile_in_milliseconds():
+    """The best of three compiles per bound (each does all the work): one stall of a shared
+    host or of a garbage collection over the test process's heap is not the compile's."""
     for bound in (2 ** 31, 10 ** 12, 2 ** 53 - 1, 10 ** 40):
-        start = time.perf_counter()
-        compiled({"type": "integer", "minimum": -bound, "maximum": bound})
-        assert time.perf_counter() - start < 0.05, bound
+        took_s = []
+        for _ in range(3):
+            gc.collect()
+            start = time.perf_counter()
+            compiled({"type": "integer", "minimum": -bound, "maximum": bound})
+            took_s.append(time.perf_counter() - start)
+        assert min(took_s) < 0.05, (bound, took_s)
 
 
 @pytest.mark.parametrize("lo,hi", [(-9007199254740991, 9007199254740991), (95, 1234), (-1234, -95),
