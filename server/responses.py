@@ -262,7 +262,8 @@ class _Answer:
                 outs += self.splitter.finish()
         if piece.finish is not None:
             self.finish = piece.finish
-        taken = [out if isinstance(out, str) else FunctionCall.of(out) for out in outs]
+        taken = [out if isinstance(out, str) else FunctionCall.of(out, self.splitter.fmt)
+                 for out in outs]
         for out in taken:
             (self.parts if isinstance(out, str) else self.calls).append(out)
         return taken

@@ -22,9 +22,10 @@ import os
 from dataclasses import dataclass, replace
 from typing import Any
 
+from engine.api import ToolCallFormat
 from server.messages import check_content
 from server.openai import bad, unsupported
-from server.toolcalls import CallOut, argument_fragments
+from server.toolcalls import CallOut, argument_fragments, new_call_id
 from server.tools import ToolsSpec, call_arguments, parse_tools
 
 FUNCTION = "function"
@@ -134,8 +135,10 @@ class FunctionCall:
     arguments: str                              # JSON text
 
     @classmethod
-    def of(cls, call: CallOut) -> FunctionCall:
-        return cls(f"fc_{os.urandom(12).hex()}", f"call_{os.urandom(12).hex()}", call.name,
+    def of(cls, call: CallOut, fmt: ToolCallFormat) -> FunctionCall:
+        """`call_id` as chat mints it (`new_call_id`): it comes back in the history's
+        function_call items, and a Mistral template takes 9-character ids only."""
+        return cls(f"fc_{os.urandom(12).hex()}", new_call_id(fmt), call.name,
                    call.arguments_json)
 
 
