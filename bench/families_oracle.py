@@ -8,7 +8,7 @@ For every family of ../shared/oracle/families/ with tiny models (llama32-tiny, q
 qwen3-tiny), from its safetensors folder and from its GGUF: how many of the greedy.jsonl
 continuations the dense forward reproduces token for token, and the max |diff| of the
 last-position logits against each logits_<j>.npy. A file the loader refuses is reported
-with the refusal. The tests (tests/engine/test_families_oracle.py) assert the same.
+with the refusal. The tests (tests/engine/model/test_families_oracle.py) assert the same.
 """
 from __future__ import annotations
 

@@ -102,7 +102,7 @@ def stream_client(host: str, port: int, concurrency: int, max_tokens: int) -> di
 
 
 def offline(model, engine_cfg: EngineConfig, concurrency: int, max_tokens: int) -> dict:
-    from server.app import ServedModel
+    from server.api.app import ServedModel
     served = ServedModel(model, "smol-135m", model.config.max_position_embeddings)
     engine = Engine(model, engine_cfg)
     params = SamplingParams(temperature=0.0, ignore_eos=True)

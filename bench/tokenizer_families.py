@@ -5,7 +5,7 @@ Run from the repository root:  python bench/tokenizer_families.py [--gemma-gguf 
 For Gemma 3, Qwen2, Qwen3 and Llama 3 (../shared/oracle/families/), from tokenizer.json and
 from the GGUF: how many tokenize cases give the reference ids both without and with special
 tokens, and how many decode cases give the text, the text with specials skipped and each
-id alone. References, where readers disagree (tests/engine/test_tokenizer_families.py says
+id alone. References, where readers disagree (tests/engine/tokenizer/test_tokenizer_families.py says
 why): tokenizer.json -> Hugging Face on that file (Gemma: the npm tokenizer.json's ids);
 GGUF -> llama.cpp. A file that cannot be read is reported with the refusal. Also prints
 the seconds to encode the oracle texts, cold. The tests assert the same numbers.

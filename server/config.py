@@ -17,7 +17,7 @@ Paths in a config file (`model_dir`, `api_key_file`, an `access_log` file, `chat
 `trace_file`) are relative to
 the file's own directory, not to the current one; paths from the environment or the command
 line are relative to the current directory. A `[defaults]` table (and `TL_DEFAULTS__<KEY>`)
-sets server-side sampling defaults (server/defaults.py). `settings_changed` lists every key
+sets server-side sampling defaults (server/api/defaults.py). `settings_changed` lists every key
 that differs from its default, the API key redacted, for the start-up log.
 """
 from __future__ import annotations
@@ -32,8 +32,8 @@ from engine.api import (PREFIX_CACHE_MODES, PREFIX_CACHE_RULE, SPECULATIVE_METHO
                         SPECULATIVE_RULES, EngineConfig, InvalidConfig, SpeculativeConfig,
                         check_speculative_config, model_name)
 
-from server import defaults as sampling
-from server.arrivals import DEFAULT_ARRIVAL_WINDOW_MS
+from server.api import defaults as sampling
+from server.worker.arrivals import DEFAULT_ARRIVAL_WINDOW_MS
 from server.http.connstate import parse_address
 
 ENV_PREFIX = "TL_ENGINE__"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from server.documents import JSON_CONTENT_TYPE, json_bytes
+from server.api.documents import JSON_CONTENT_TYPE, json_bytes
 from server.http.protocol import Response
 
 
@@ -32,7 +32,7 @@ ERROR_KINDS: dict[str, ErrorKind] = {
     "model_not_found": ErrorKind(404, "invalid_request_error", "model_not_found"),
     "kv_handle_not_found": ErrorKind(404, "invalid_request_error", "kv_handle_not_found"),
     "engine_view_off": ErrorKind(404, "invalid_request_error", "engine_view_disabled"),
-    # authentication (server/auth.py)
+    # authentication (server/door/auth.py)
     "invalid_api_key": ErrorKind(401, "invalid_request_error", "invalid_api_key"),
     # routing
     "route_not_found": ErrorKind(404, "invalid_request_error", "not_found"),

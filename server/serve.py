@@ -34,23 +34,23 @@ from typing import Callable
 
 from engine.api import (Engine, EngineConfig, ModelFormatError, UnsupportedModel, load_model,
                         model_name, tune_malloc)
-from server import defaults as sampling
-from server.access import AccessLog, open_access_log
-from server.app import ApiApp, ServedModel, ServerState
-from server.arrivals import ArrivalWindow
-from server.auth import ApiKeyCheck
-from server.admission import QueuePolicy
-from server.bridge import EngineBridge
+from server.api import defaults as sampling
+from server.door.access import AccessLog, open_access_log
+from server.api.app import ApiApp, ServedModel, ServerState
+from server.worker.arrivals import ArrivalWindow
+from server.door.auth import ApiKeyCheck
+from server.worker.admission import QueuePolicy
+from server.worker.bridge import EngineBridge
 from server.config import ConfigError, ServeConfig, settings_changed
-from server.cors import CorsPolicy
-from server.engine_view import EngineView
-from server.gateway import GatewayApp, LoadingApp, Switch
-from server.health import HealthApp
+from server.door.cors import CorsPolicy
+from server.observe.engine_view import EngineView
+from server.door.gateway import GatewayApp, LoadingApp, Switch
+from server.observe.health import HealthApp
 from server.http.connstate import BindError
 from server.http.loop import EventLoop, Listener
-from server.offloop import WorkerPool
-from server.routes import API_ROUTES, HEALTH_ROUTES
-from server.trace import TraceWriter
+from server.api.offloop import WorkerPool
+from server.door.routes import API_ROUTES, HEALTH_ROUTES
+from server.observe.trace import TraceWriter
 from template import Template, TemplateSyntaxError
 
 log = logging.getLogger("tlserve")

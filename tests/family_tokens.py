@@ -1,6 +1,6 @@
 """Where each family's tokenizer files are, and which reference ids each file must give.
 
-Shared by tests/engine/test_tokenizer_families.py and bench/tokenizer_families.py.
+Shared by tests/engine/tokenizer/test_tokenizer_families.py and bench/tokenizer_families.py.
 Oracle: ../shared/oracle/families/<family>/ (see its README). Where readers disagree:
   - tokenizer.json follows Hugging Face on that file; for Gemma the model's own npm
     tokenizer.json (`npm_ids_*`: the README's `ids_*` come from transformers' GGUF reader).

@@ -30,7 +30,7 @@ step), except that one prompt may always take a whole `prefill_chunk`.
    applies when the prefix in flight is at least `PREFIX_WAIT_MIN_TOKENS` long, or to a
    fork (`GenRequest.wait_for_prefix`: the other choices of an n > 1 request) always.
 
-Waiting is not bounded here: the server's admission queue (server/bridge.py) is the one
+Waiting is not bounded here: the server's admission queue (server/worker/bridge.py) is the one
 bound on queued requests. A request still waiting past its deadline is expired (`expire`). Order is strict: a waiting request that cannot
 get blocks blocks the ones behind it, so a big high-priority prompt is not starved.
 

@@ -4,7 +4,7 @@ A super-block holds 256 values as 8 sub-blocks of 32 (Q4_K, Q5_K) or 16 sub-bloc
 (Q2_K, Q3_K, Q6_K). Each sub-block has a small integer scale (and for Q2_K/Q4_K/Q5_K a
 minimum) that multiplies one or two float16 super-scales: `value = (d * sc) * q - dmin * m`.
 Each dequantizer here performs llama.cpp's float32 operations in llama.cpp's order, so the
-output is bit for bit the reference (tests/engine/test_quants_reference.py checks it against
+output is bit for bit the reference (tests/engine/formats/test_quants_reference.py checks it against
 the `gguf` package on random blocks).
 
 Block layouts (bytes, little-endian; `f16` is an IEEE half):

@@ -9,7 +9,7 @@ characters). Each is bounded in length.
 `format` and `pattern` together: the output must match both, and this compiler has no
 intersection of two expressions. So the format's grammar is written, and the pattern is
 accepted only when it is one of `LIBRARY_PATTERNS[format]` (the exact pattern text the
-library emits, checked by tests/engine/test_grammar_formats.py to match every string of the
+library emits, checked by tests/engine/grammar/test_grammar_formats.py to match every string of the
 format's grammar); any other pattern with a format is a 422.
 
 Lengths with a format or an anchored pattern: the expression's own length bounds (in

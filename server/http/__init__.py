@@ -7,7 +7,7 @@
     limits.py     the named HTTP limits (header bytes, body bytes, timeouts)
     protocol.py   the seam to the application: Request, Response, Stream, App, json_bytes
 
-The application (server/app.py and its helpers) hands this package `App` objects; this
+The application (server/api/app.py and its helpers) hands this package `App` objects; this
 package never imports the application: errors it finds (bad framing, an App that raised)
 are rendered by the App (`App.error`). It knows no JSON.
 """

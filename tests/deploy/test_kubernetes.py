@@ -78,7 +78,7 @@ def test_the_deployment_matches_the_server():
 
 
 def test_autoscaler_and_gateway_name_our_metrics():
-    metrics_text = (REPO_ROOT / "server" / "metrics.py").read_text()
+    metrics_text = (REPO_ROOT / "server" / "observe" / "metrics.py").read_text()
     hpa = by_kind("HorizontalPodAutoscaler")["spec"]["metrics"]
     assert [m["type"] for m in hpa] == ["Pods", "Resource"]
     assert hpa[0]["pods"]["metric"]["name"] == "tl_engine_queue_depth"

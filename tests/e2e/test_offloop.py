@@ -1,4 +1,4 @@
-"""Heavy requests are prepared off the loop thread (server/offloop.py), over real sockets.
+"""Heavy requests are prepared off the loop thread (server/api/offloop.py), over real sockets.
 
 The heavy request is the Zod integer schema of issue 22: its grammar takes seconds to
 compile (or to refuse as too large) — on the loop thread that stopped every stream and

@@ -40,7 +40,7 @@ def test_runtime_toml_and_env_overrides():
     cfg = ServeConfig.from_toml(CHAPTER_TOML, env)
     assert cfg.engine.prefill_chunk == 64
     assert cfg.engine.prefix_cache == "none"
-    assert cfg.queue_capacity == 3    # the one queue bound: server/bridge.py
+    assert cfg.queue_capacity == 3    # the one queue bound: server/worker/bridge.py
     assert cfg.model_id == "mine" and cfg.step_delay_s == 0.5
     # refused keys and values name the key
     refusals = [

@@ -1,0 +1,188 @@
+"""The OpenAI v1 response documents: chat.completion, chat.completion.chunk, text_completion,
+usage, model list, embeddings, tokenize.
+
+Pure functions from values to JSON-ready dicts; no I/O, no engine. Field names and the
+order of the streamed chunks follow the OpenAI API reference (chapter 2.4):
+
+    role chunk (delta.role = "assistant", content "") -> content chunks -> the last content
+    chunk carries finish_reason -> usage chunk (choices = []) when asked -> [DONE]
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+# The header of every JSON body (documents and errors); bodies come from json_bytes.
+JSON_CONTENT_TYPE = ("Content-Type", "application/json")
+# json_bytes_piecewise: a list of more items than this is split: containers member by
+# member, numbers and strings in slices of PIECEWISE_SLICE_ITEMS (~1 ms of encoding each).
+PIECEWISE_MIN_ITEMS = 16
+PIECEWISE_SLICE_ITEMS = 4096
+
+
+def json_bytes(document: Any) -> bytes:
+    """The one JSON encoding of the server: compact, UTF-8, not ASCII-escaped.
+
+    Every JSON body the server sends (documents, errors, SSE event payloads) goes through
+    here, so they all look alike: `{"a":1,"b":"é"}`. json.dumps never emits a raw newline,
+    so an encoded document is always one SSE `data:` line."""
+    return json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def json_bytes_piecewise(document: Any) -> bytes:
+    """The same bytes as `json_bytes`, encoded piece by piece: for big documents built off
+    the loop thread. `json.dumps` is one C call that keeps the GIL for its whole run (a 20 MB
+    embeddings document: ~0.5 s in which no other thread runs, the loop thread included);
+    here every object and every long list is split (a list of containers into its members,
+    a list of numbers or strings, such as /tokenize's 1.4M ids, into slices), so each call
+    is short and the other threads get their turns between them."""
+    if isinstance(document, dict):
+        return b"{" + b",".join(json_bytes(str(key)) + b":" + json_bytes_piecewise(value)
+                                for key, value in document.items()) + b"}"
+    if not isinstance(document, (list, tuple)) or len(document) <= PIECEWISE_MIN_ITEMS:
+        return json_bytes(document)
+    if isinstance(document[0], (dict, list, tuple)):
+        parts = (json_bytes_piecewise(item) for item in document)
+    else:                                       # "[1,2]"[1:-1]: a slice's items, no brackets
+        parts = (json_bytes(document[i:i + PIECEWISE_SLICE_ITEMS])[1:-1]
+                 for i in range(0, len(document), PIECEWISE_SLICE_ITEMS))
+    return b"[" + b",".join(parts) + b"]"
+
+
+OWNED_BY = "tl-serve"
+
+
+def new_id(prefix: str) -> str:
+    """`chatcmpl-<24 hex>`, `cmpl-...`: a response id (separate from X-Request-Id)."""
+    return f"{prefix}-{os.urandom(12).hex()}"
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
+
+
+@dataclass(frozen=True)
+class Header:
+    """What every document of one response shares."""
+    id: str
+    created: int
+    model: str
+
+    @staticmethod
+    def new(prefix: str, model: str) -> "Header":
+        return Header(new_id(prefix), int(time.time()), model)
+
+
+# --- chat ------------------------------------------------------------------------------------
+
+def chat_completion(h: Header, text: str, finish: str, use: dict,
+                    logprobs: list | None = None, *, index: int = 0) -> dict:
+    return {"id": h.id, "object": "chat.completion", "created": h.created, "model": h.model,
+            "system_fingerprint": None,
+            "choices": [{"index": index, "message": {"role": "assistant", "content": text},
+                         "logprobs": None if logprobs is None else {"content": logprobs},
+                         "finish_reason": finish}],
+            "usage": use}
+
+
+def chat_chunk(h: Header, delta: dict, finish: str | None = None,
+               logprobs: list | None = None, *, index: int = 0) -> dict:
+    return {"id": h.id, "object": "chat.completion.chunk", "created": h.created,
+            "model": h.model, "system_fingerprint": None,
+            "choices": [{"index": index, "delta": delta,
+                         "logprobs": None if logprobs is None else {"content": logprobs},
+                         "finish_reason": finish}]}
+
+
+def chat_usage_chunk(h: Header, use: dict) -> dict:
+    return {"id": h.id, "object": "chat.completion.chunk", "created": h.created,
+            "model": h.model, "system_fingerprint": None, "choices": [], "usage": use}
+
+
+def chat_logprob_entry(text: str, raw: bytes, logprob: float,
+                       top: list[tuple[str, bytes, float]]) -> dict:
+    return {"token": text, "logprob": logprob, "bytes": list(raw),
+            "top_logprobs": [{"token": t, "logprob": lp, "bytes": list(b)} for t, b, lp in top]}
+
+
+# --- completions -----------------------------------------------------------------------------
+
+def completion(h: Header, text: str, finish: str | None, use: dict | None,
+               logprobs: dict | None = None, *, index: int = 0) -> dict:
+    doc = {"id": h.id, "object": "text_completion", "created": h.created, "model": h.model,
+           "system_fingerprint": None,
+           "choices": [{"index": index, "text": text, "logprobs": logprobs,
+                        "finish_reason": finish}]}
+    if use is not None:
+        doc["usage"] = use
+    return doc
+
+
+def completion_usage_chunk(h: Header, use: dict) -> dict:
+    return {"id": h.id, "object": "text_completion", "created": h.created, "model": h.model,
+            "system_fingerprint": None, "choices": [], "usage": use}
+
+
+def merge_choices(documents: list[dict]) -> dict:
+    """One document per choice (same header) -> one document with every choice, by index."""
+    merged = dict(documents[0])
+    merged["choices"] = sorted((c for d in documents for c in d["choices"]),
+                               key=lambda c: c["index"])
+    return merged
+
+
+def _best_by_text(top: list[tuple[str, bytes, float]]) -> dict[str, float]:
+    """The legacy top list is keyed by token text; tokens that decode alike (lone UTF-8
+    bytes all read "\ufffd") keep the best logprob, as the list is best first."""
+    out: dict[str, float] = {}
+    for text, _, logprob in top:
+        out.setdefault(text, logprob)
+    return out
+
+
+def completion_logprobs(entries: list[tuple[str, float | None, list | None]],
+                        start_offset: int = 0) -> dict:
+    """Legacy logprobs: tokens, token_logprobs, top_logprobs, text_offset. An echoed
+    prompt's first token has no logprob and no top list (None: JSON null)."""
+    offsets, offset = [], start_offset
+    for text, _, _ in entries:
+        offsets.append(offset)
+        offset += len(text)
+    return {"tokens": [t for t, _, _ in entries],
+            "token_logprobs": [lp for _, lp, _ in entries],
+            "top_logprobs": [None if top is None else _best_by_text(top)
+                             for _, _, top in entries],
+            "text_offset": offsets}
+
+
+# --- models, embeddings, tokenize ------------------------------------------------------------
+
+def model_card(model_id: str, created: int, max_model_len: int) -> dict:
+    return {"id": model_id, "object": "model", "created": created, "owned_by": OWNED_BY,
+            "max_model_len": max_model_len}
+
+
+def model_list(cards: list[dict]) -> dict:
+    return {"object": "list", "data": cards}
+
+
+def embeddings(model: str, vectors: list, prompt_tokens: int) -> dict:
+    """The embeddings list; `vectors` are already in the asked encoding_format, one per input:
+    a list of floats, or a base64 string of little-endian float32 bytes (the engine thread
+    encodes them, server/worker/bridge.py), placed here as they are."""
+    return {"object": "list", "model": model,
+            "data": [{"object": "embedding", "index": i, "embedding": v}
+                     for i, v in enumerate(vectors)],
+            "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens}}
+
+
+def tokenized(tokens: list[int], max_model_len: int) -> dict:
+    return {"tokens": tokens, "count": len(tokens), "max_model_len": max_model_len}
+
+
+def detokenized(text: str) -> dict:
+    return {"prompt": text}

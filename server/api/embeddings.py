@@ -1,0 +1,80 @@
+"""The answer of `/v1/embeddings`: wait for the engine thread's job, then one JSON document.
+
+The engine thread runs the inputs (packed into its steps, server/worker/embedding_jobs.py) and
+hands back the vectors already in the asked encoding. The document is then built once: on
+the loop thread when it is small, off it (server/api/offloop.py) when it is large — 2,048
+float vectors of 576 values are ~23 MB of JSON, about half a second of `json.dumps` —
+and then piece by piece (`json_bytes_piecewise`), so the encoder never holds the GIL long.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from server.api import documents as docs
+from server.api.documents import JSON_CONTENT_TYPE, json_bytes, json_bytes_piecewise
+from server.worker.embedding_jobs import EmbedTicket
+from server.errors import ApiError
+from server.http.protocol import Response, Stream, StreamPoll
+from server.api.offloop import Inline, OffLoop, ResponseStream
+
+# A document of more values than this is built off the loop. `json.dumps` takes ~0.4 us a
+# float: 8,192 of them ~3 ms. A base64 vector counts its characters (cheaper per value:
+# so the count errs on the side of the worker).
+INLINE_DOCUMENT_MAX_VALUES = 8192
+
+
+def document_values(vectors: list) -> int:
+    """The size of the embeddings document to build: floats, or base64 characters."""
+    return sum(len(v) for v in vectors)
+
+
+class EmbedStream:
+    """Waits for the engine to run the inputs (packed into its steps), then answers once."""
+
+    def __init__(self, *, ticket: EmbedTicket, model_id: str, prompt_tokens: int,
+                 headers: tuple[tuple[str, str], ...], on_status: Callable[[str, int], None],
+                 offloop: OffLoop = Inline()):
+        self.ticket, self.model_id, self.prompt_tokens = ticket, model_id, prompt_tokens
+        self.headers, self.on_status, self.offloop = headers, on_status, offloop
+        self.tail: Stream | None = None         # the answer (its document perhaps built off the loop)
+        self.done = False
+
+    def access_fields(self) -> dict:
+        """What the access log (server/door/access.py) records of this request."""
+        return {"model": self.model_id, "prompt_tokens": self.prompt_tokens,
+                "error": self.ticket.error if self.ticket.done else None}
+
+    def poll(self, now_s: float) -> StreamPoll:
+        if self.tail is None:
+            if self.done or not self.ticket.done:
+                return StreamPoll(done=self.done)
+            self.tail = self._answer()
+        return self.tail.poll(now_s)
+
+    def _answer(self) -> Stream:
+        if self.ticket.error is not None:
+            err = ApiError("internal_error", self.ticket.error)
+            return ResponseStream(self._response(err.status, json_bytes(err.document())))
+        if document_values(self.ticket.result) > INLINE_DOCUMENT_MAX_VALUES:
+            return self.offloop.run(self._document,
+                                    lambda body: self._response(200, body.get()))
+        return ResponseStream(self._response(200, self._document()))
+
+    def _document(self) -> bytes:
+        return json_bytes_piecewise(docs.embeddings(self.model_id, self.ticket.result,
+                                                    self.prompt_tokens))
+
+    def _response(self, status: int, body: bytes) -> Response:
+        """The answer, counted; on the loop thread (a large body was built off it)."""
+        self.done = True
+        self.on_status("embeddings", status)
+        return Response(status=status, headers=(JSON_CONTENT_TYPE,) + self.headers, body=body)
+
+    def next_deadline_s(self) -> float | None:
+        return None if self.tail is None else self.tail.next_deadline_s()
+
+    def cancel(self) -> None:
+        self.ticket.is_cancelled = True         # the engine thread drops the job
+        if self.tail is not None:
+            self.tail.cancel()
+        self.done = True

@@ -1,0 +1,263 @@
+"""Work off the loop thread: the one seam between the loop and the heavy, pure part of a request.
+
+The loop thread must never block (chapter: one loop, one engine thread), yet some requests
+need seconds of pure Python before the engine sees them — compiling a grammar, rendering a
+long history, tokenizing large inputs — and some answers need a big JSON document built.
+`WorkerPool.run(work, then)` hands `work` (a pure function: no bridge, no metrics, no
+socket) to a small pool of worker threads and returns at once an `OffLoopStream`, which the
+loop polls like any other `Stream`:
+
+    loop thread                        worker thread
+      pool.run(work, then) -> stream     work() -> Outcome (value or exception)
+      stream.poll(): nothing yet   <---  stream.deliver(outcome); wake()
+      stream.poll(): then(outcome) -> Response | Stream (ON the loop thread), then delegate
+
+`then` is the light continuation: admission, metrics, tickets, headers — everything that
+belongs to the loop thread. A `Response` it returns is sent as one poll (head with its
+Content-Length, the body, done); a `Stream` takes over poll / next_deadline_s / cancel.
+`cancel()` before the work is done marks the stream: the result is dropped when it comes
+(a job not started yet is skipped), and `then` never runs, so no ticket is ever created.
+
+What crosses threads: the job (stream + work) through a `queue.SimpleQueue`, and the
+outcome through one attribute written once by the worker and read by the loop (a reference
+swap), announced by `wake()` — the same thread-safe wake the engine bridge uses.
+`Inline` runs the work at once on the caller's thread (tests, and apps with nothing heavy):
+the same stream, already done.
+
+The cyclic garbage collector stops every thread while it scans the live heap, and heavy
+work grows that heap: during the Zod compile of issue 22 full collections paused the whole
+process for ~0.5 s each (and made the compile 5x slower). So while off-loop work runs,
+automatic collection is paused (`CollectorPause`: process-wide, as the collector is);
+it resumes when no work runs, or after `GC_PAUSE_MAX_S` of back-to-back work. The work
+frees most of its garbage by reference counting; cycles wait until then.
+"""
+from __future__ import annotations
+
+import gc
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Generic, Protocol, TypeVar
+
+from server.errors import ApiError
+from server.http.protocol import Response, ResponseHead, Stream, StreamPoll
+
+log = logging.getLogger("tlserve.offloop")
+
+T = TypeVar("T")
+
+# Two workers: one long compile (seconds) never holds up every other request's preparation.
+# More would only share the GIL with the loop thread: the work is pure Python.
+OFFLOOP_WORKERS = 2
+# stop() waits this long for a worker still inside a job; they are daemons, the rest is
+# cut when the process exits.
+STOP_JOIN_S = 2.0
+_STOP = None                     # the job a worker reads as "exit"
+# The longest automatic garbage collection stays paused while work keeps running.
+GC_PAUSE_MAX_S = 10.0
+
+
+@dataclass(frozen=True)
+class Outcome(Generic[T]):
+    """What the work produced: its value, or the exception it raised (re-raised by `get`)."""
+    value: T | None = None
+    error: Exception | None = None
+
+    def get(self) -> T:
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+def outcome_of(work: Callable[[], T]) -> Outcome[T]:
+    try:
+        return Outcome(value=work())
+    except ApiError as err:                     # expected: its message is all that is used
+        return Outcome(error=_without_frames(err))
+    except Exception as exc:                    # noqa: BLE001 - a bug: logged with its traceback
+        return Outcome(error=exc)
+
+
+def _without_frames(err: ApiError) -> ApiError:
+    """Drop what an expected error drags along: its traceback and the exception it replaced
+    hold the work's frames, and with them everything it built (a refused grammar's
+    automaton: millions of objects the collector would scan once it resumes)."""
+    err.__traceback__ = err.__context__ = err.__cause__ = None
+    return err
+
+
+Continuation = Callable[[Outcome], "Response | Stream"]
+
+
+class ResponseStream:
+    """A whole `Response` as a `Stream`: one poll with the head (Content-Length), body, done."""
+
+    def __init__(self, response: Response):
+        self.response = response
+        self.done = False
+
+    def poll(self, now_s: float) -> StreamPoll:
+        if self.done:
+            return StreamPoll(done=True)
+        self.done = True
+        r = self.response
+        return StreamPoll(head=ResponseHead(status=r.status, headers=r.headers,
+                                            content_length=len(r.body)),
+                          chunks=[r.body] if r.body else [], done=True)
+
+    def next_deadline_s(self) -> float | None:
+        return None
+
+    def cancel(self) -> None:
+        self.done = True
+
+
+def as_stream(result: Response | Stream) -> Stream:
+    return ResponseStream(result) if isinstance(result, Response) else result
+
+
+class OffLoopStream:
+    """Stands for work running off the loop; becomes the answer `then` makes of it."""
+
+    def __init__(self, then: Continuation):
+        self._then: Continuation | None = then
+        self._outcome: Outcome | None = None    # written once by a worker, read by the loop
+        self.delegate: Stream | None = None     # the real answer, once `then` has run
+        self.is_cancelled = False
+
+    @property
+    def is_ready(self) -> bool:
+        return self._outcome is not None
+
+    def deliver(self, outcome: Outcome) -> None:
+        """Called by the worker (any thread): the loop picks it up at its next poll."""
+        if not self.is_cancelled:               # cancelled: the result is dropped
+            self._outcome = outcome
+
+    def poll(self, now_s: float) -> StreamPoll:
+        if self.delegate is None:
+            outcome, then = self._outcome, self._then
+            if self.is_cancelled or outcome is None or then is None:
+                return StreamPoll(done=self.is_cancelled)
+            self._then = None                   # runs once, on the loop thread
+            self.delegate = as_stream(then(outcome))
+        return self.delegate.poll(now_s)
+
+    def next_deadline_s(self) -> float | None:
+        return None if self.delegate is None else self.delegate.next_deadline_s()
+
+    def cancel(self) -> None:
+        self.is_cancelled = True
+        self._outcome = None
+        if self.delegate is not None:           # tickets exist: the delegate aborts them
+            self.delegate.cancel()
+
+    def access_fields(self) -> dict:
+        """The access log's fields of the real answer (server/door/access.py)."""
+        fields_of = getattr(self.delegate, "access_fields", None)
+        return dict(fields_of()) if fields_of is not None else {}
+
+    @property
+    def whole_response(self) -> Response | None:
+        """The answer, when it was one whole Response (the access log reads it)."""
+        return self.delegate.response if isinstance(self.delegate, ResponseStream) else None
+
+
+class OffLoop(Protocol):
+    def run(self, work: Callable[[], Any], then: Continuation) -> OffLoopStream:
+        """Start `work` away from the loop; `then` turns its outcome into the answer."""
+
+
+class Inline:
+    """Runs the work at once on the caller's thread: for tests and tools without a loop."""
+
+    def run(self, work: Callable[[], Any], then: Continuation) -> OffLoopStream:
+        stream = OffLoopStream(then)
+        stream.deliver(outcome_of(work))
+        return stream
+
+
+class CollectorPause:
+    """Automatic garbage collection paused while any job runs (see the module docstring).
+    Only a pause it began is ended here: a collector someone else disabled stays so."""
+
+    def __init__(self, *, max_s: float = GC_PAUSE_MAX_S,
+                 clock: Callable[[], float] = time.monotonic):
+        self.max_s, self._clock = max_s, clock
+        self._lock = threading.Lock()
+        self._running_jobs = 0
+        self._paused_since_s: float | None = None
+
+    def begin(self) -> None:
+        with self._lock:
+            if self._running_jobs == 0 and gc.isenabled():
+                gc.disable()
+                self._paused_since_s = self._clock()
+            self._running_jobs += 1
+
+    def end(self) -> None:
+        with self._lock:
+            self._running_jobs -= 1
+            since_s = self._paused_since_s
+            if since_s is not None and (self._running_jobs == 0
+                                        or self._clock() - since_s > self.max_s):
+                gc.enable()
+                self._paused_since_s = None
+
+
+class WorkerPool:
+    """`workers` daemon threads that run jobs in arrival order and wake the loop after each.
+    `wake` is set before `start()` (serve.py: the loop's `wake`, safe from any thread)."""
+
+    def __init__(self, *, workers: int = OFFLOOP_WORKERS, wake: Callable[[], None] = lambda: None,
+                 name: str = "tl-offloop", collector: CollectorPause | None = None):
+        self.wake = wake
+        self.collector = collector or CollectorPause()
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._is_stopped = False
+        self._threads = [threading.Thread(target=self._serve, name=f"{name}-{i}", daemon=True)
+                         for i in range(workers)]
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    @property
+    def is_running(self) -> bool:
+        return any(thread.is_alive() for thread in self._threads)
+
+    def stop(self, join_s: float = STOP_JOIN_S) -> None:
+        """Let each worker finish its job and exit; jobs still queued are skipped (the loop
+        that would poll them has ended)."""
+        self._is_stopped = True
+        for _ in self._threads:
+            self._jobs.put(_STOP)
+        for thread in self._threads:
+            if thread.is_alive():
+                thread.join(join_s)
+
+    def run(self, work: Callable[[], Any], then: Continuation) -> OffLoopStream:
+        stream = OffLoopStream(then)
+        self._jobs.put((stream, work))
+        return stream
+
+    def _serve(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is _STOP:
+                return
+            stream, work = job
+            if stream.is_cancelled or self._is_stopped:   # nobody waits for it any more
+                continue
+            self.collector.begin()
+            try:
+                outcome = outcome_of(work)
+            finally:
+                self.collector.end()
+            stream.deliver(outcome)
+            try:
+                self.wake()
+            except Exception:                   # noqa: BLE001 - a worker must outlive it
+                log.exception("off-loop wake failed")

@@ -1,0 +1,394 @@
+"""The answers that take time: generations, streamed or not (embeddings: server/api/embeddings.py).
+
+A generation is three small parts, read top to bottom:
+
+1. `GenerationText` (server/text/gentext.py) — engine events in, text `Piece`s out: UTF-8,
+   stop strings, logprob entries, the finish reason; a refusal comes out as its `ApiError`.
+2. A renderer per output shape — `ChatChunks`, `ChatDocument`, `CompletionChunks`,
+   `CompletionDocument` — all with the same interface: `piece(Piece) -> bytes`,
+   `finish(usage) -> bytes`, `error(ApiError) -> bytes`. Streamed ones return SSE bytes from
+   every call; whole ones collect and return one JSON document from `finish`. A new shape
+   (several choices, tool-call deltas) is a new renderer in `RENDERERS`, not a new branch;
+   another API's renderer is handed to the shell (server/api/responses.py's typed events).
+   A renderer may end a choice itself (its `cut`: a tool call repeating an earlier one,
+   server/api/toolcalls.py): the shell aborts that engine request and hands it the finish.
+3. `GenerationStream` — the thin `server.http.protocol.Stream` shell the loop polls whenever the
+   engine thread wakes it, and at `next_deadline_s()` (SSE pings). It does head timing,
+   pings and metrics; a large whole document (many logprobs) is built off the loop
+   (server/api/offloop.py) and sent when ready. A streamed answer sends its `200` head with
+   its first bytes, and only once the engine has scheduled it (its first token); pings
+   keep a quiet stream alive only after that. So a request is refused before its head (503 past the queue
+   deadline, 500, 400: statuses a client can retry or read) or served to its end: waiting
+   behind running sequences never turns into an error inside an accepted stream. After
+   the head an error (an engine fault) can only travel as an SSE `error` event + `[DONE]`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Callable, Collection, Protocol
+
+from engine.api import FINISH_STOP, Tokenizer
+from server.api import documents as docs
+from server.worker.bridge import EngineBridge, Ticket
+from server.errors import ApiError
+from server.text.gentext import Echo, GenerationText, Piece, TokenLogprob
+from server.api.parse import GenSpec
+from server.api.documents import JSON_CONTENT_TYPE, json_bytes, json_bytes_piecewise
+from server.http.protocol import Response, ResponseHead, Stream, StreamPoll
+from server.api.offloop import Inline, OffLoop, Outcome
+from sse import DONE, PING, event
+
+SSE_HEADERS = (("Content-Type", "text/event-stream; charset=utf-8"),
+               ("Cache-Control", "no-cache"), ("X-Accel-Buffering", "no"))
+# A whole document with more logprob entries than this (tokens x (1 + top_logprobs)) is
+# built off the loop: each entry is a dict with a byte list, ~10 us of JSON.
+INLINE_DOCUMENT_MAX_ENTRIES = 512
+
+
+@dataclass(frozen=True, kw_only=True)
+class StreamContext:
+    """What a stream needs from the server, injected (no globals)."""
+    bridge: EngineBridge
+    tokenizer: Tokenizer
+    ping_interval_s: float
+    on_status: Callable[[str, int], None]     # (route, status) -> request counter
+    on_finish: Callable[..., None]            # ServerMetrics.observe_generation
+    offloop: OffLoop = Inline()               # where a large whole document is built
+
+
+# ---- 2. renderers: one per output shape ------------------------------------------------------
+
+class Renderer(Protocol):
+    streamed: bool                # SSE bytes from every call, or one document at the end
+    cut: Collection[int]          # choices the renderer ended itself (a repeated tool call)
+
+    def piece(self, piece: Piece) -> bytes: ...
+
+    def finish(self, usage: dict) -> bytes: ...
+
+    def error(self, err: ApiError) -> bytes: ...
+
+
+def _chat_entry(lp: TokenLogprob) -> dict:
+    return docs.chat_logprob_entry(lp.text, lp.raw, lp.logprob, list(lp.top))
+
+
+def _completion_entry(lp: TokenLogprob) -> tuple:
+    return (lp.text, lp.logprob, None if lp.top is None else list(lp.top))
+
+
+class _SseRenderer:
+    """Chunks as SSE events, each naming its choice's `index`; the usage chunk when asked;
+    `[DONE]` at the end. Choices interleave in the order their tokens arrive."""
+    streamed, cut = True, frozenset()
+
+    def __init__(self, header: docs.Header, spec: GenSpec):
+        self.header, self.include_usage = header, spec.include_usage
+
+    def piece(self, piece: Piece) -> bytes:
+        return self._frame(self._chunk(piece), piece.index)
+
+    def finish(self, usage: dict) -> bytes:
+        tail = event(json_bytes(self._usage_chunk(usage))) if self.include_usage else b""
+        return tail + DONE
+
+    def error(self, err: ApiError) -> bytes:
+        return event(json_bytes(err.document())) + DONE
+
+    def _frame(self, chunk: dict, index: int) -> bytes:
+        return event(json_bytes(chunk))
+
+    def _chunk(self, piece: Piece) -> dict:
+        raise NotImplementedError
+
+    def _usage_chunk(self, usage: dict) -> dict:
+        raise NotImplementedError
+
+
+class ChatChunks(_SseRenderer):
+    """chat.completion.chunk events; each choice's first one carries the role."""
+
+    def __init__(self, header: docs.Header, spec: GenSpec):
+        super().__init__(header, spec)
+        self._role_sent: set[int] = set()
+
+    def _frame(self, chunk: dict, index: int) -> bytes:
+        role = b""
+        if index not in self._role_sent:
+            self._role_sent.add(index)
+            role = event(json_bytes(docs.chat_chunk(self.header, {"role": "assistant",
+                                                                  "content": ""}, index=index)))
+        return role + super()._frame(chunk, index)
+
+    def _chunk(self, piece: Piece) -> dict:
+        entries = None if piece.logprob is None else [_chat_entry(piece.logprob)]
+        return docs.chat_chunk(self.header, {"content": piece.text}, piece.finish, entries,
+                               index=piece.index)
+
+    def _usage_chunk(self, usage: dict) -> dict:
+        return docs.chat_usage_chunk(self.header, usage)
+
+
+class CompletionChunks(_SseRenderer):
+    """text_completion events; logprobs' text_offset runs on across a choice's chunks (an
+    echoed prompt's tokens first), as in one answer."""
+
+    def __init__(self, header: docs.Header, spec: GenSpec):
+        super().__init__(header, spec)
+        self._text_offset_chars: dict[int, int] = {}
+
+    def _chunk(self, piece: Piece) -> dict:
+        entries = list(piece.prompt) + ([] if piece.logprob is None else [piece.logprob])
+        logprobs = None
+        if entries:
+            start = self._text_offset_chars.get(piece.index, 0)
+            logprobs = docs.completion_logprobs([_completion_entry(e) for e in entries],
+                                                start_offset=start)
+            self._text_offset_chars[piece.index] = start + sum(len(e.text) for e in entries)
+        return docs.completion(self.header, piece.text, piece.finish, None, logprobs,
+                               index=piece.index)
+
+    def _usage_chunk(self, usage: dict) -> dict:
+        return docs.completion_usage_chunk(self.header, usage)
+
+
+@dataclass
+class _Collected:
+    """One choice's pieces, for a whole document."""
+    parts: list[str] = field(default_factory=list)
+    entries: list[TokenLogprob] = field(default_factory=list)
+    finish: str = FINISH_STOP
+
+
+class _WholeRenderer:
+    """Collects each choice's pieces; `finish` returns the one JSON document."""
+    streamed, cut = False, frozenset()
+
+    def __init__(self, header: docs.Header, spec: GenSpec):
+        self.header, self.logprobs = header, spec.logprobs
+        self._choices: dict[int, _Collected] = {}
+
+    def piece(self, piece: Piece) -> bytes:
+        choice = self._choices.setdefault(piece.index, _Collected())
+        choice.parts.append(piece.text)
+        choice.entries.extend(piece.prompt)
+        if piece.logprob is not None:
+            choice.entries.append(piece.logprob)
+        if piece.finish is not None:
+            choice.finish = piece.finish
+        return b""
+
+    def finish(self, usage: dict) -> bytes:        # piecewise: may run off the loop, large
+        return json_bytes_piecewise(docs.merge_choices([
+            self._document(index, "".join(c.parts), c, usage)
+            for index, c in sorted(self._choices.items())]))
+
+    def error(self, err: ApiError) -> bytes:
+        return json_bytes(err.document())
+
+    def _document(self, index: int, text: str, choice: _Collected, usage: dict) -> dict:
+        raise NotImplementedError
+
+
+class ChatDocument(_WholeRenderer):
+    def _document(self, index: int, text: str, choice: _Collected, usage: dict) -> dict:
+        entries = [_chat_entry(e) for e in choice.entries] if self.logprobs else None
+        return docs.chat_completion(self.header, text, choice.finish, usage, entries,
+                                    index=index)
+
+
+class CompletionDocument(_WholeRenderer):
+    def _document(self, index: int, text: str, choice: _Collected, usage: dict) -> dict:
+        logprobs = None
+        if self.logprobs:
+            logprobs = docs.completion_logprobs([_completion_entry(e) for e in choice.entries])
+        return docs.completion(self.header, text, choice.finish, usage, logprobs, index=index)
+
+
+# (GenSpec.kind, GenSpec.stream) -> renderer class
+RENDERERS: dict[tuple[str, bool], type] = {
+    ("chat", True): ChatChunks, ("chat", False): ChatDocument,
+    ("completion", True): CompletionChunks, ("completion", False): CompletionDocument,
+}
+
+
+def renderer_for(spec: GenSpec, header: docs.Header) -> Renderer:
+    return RENDERERS[spec.kind, spec.stream](header, spec)
+
+
+# ---- 3. the shell: head timing, pings, metrics ----------------------------------------------
+
+@dataclass
+class Choice:
+    """One choice of a generation: its engine request and its text."""
+    ticket: Ticket
+    text: GenerationText
+    done: bool = False
+
+
+class GenerationStream:
+    """One chat or completion request (one or more choices), from admission to its last byte."""
+
+    def __init__(self, *, ctx: StreamContext, tickets: list[Ticket], spec: GenSpec,
+                 header: docs.Header, prompt_tokens: int, route: str,
+                 headers: tuple[tuple[str, str], ...], arrival_s: float,
+                 echoes: list[Echo | None] | None = None, renderer: Renderer | None = None):
+        self.ctx = ctx
+        self.prompt_tokens, self.route, self.headers = prompt_tokens, route, headers
+        self.arrival_s = arrival_s
+        self.choices = [Choice(ticket, self._text(spec, ticket, index,
+                                                  echoes[index] if echoes else None))
+                        for index, ticket in enumerate(tickets)]
+        self.ticket = tickets[0]                # the timings of the first choice are observed
+        self.render = renderer or renderer_for(spec, header)    # given: another API's shape or tool calls
+        self.entries_per_token = 1 + spec.top_logprobs if spec.logprobs else 0
+        self.echoed_tokens = prompt_tokens * spec.n if spec.echo and spec.logprobs else 0
+        self.tail: Stream | None = None         # the whole document, being built off the loop
+        self.pending: list[bytes] = []          # bytes not yet handed to the loop
+        self.head_sent = self.done = False
+        self.last_send_s = arrival_s
+        self.model_id, self.finish_reason, self.error_message = header.model, None, None
+
+    def access_fields(self) -> dict:
+        """What the access log (server/door/access.py) records of this generation."""
+        first = self.ticket.first_token_s
+        return {"model": self.model_id, "prompt_tokens": self.prompt_tokens,
+                "completion_tokens": self.completion_tokens,
+                "finish_reason": self.finish_reason, "error": self.error_message,
+                "ttft_ms": None if first is None else round((first - self.arrival_s) * 1000, 1)}
+
+    def _text(self, spec: GenSpec, ticket: Ticket, index: int,
+              echo: Echo | None) -> GenerationText:
+        return GenerationText(tokenizer=self.ctx.tokenizer, stop=spec.stop,
+                              logprobs=spec.logprobs, top_logprobs=spec.top_logprobs,
+                              on_stop=lambda: self.ctx.bridge.abort(ticket), index=index,
+                              echo=echo)
+
+    def poll(self, now_s: float) -> StreamPoll:
+        if self.tail is not None:
+            return self.tail.poll(now_s)
+        out = StreamPoll()
+        if self.done:
+            out.done = True
+            return out
+        ending = self._take_events()
+        if isinstance(ending, ApiError):
+            self._fail(out, ending)
+        elif ending:
+            self._finish(out, now_s)
+        elif self.render.streamed and (self.pending or self._ping_due(now_s)):
+            if not self.pending:
+                self.pending.append(PING)
+            self._send_sse(out, now_s)
+        return out
+
+    def next_deadline_s(self) -> float | None:
+        if self.tail is not None:
+            return self.tail.next_deadline_s()
+        if self.done or not self.render.streamed or not self._is_scheduled():
+            return None
+        return self.last_send_s + self.ctx.ping_interval_s
+
+    def _is_scheduled(self) -> bool:
+        """The engine has produced a token (any choice's): the head may go out, pings follow."""
+        return self.completion_tokens > 0
+
+    def _ping_due(self, now_s: float) -> bool:
+        return self._is_scheduled() and now_s - self.last_send_s >= self.ctx.ping_interval_s
+
+    def cancel(self) -> None:
+        self._abort_all()
+        if self.tail is not None:
+            self.tail.cancel()
+        self.done = True
+
+    def _abort_all(self) -> None:
+        for choice in self.choices:
+            self.ctx.bridge.abort(choice.ticket)
+
+    def _take_events(self) -> bool | ApiError:
+        """Render the events that arrived; True when every choice has finished, or the
+        error that ends the whole answer."""
+        for choice in self.choices:
+            events = choice.ticket.events
+            while events and not choice.done:
+                result = choice.text.feed(events.popleft())
+                if isinstance(result, ApiError):
+                    return result
+                if result is None:
+                    continue
+                data = self.render.piece(result)
+                if result.finish is None and result.index in self.render.cut:
+                    self.ctx.bridge.abort(choice.ticket)    # the renderer ended the answer
+                    result = Piece("", finish=FINISH_STOP, index=result.index)
+                    data += self.render.piece(result)
+                if data:
+                    self.pending.append(data)
+                if result.finish is not None:
+                    choice.done, self.finish_reason = True, result.finish
+        return all(choice.done for choice in self.choices)
+
+    @property
+    def completion_tokens(self) -> int:
+        return sum(choice.text.completion_tokens for choice in self.choices)
+
+    def _finish(self, out: StreamPoll, now_s: float) -> None:
+        usage = docs.usage(self.prompt_tokens, self.completion_tokens)
+        if self.render.streamed:
+            self.pending.append(self.render.finish(usage))
+            self._send_sse(out, now_s)
+        elif self._document_entries() > INLINE_DOCUMENT_MAX_ENTRIES:
+            self.tail = self.ctx.offloop.run(partial(self.render.finish, usage),
+                                             partial(self._document_built, now_s))
+            return                              # the tail answers once the document is built
+        else:
+            self._whole(out, 200, self.render.finish(usage))
+        self._observe(now_s)
+        out.done = self.done = True
+
+    def _document_entries(self) -> int:
+        """The logprob entries of the whole document (an echoed prompt's scores included)."""
+        return (self.completion_tokens + self.echoed_tokens) * self.entries_per_token
+
+    def _document_built(self, now_s: float, body: Outcome) -> Response:
+        """Back on the loop thread with the whole document built off it."""
+        self.head_sent = self.done = True
+        self.ctx.on_status(self.route, 200)
+        self._observe(now_s)
+        return Response(status=200, headers=(JSON_CONTENT_TYPE,) + self.headers,
+                        body=body.get())
+
+    def _fail(self, out: StreamPoll, err: ApiError) -> None:
+        self.error_message = err.message
+        if self.head_sent:                      # mid-stream: an SSE error event, then [DONE]
+            self.pending.append(self.render.error(err))
+            out.chunks, self.pending = self.pending, []
+        else:                                   # a proper status response
+            self._whole(out, err.status, json_bytes(err.document()), err.headers)
+        self._abort_all()
+        out.done = self.done = True
+
+    def _whole(self, out: StreamPoll, status: int, body: bytes,
+               extra: tuple[tuple[str, str], ...] = ()) -> None:
+        out.head = ResponseHead(status=status, headers=(JSON_CONTENT_TYPE,) + extra + self.headers,
+                                content_length=len(body))
+        out.chunks = [body]
+        self.head_sent = True
+        self.ctx.on_status(self.route, status)
+
+    def _send_sse(self, out: StreamPoll, now_s: float) -> None:
+        if not self.head_sent:
+            out.head = ResponseHead(status=200, headers=SSE_HEADERS + self.headers)
+            self.head_sent = True
+            self.ctx.on_status(self.route, 200)
+        out.chunks, self.pending = self.pending, []
+        self.last_send_s = now_s
+
+    def _observe(self, now_s: float) -> None:
+        t = self.ticket
+        self.ctx.on_finish(
+            prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens,
+            ttft_s=None if t.first_token_s is None else t.first_token_s - self.arrival_s,
+            e2e_s=(t.last_token_s or now_s) - self.arrival_s,
+            queue_s=None if t.scheduled_s is None else max(0.0, t.scheduled_s - self.arrival_s))

@@ -1,0 +1,104 @@
+"""What stands in front of the API application: CORS, the API key, the access log, loading.
+
+    request -> CORS preflight? (204) -> API key for /v1/*? (401) -> inner app
+            -> Response: + CORS headers, one access line
+            -> Stream:   wrapped in access.LoggedStream (CORS headers on its head, one line
+                         when it ends)
+
+One place for every route: a new handler behind `/v1/...` is covered without a line here.
+The inner app is `LoadingApp` while the model loads (the listeners are bound before the
+load, so a taken port fails at once), then `server.serve` swaps in the real `ApiApp`; the
+health listener gets the same treatment through `Switch`. While loading: `/healthz` 200,
+everything else that exists 503 `model_loading` with `Retry-After`.
+"""
+from __future__ import annotations
+
+import logging
+
+from server.door.access import AccessLog, LoggedStream
+from server.api.app import health_ok, request_id
+from server.door.auth import ApiKeyCheck
+from server.door.cors import CorsPolicy
+from server.errors import ApiError, error_response, kind_response
+from server.http.protocol import App, Request, Response, Stream
+from server.door.routes import Route, resolve
+
+log = logging.getLogger("tlserve.app")
+
+LOADING_RETRY_AFTER_S = 5            # a client asking during the load tries again this late
+
+
+class LoadingApp:
+    """The answers of a listener whose model is still loading."""
+
+    def __init__(self, routes: tuple[Route, ...]):
+        self.routes = routes
+
+    error = staticmethod(kind_response)
+
+    def handle(self, request: Request) -> Response:
+        extra = (("X-Request-Id", request_id(request)),)
+        try:
+            route, params = resolve(self.routes, request.method, request.path)
+            if route.handler == "healthz":
+                result = health_ok(request, params, extra)
+                return Response(status=result.status, headers=result.headers + extra,
+                                body=result.body)
+            raise ApiError("model_loading", "The model is still loading; retry shortly.",
+                           headers=(("Retry-After", str(LOADING_RETRY_AFTER_S)),))
+        except ApiError as err:
+            return error_response(err, extra)
+
+
+class Switch:
+    """An App whose target is replaced once, when the model has loaded (loader thread writes
+    one attribute; the loop thread reads it: an atomic reference swap)."""
+
+    def __init__(self, current: App):
+        self.current = current
+
+    def handle(self, request: Request) -> Response | Stream:
+        return self.current.handle(request)
+
+    def error(self, kind: str, message: str) -> Response:
+        return self.current.error(kind, message)
+
+
+class GatewayApp:
+    """The API listener's App: CORS, the key, the access log around `inner`."""
+
+    def __init__(self, inner: App, *, auth: ApiKeyCheck = ApiKeyCheck(""),
+                 cors: CorsPolicy = CorsPolicy(), access: AccessLog = AccessLog(None)):
+        self.inner, self.auth, self.cors, self.access = inner, auth, cors, access
+
+    error = staticmethod(kind_response)
+
+    def handle(self, request: Request) -> Response | Stream:
+        entry = self.access.begin(request)
+        preflight = self.cors.preflight(request)
+        if preflight is not None:               # complete with its own CORS headers
+            result = Response(status=preflight.status, body=preflight.body, headers=(
+                preflight.headers + (("X-Request-Id", request_id(request)),)))
+            self.access.response(entry, result)
+            return result
+        cors_headers = self.cors.headers(request)
+        result = self._answer(request)
+        if isinstance(result, Response):
+            if cors_headers:
+                result = Response(status=result.status, headers=result.headers + cors_headers,
+                                  body=result.body)
+            self.access.response(entry, result)
+            return result
+        return LoggedStream(result, entry, self.access, cors_headers)
+
+    def _answer(self, request: Request) -> Response | Stream:
+        refusal = self.auth.refusal(request)
+        if refusal is not None:
+            return error_response(refusal, (("X-Request-Id", request_id(request)),))
+        try:
+            return self.inner.handle(request)
+        except Exception:                                       # noqa: BLE001
+            rid = request_id(request)
+            log.exception("request %s: %s %s failed", rid, request.method, request.path)
+            return error_response(ApiError("internal_error", "Internal server error."),
+                                  (("X-Request-Id", rid),))

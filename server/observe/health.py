@@ -1,0 +1,82 @@
+"""The health listener's application: liveness, readiness, metrics, the engine view.
+
+`/healthz` fails once the engine thread has died (an orchestrator restarts us); `/readyz`
+fails while draining; `/metrics` is the Prometheus text of server/observe/metrics.py, with the
+loop's worst stall when serve.py hands over the meter. It stays up during a drain.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from server.api.app import Headers, Params, ServerState, health_ok, json_response, request_id
+from server.worker.bridge import EngineBridge
+from server.observe.engine_view import EngineView, snapshot_document
+from server.errors import ApiError, error_response, kind_response
+from server.http.protocol import Request, Response
+from server.observe.metrics import CONTENT_TYPE as METRICS_TYPE
+from server.observe.metrics import metrics_text
+from server.door.routes import HEALTH_ROUTES, resolve
+from server.observe.static import ENGINE_PAGE, FAVICON, StaticFiles
+
+
+class HealthApp:
+    """The health listener: liveness, readiness, metrics. Stays up during a drain."""
+
+    def __init__(self, *, bridge: EngineBridge, state: ServerState,
+                 web: StaticFiles | None = None,
+                 loop_stall_s: Callable[[], tuple[float, float]] | None = None):
+        self.bridge, self.state = bridge, state
+        self.loop_stall_s = loop_stall_s         # the loop's worst (wall, CPU), if measured
+        self.web = web or StaticFiles.load()
+        self.handlers = {"healthz": self.healthz, "readyz": self.readyz, "metrics": self.metrics,
+                         "engine_page": self.engine_page, "engine_snapshot": self.engine_snapshot,
+                         "favicon": lambda *_: self.web.response(FAVICON),
+                         "static": lambda _, params, __: self.web.response(params["name"])}
+
+    error = staticmethod(kind_response)  # App.error: the document of an error the transport found
+
+    def handle(self, request: Request) -> Response:
+        rid = request_id(request)
+        extra = (("X-Request-Id", rid),)
+        try:
+            route, params = resolve(HEALTH_ROUTES, request.method, request.path)
+            result = self.handlers[route.handler](request, params, extra)
+        except ApiError as err:
+            return error_response(err, extra)
+        return Response(status=result.status, headers=result.headers + extra, body=result.body)
+
+    def healthz(self, request: Request, params: Params, extra: Headers) -> Response:
+        """Liveness: fails once the engine thread has died, so an orchestrator restarts us."""
+        if not self.bridge.is_healthy():
+            raise ApiError("engine_unavailable", f"The engine thread has stopped: "
+                                                 f"{self.bridge.died or 'unknown reason'}.")
+        return health_ok(request, params, extra)
+
+    def readyz(self, request: Request, params: Params, extra: Headers) -> Response:
+        if self.state.is_draining:
+            raise ApiError("not_ready", "The server is draining.")
+        return json_response(200, {"status": "ready"})
+
+    def metrics(self, request: Request, params: Params, extra: Headers) -> Response:
+        stall_s = self.loop_stall_s() if self.loop_stall_s is not None else None
+        text = metrics_text(self.bridge.stats, self.state.metrics, stall_s)
+        return Response(status=200, headers=(("Content-Type", METRICS_TYPE),),
+                        body=text.encode("utf-8"))
+
+    def _view(self) -> EngineView:
+        if self.bridge.view is None:
+            raise ApiError("engine_view_off", "The engine view is turned off on this server "
+                                              "([engine].engine_view = false).")
+        return self.bridge.view
+
+    def engine_page(self, request: Request, params: Params, extra: Headers) -> Response:
+        self._view()
+        return self.web.response(ENGINE_PAGE)
+
+    def engine_snapshot(self, request: Request, params: Params, extra: Headers) -> Response:
+        view = self._view()
+        view.asked()
+        latest = view.latest               # published by the engine thread, read as one value
+        return json_response(200, snapshot_document(latest), (("Cache-Control", "no-store"),))
+
+

@@ -1,0 +1,197 @@
+"""/metrics: counters, gauges and histograms in the Prometheus text format 0.0.4.
+
+Format (prometheus.io/docs/instrumenting/exposition_formats): per metric family a
+`# HELP name text` line, a `# TYPE name counter|gauge|histogram` line, then samples
+`name{label="value",...} number`. A histogram is cumulative `name_bucket{le="..."}` lines
+ending in `le="+Inf"`, then `name_sum` and `name_count`.
+
+Three sources feed this page:
+* the engine's `EngineStats` snapshot (published by the engine thread after each step):
+  the chapter's gauges `tl_engine_*`, the KV-cache utilisation (0-1, what routers such as
+  the Gateway API Inference Extension's endpoint picker read) and the prefix-cache counters;
+* `server/observe/process_metrics.py`: the standard `process_*` families;
+* `ServerMetrics`, updated on the loop thread only (no lock): requests by route and
+  status, prompt/generation tokens, and the latency histograms;
+* the loop's worst stall (`tl_loop_stall_seconds_max` and `_cpu_seconds_max`, read from
+  `EventLoop.stall`).
+"""
+from __future__ import annotations
+
+import bisect
+import math
+
+from engine.api import EngineStats
+from server.observe.process_metrics import process_metrics_text
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+# Latency buckets in seconds: a CPU engine spans milliseconds (inter-token) to minutes (e2e).
+LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+                     60.0, 120.0)
+PER_TOKEN_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3,
+                       0.5, 1.0, 2.5)
+
+
+def _num(value: float) -> str:
+    if isinstance(value, int):
+        return str(value)
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return repr(float(value))
+
+
+def _labels(pairs: tuple[tuple[str, str], ...]) -> str:
+    if not pairs:
+        return ""
+    inner = ",".join(f'{k}="{_escape(v)}"' for k, v in pairs)
+    return "{" + inner + "}"
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def family(name: str, kind: str, help_text: str,
+           samples: list[tuple[tuple[tuple[str, str], ...], float]]) -> str:
+    lines = [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
+    lines += [f"{name}{_labels(labels)} {_num(value)}" for labels, value in samples]
+    return "\n".join(lines) + "\n"
+
+
+class Histogram:
+    """Cumulative-bucket histogram (observations in seconds)."""
+
+    __slots__ = ("name", "help_text", "bounds", "counts", "total", "count")
+
+    def __init__(self, name: str, help_text: str, bounds: tuple[float, ...]):
+        self.name, self.help_text, self.bounds = name, help_text, bounds
+        self.counts = [0] * (len(bounds) + 1)     # last slot: above every bound
+        self.total = 0.0
+        self.count = 0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.total += value
+        self.count += 1
+
+    def render(self) -> str:
+        lines = [f"# HELP {self.name} {self.help_text}", f"# TYPE {self.name} histogram"]
+        running = 0
+        for bound, n in zip(self.bounds + (math.inf,), self.counts):
+            running += n
+            lines.append(f'{self.name}_bucket{{le="{_num(bound)}"}} {running}')
+        lines.append(f"{self.name}_sum {_num(self.total)}")
+        lines.append(f"{self.name}_count {self.count}")
+        return "\n".join(lines) + "\n"
+
+
+def kv_cache_utilization(s: EngineStats) -> float:
+    """Blocks held by running sequences / all blocks; evictable cached blocks are free."""
+    total_blocks = s.kv_blocks_used + s.kv_blocks_cached + s.kv_blocks_free
+    return s.kv_blocks_used / total_blocks if total_blocks else 0.0
+
+
+def engine_metrics_text(s: EngineStats) -> str:
+    """The chapter's engine gauges from one stats snapshot (chapter 4: `metrics_text`)."""
+    return "".join([
+        family("tl_engine_kv_blocks", "gauge", "KV cache blocks by state.",
+               [((("state", "used"),), s.kv_blocks_used),
+                ((("state", "cached"),), s.kv_blocks_cached),
+                ((("state", "free"),), s.kv_blocks_free)]),
+        family("tl_engine_kv_cache_utilization", "gauge",
+               "KV-cache blocks held by running sequences / all blocks (0-1); cached, "
+               "evictable blocks count as free.", [((), kv_cache_utilization(s))]),
+        family("tl_engine_prefix_cache_hit_tokens_total", "counter",
+               "Prompt tokens reused from the prefix cache.", [((), s.prefix_hit_tokens)]),
+        family("tl_engine_prefix_cache_prompt_tokens_total", "counter",
+               "Prompt tokens looked up in the prefix cache (the hit counter's denominator).",
+               [((), s.prompt_tokens)]),
+        family("tl_engine_queue_depth", "gauge", "Requests waiting to be scheduled.",
+               [((), s.queue_depth)]),
+        family("tl_engine_active_sequences", "gauge", "Sequences running in the engine.",
+               [((), s.active_sequences)]),
+        family("tl_engine_batch_tokens", "gauge", "Tokens in the last engine step.",
+               [((), s.batch_tokens)]),
+        family("tl_engine_prefix_cache_hit_ratio", "gauge",
+               "Prompt tokens reused from the prefix cache / prompt tokens, since start.",
+               [((), float(s.prefix_hit_ratio))]),
+        family("tl_engine_preemptions_total", "counter", "Sequences preempted for KV blocks.",
+               [((), s.preemptions_total)]),
+        family("tl_engine_prefix_waits_total", "counter",
+               "Requests that waited for a shared prompt prefix another request was computing.",
+               [((), s.prefix_waits_total)]),
+        family("tl_engine_kv_evictions_total", "counter", "Cached KV blocks evicted.",
+               [((), s.evictions_total)]),
+        family("tl_engine_steps_total", "counter", "Engine steps run.",
+               [((), s.steps_total)]),
+    ])
+
+
+class ServerMetrics:
+    """Request-level metrics, updated on the loop thread."""
+
+    def __init__(self):
+        self.requests: dict[tuple[str, int], int] = {}
+        self.prompt_tokens = 0
+        self.generation_tokens = 0
+        self.ttft = Histogram("tl_request_time_to_first_token_seconds",
+                              "Time from request arrival to its first output token.",
+                              LATENCY_BUCKETS_S)
+        self.tpot = Histogram("tl_request_time_per_output_token_seconds",
+                              "Mean time between output tokens of one request.",
+                              PER_TOKEN_BUCKETS_S)
+        self.e2e = Histogram("tl_request_e2e_latency_seconds",
+                             "Time from request arrival to its last output token.",
+                             LATENCY_BUCKETS_S)
+        self.queue = Histogram("tl_request_queue_time_seconds",
+                               "Time from admission until the engine first scheduled the request.",
+                               LATENCY_BUCKETS_S)
+
+    def count_request(self, route: str, status: int) -> None:
+        key = (route, status)
+        self.requests[key] = self.requests.get(key, 0) + 1
+
+    def observe_generation(self, *, prompt_tokens: int, completion_tokens: int,
+                           ttft_s: float | None, e2e_s: float, queue_s: float | None) -> None:
+        self.prompt_tokens += prompt_tokens
+        self.generation_tokens += completion_tokens
+        if ttft_s is not None:
+            self.ttft.observe(ttft_s)
+            if completion_tokens > 1:
+                self.tpot.observe((e2e_s - ttft_s) / (completion_tokens - 1))
+        self.e2e.observe(e2e_s)
+        if queue_s is not None:
+            self.queue.observe(queue_s)
+
+    def render(self) -> str:
+        by_route = [((("route", route), ("status", str(status))), n)
+                    for (route, status), n in sorted(self.requests.items())]
+        return "".join([
+            family("tl_http_requests_total", "counter", "HTTP requests by route and status.",
+                   by_route),
+            family("tl_prompt_tokens_total", "counter", "Prompt tokens of finished requests.",
+                   [((), self.prompt_tokens)]),
+            family("tl_generation_tokens_total", "counter",
+                   "Generated tokens of finished requests.", [((), self.generation_tokens)]),
+            self.ttft.render(), self.tpot.render(), self.e2e.render(), self.queue.render(),
+        ])
+
+
+def loop_metrics_text(stall_max_s: float, stall_cpu_max_s: float) -> str:
+    """The loop thread's worst stall (server/http/loop.py measures it): what a stream's
+    inter-token gap or a /healthz answer waited at worst behind other callbacks, and the
+    loop thread's own CPU time in that worst iteration."""
+    return (family("tl_loop_stall_seconds_max", "gauge",
+                   "Longest time one loop iteration spent in its callbacks since start.",
+                   [((), stall_max_s)])
+            + family("tl_loop_stall_cpu_seconds_max", "gauge",
+                     "Most CPU time the loop thread spent in one iteration since start.",
+                     [((), stall_cpu_max_s)]))
+
+
+def metrics_text(stats: EngineStats, server: ServerMetrics | None = None,
+                 loop_stall_s: tuple[float, float] | None = None) -> str:
+    """`loop_stall_s`: (wall, CPU) of the loop's worst iteration, when it is measured."""
+    loop = loop_metrics_text(*loop_stall_s) if loop_stall_s is not None else ""
+    return (engine_metrics_text(stats) + (server.render() if server is not None else "")
+            + loop + process_metrics_text())

@@ -1,0 +1,117 @@
+"""Engine events in, text `Piece`s out: the text of one generation, for every output shape.
+
+`GenerationText` owns the `TextStream` (incremental UTF-8, stop strings), aborts the engine
+request when a stop string ends it, never sends the EOS token's text, makes the logprob
+entries (`TokenLogprob`), counts completion tokens and names the finish reason. A
+refusal, failure or expiry comes out as its `ApiError`. The renderers and the stream shell
+of server/api/streams.py consume its `Piece`s; `Echo` is what `echo: true` sends first.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from engine.api import FINISH_LENGTH, FINISH_STOP, PromptLogprobs, TokenOut, Tokenizer
+from server.worker.bridge import Event
+from server.errors import ApiError
+from sse import TextStream
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """One token's logprobs, before an output shape is chosen. An echoed prompt's first
+    token has none (`logprob` and `top` None: nothing precedes it)."""
+    text: str
+    raw: bytes
+    logprob: float | None
+    top: tuple[tuple[str, bytes, float], ...] | None  # (text, bytes, logprob), best first
+
+
+@dataclass(frozen=True)
+class Piece:
+    """Text that is safe to send, for one engine event; `finish` is set on the last piece.
+    `index` is the choice's; `prompt` holds an echoed prompt's scored tokens."""
+    text: str
+    logprob: TokenLogprob | None = None
+    finish: str | None = None
+    index: int = 0
+    prompt: tuple[TokenLogprob, ...] = ()
+
+
+@dataclass(frozen=True)
+class Echo:
+    """`echo: true`: the prompt's text goes first; with logprobs, its scores too."""
+    text: str
+    first_token: int                            # the scored prompt's unscored first token
+    scored: bool                                # the engine scores the prompt (PromptLogprobs)
+
+
+def _finish_reason(engine_finish: str | None) -> str:
+    return FINISH_LENGTH if engine_finish == FINISH_LENGTH else FINISH_STOP
+
+
+class GenerationText:
+    """The text of one generation (one choice), one engine event at a time."""
+
+    def __init__(self, *, tokenizer: Tokenizer, stop: tuple[str, ...], logprobs: bool,
+                 top_logprobs: int, on_stop: Callable[[], None], index: int = 0,
+                 echo: Echo | None = None):
+        self._tokenizer = tokenizer
+        self._text = TextStream(stop)
+        self._logprobs, self._top_logprobs = logprobs, top_logprobs
+        self._on_stop = on_stop                 # a stop string ends the request in the engine
+        self.index = index
+        self._echo = echo                       # sent once, before the first completion text
+        self._prompt: list[TokenLogprob] = []
+        self.completion_tokens = 0
+
+    def feed(self, ev: Event) -> Piece | ApiError | None:
+        if isinstance(ev, PromptLogprobs):
+            return self._scored_prompt(ev)
+        if not isinstance(ev, TokenOut):
+            return ev.error()                   # refused, failed or expired
+        if ev.token is None:                    # the finish alone (length, stop)
+            return Piece(self._echo_text() + self._text.finish(),
+                         finish=_finish_reason(ev.finish), index=self.index)
+        self.completion_tokens += 1
+        is_stop_token = ev.finish == FINISH_STOP    # EOS / a stop id: its text is never sent
+        raw = b"" if is_stop_token else self._tokenizer.token_bytes(ev.token)
+        text = self._text.push(raw)
+        finish = None
+        if self._text.stopped():
+            finish = FINISH_STOP
+            self._on_stop()
+        elif ev.finish is not None:
+            text += self._text.finish()
+            finish = _finish_reason(ev.finish)
+        entry = None if (is_stop_token or not self._logprobs) else self._logprob(
+            raw, ev.logprob, ev.top_logprobs)
+        return Piece(self._echo_text() + text, entry, finish, self.index)
+
+    def _echo_text(self) -> str:
+        text, self._echo = ("" if self._echo is None else self._echo.text), None
+        return text
+
+    def _scored_prompt(self, ev: PromptLogprobs) -> Piece | None:
+        """Collect the prompt's scores; the echo (text and scores) once they are complete."""
+        if self._echo is None or not self._echo.scored:
+            return None
+        if not self._prompt:
+            raw = self._tokenizer.token_bytes(self._echo.first_token)
+            self._prompt.append(TokenLogprob(_text_of(raw), raw, None, None))
+        for token, logprob, top in zip(ev.tokens, ev.logprobs, ev.top_logprobs):
+            self._prompt.append(self._logprob(self._tokenizer.token_bytes(token), logprob, top))
+        if not ev.complete:
+            return None
+        return Piece(self._echo_text(), index=self.index, prompt=tuple(self._prompt))
+
+    def _logprob(self, raw: bytes, logprob: float, top_ids) -> TokenLogprob:
+        top = []
+        for token, top_logprob in top_ids[:self._top_logprobs]:
+            token_raw = self._tokenizer.token_bytes(token)
+            top.append((_text_of(token_raw), token_raw, top_logprob))
+        return TokenLogprob(_text_of(raw), raw, float(logprob), tuple(top))
+
+
+def _text_of(raw: bytes) -> str:
+    return raw.decode("utf-8", errors="replace")

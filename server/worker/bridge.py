@@ -1,0 +1,438 @@
+"""The engine thread and the one queue in front of it (chapter 2.1, 2.2).
+
+The loop thread and the engine thread share exactly three things:
+
+* the **inbox** — a list of commands (add, abort, embed) guarded by a Condition; the
+  engine thread drains it between steps, so aborts and embeddings never race a step;
+* one **Ticket per request** — its `events` deque receives the request's `Event`s
+  (deque.append / popleft are atomic under the GIL: one producer, one consumer);
+* a **wake callback** — after each step that produced events the engine thread calls
+  `EventLoop.wake()`, and the loop polls the streams.
+
+    loop thread                                   engine thread
+    submit(GenRequest) -> inbox.append(add)  -->  loop: take commands (add/abort/embed)
+                                                        step() -> ticket.events.append
+    stream.poll() <- ticket.events  <-- wake() --       publish stats, wake()
+
+Admission lives here, because the bridge IS the queue to the engine: `submit` and `embed`
+reserve one slot of the `AdmissionGate` or raise the 429 at once (never an unbounded wait);
+the slot is released when the engine first schedules the request or it ends before that.
+Before the slot, `submit` asks `server/worker/waiting.py` how long the request would wait behind
+the running and queued ones (measured service time): past the queue deadline it is a 429
+now, never a failure later. Only the requests running and queued now decide: one that finds a
+free slot is admitted whatever was refused before; the clients refused earlier and not yet
+back only lengthen the Retry-After of every 429 and 503 (the spread of a herd).
+The engine's waiting list is fed only through here. A request still unscheduled
+`QueuePolicy.deadline_ms` after admission is expired by `Engine.step()` (`FINISH_DEADLINE`);
+the bridge delivers that as `Expired` (503 no_capacity).
+
+Each outcome crosses the thread boundary as its own event type: `TokenOut` (a token and/or
+the finish), `TooLong` and `Invalid` (the engine refused the request: 400s), `Failed` (a
+server error: 500, logged with the request id), `Expired` (the queue deadline: 503). Every
+non-token event knows its `ApiError`; the status comes from server/errors.py's one table.
+
+The engine thread never formats text; the loop thread never touches numpy (embeddings
+are engine jobs packed into the steps; server/worker/embedding_jobs.py hands their vectors back
+as Python floats or base64 bytes, which is cheap).
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import traceback
+from collections import deque
+from dataclasses import dataclass, replace
+from typing import Callable, ClassVar, Union
+
+from engine.api import (FINISH_DEADLINE, Engine, EngineStats, GenRequest, PromptLogprobs,
+                        PromptTooLong, RequestRefused, TokenOut)
+from server.worker.admission import RETRY_AFTER_S, AdmissionGate, QueuePolicy, wait_too_long_error
+from server.worker.arrivals import ArrivalWindow
+from server.worker.embedding_jobs import EmbedTicket, EmbeddingJobs
+from server.observe.engine_view import EngineView
+from server.errors import ApiError
+from server.observe.trace import TraceWriter
+from server.worker.waiting import RefusedClients, WaitEstimator, WaitInputs, retry_after_s
+
+log = logging.getLogger("tlserve.bridge")
+
+
+# ---- events: one type per outcome ---------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Ending:
+    """An event that ends a request with an error; `KIND` is a key of server.errors.ERROR_KINDS."""
+    message: str
+    KIND: ClassVar[str] = "internal_error"
+
+    def error(self) -> ApiError:
+        return ApiError(self.KIND, self.message)
+
+
+@dataclass(frozen=True)
+class TooLong(_Ending):
+    """Refused by the engine: the prompt cannot fit (`engine.api.PromptTooLong`)."""
+    KIND: ClassVar[str] = "context_length_exceeded"
+
+
+@dataclass(frozen=True)
+class Invalid(_Ending):
+    """Refused by the engine: the request is invalid as it is (any other RequestRefused)."""
+    KIND: ClassVar[str] = "invalid_request"
+
+
+@dataclass(frozen=True)
+class Failed(_Ending):
+    """The engine raised while serving this request (a bug, never the client's fault): 500."""
+    KIND: ClassVar[str] = "internal_error"
+
+
+@dataclass(frozen=True)
+class Expired(_Ending):
+    """The request waited past the queue deadline without being scheduled: 503 (always
+    before the response head: a streamed head waits for the first token)."""
+    retry_after_s: int = RETRY_AFTER_S
+    KIND: ClassVar[str] = "no_capacity"
+
+    def error(self) -> ApiError:
+        return ApiError(self.KIND, self.message,
+                        headers=(("Retry-After", str(self.retry_after_s)),))
+
+
+Event = Union[TokenOut, PromptLogprobs, TooLong, Invalid, Failed, Expired]
+
+
+def expired_event(deadline_ms: int, retry_s: int = RETRY_AFTER_S) -> Expired:
+    return Expired(f"The request waited longer than {deadline_ms} ms for the engine to "
+                   "schedule it; try again later.", retry_s)
+
+
+def engine_down_error() -> ApiError:
+    return ApiError("engine_unavailable", "The engine thread has stopped; this server "
+                                          "cannot serve requests until it is restarted.")
+
+
+# ---- tickets --------------------------------------------------------------------------------
+
+class Ticket:
+    """One generation request as both threads see it."""
+
+    __slots__ = ("request", "request_id", "events", "engine_id", "is_aborted", "is_scheduled",
+                 "is_finished", "on_leave_queue", "scheduled_s", "first_token_s", "last_token_s",
+                 "queued_s")
+
+    def __init__(self, request: GenRequest, on_leave_queue: Callable[[], None] | None,
+                 request_id: str = ""):
+        self.request = request
+        self.request_id = request_id            # X-Request-Id, for the logs
+        self.events: deque[Event] = deque()
+        self.engine_id: int | None = None       # set on the engine thread
+        self.is_aborted = False                 # set on the loop thread
+        self.is_scheduled = False
+        self.is_finished = False
+        self.on_leave_queue = on_leave_queue    # releases the admission slot, once
+        self.scheduled_s: float | None = None
+        self.first_token_s: float | None = None
+        self.last_token_s: float | None = None
+        self.queued_s = 0.0                     # admitted at (bridge clock), for the trace
+
+
+class EngineBridge:
+    """Owns the engine thread. Public methods are thread-safe unless noted."""
+
+    def __init__(self, engine: Engine, *, queue: QueuePolicy, step_delay_s: float = 0.0,
+                 clock: Callable[[], float] = time.monotonic, view: EngineView | None = None,
+                 tracer: TraceWriter | None = None, arrivals: ArrivalWindow = ArrivalWindow(0)):
+        self._engine = engine
+        self._arrivals = arrivals               # an idle engine's wait for the rest of a burst
+        self._clock = clock                     # the engine's clock: deadlines are compared there
+        self.queue = queue
+        self.gate = AdmissionGate(queue.capacity_requests)
+        self.estimator = WaitEstimator()        # measured on the engine thread, read here
+        self.refused = RefusedClients()         # loop thread: 429s not yet back
+        self.step_started_s: float | None = None    # engine thread: the step in progress
+        self.died: str | None = None            # why the engine thread ended abnormally
+        self._step_delay_s = step_delay_s
+        self._cond = threading.Condition()
+        self._inbox: list[tuple] = []
+        self._stopping = False
+        self._closed = False                    # the engine thread takes no more commands
+        self._thread: threading.Thread | None = None
+        self._live: dict[int, Ticket] = {}      # engine id -> ticket (engine thread only)
+        self._embeds = EmbeddingJobs()          # embeddings jobs (engine thread only)
+        self.wake: Callable[[], None] = lambda: None
+        self.stats: EngineStats = engine.stats()  # latest snapshot, replaced atomically
+        # The engine view and the step trace (both None: the engine records nothing extra).
+        self.view, self.tracer = view, tracer
+        engine.record_steps = view is not None or tracer is not None
+        if view is not None:
+            view.update(engine, self.stats, stepped=False)    # a first picture, before start
+
+    # -- loop-thread side --------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="tl-engine", daemon=True)
+        self._thread.start()
+
+    def submit(self, request: GenRequest, *, request_id: str = "") -> Ticket:
+        """Admit the request (or raise the 429 ApiError now) and queue it for the engine,
+        with the queue deadline counted from this moment."""
+        self._admit_or_raise()
+        queued_s = self._clock()
+        deadline_s = queued_s + self.queue.deadline_ms / 1000.0
+        ticket = Ticket(replace(request, deadline_s=deadline_s), self.gate.release, request_id)
+        ticket.queued_s = queued_s
+        self._post(("add", ticket))
+        return ticket
+
+    def abort(self, ticket: Ticket) -> None:
+        """End the request in the engine; a no-op for one already aborted or finished, so
+        callers (a cancelled stream, a stop string, an error) just call it."""
+        if ticket.is_aborted or ticket.is_finished:
+            return
+        ticket.is_aborted = True
+        self._post(("abort", ticket))
+
+    def embed(self, inputs: list[list[int]], encoding_format: str, *,
+              request_id: str = "") -> EmbedTicket:
+        """Admit like a generation (429 when full); the slot frees when the engine thread
+        takes the command off the inbox."""
+        self._admit_or_raise()
+        ticket = EmbedTicket(inputs, encoding_format, self.gate.release, request_id)
+        self._post(("embed", ticket))
+        return ticket
+
+    def expected_wait_s(self) -> float:
+        """The admission estimate for one more request now (server/worker/waiting.py): only the
+        requests running and queued count, never the clients refused before."""
+        return self.estimator.wait_s(self._wait_inputs())
+
+    def retry_after_s(self) -> int:
+        """The Retry-After of a refusal now: the wait plus the refused clients still out."""
+        return retry_after_s(self.estimator.retry_wait_s(self._wait_inputs()))
+
+    def _wait_inputs(self) -> WaitInputs:
+        now, started = self._clock(), self.step_started_s
+        return WaitInputs(
+            running_requests=self.stats.active_sequences, waiting_requests=self.gate.waiting,
+            max_num_seqs=self.queue.batch_slots,
+            step_running_s=0.0 if started is None else now - started,
+            returning_requests=self.refused.returning(now))
+
+    def is_healthy(self) -> bool:
+        """False once the engine thread has died (started, not stopping, not running)."""
+        thread = self._thread
+        return self.died is None and (thread is None or thread.is_alive() or self._stopping)
+
+    def _admit_or_raise(self) -> None:
+        if not self.is_healthy():
+            raise engine_down_error()
+        inputs = self._wait_inputs()
+        wait_s = self.estimator.wait_s(inputs)          # who is queued now decides ...
+        retry_s = retry_after_s(self.estimator.retry_wait_s(inputs))   # ... the refused spread
+        try:
+            if wait_s * 1000.0 > self.queue.deadline_ms:
+                raise wait_too_long_error(wait_s, self.queue.deadline_ms, retry_s)
+            self.gate.reserve_or_raise(retry_s)
+        except ApiError:
+            self.refused.refused(self._clock(), retry_s)
+            raise
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    def _post(self, command: tuple) -> None:
+        with self._cond:
+            if not self._closed:
+                self._inbox.append(command)
+                self._cond.notify()
+                return
+        self._refuse(command, "the engine thread has stopped")   # nobody would take it
+
+    @staticmethod
+    def _refuse(command: tuple, reason: str) -> None:
+        """End a command the engine thread will never run (it stopped or died)."""
+        verb, ticket = command
+        EngineBridge._leave_queue(ticket)
+        if verb == "embed":
+            ticket.error, ticket.done = reason, True
+        elif verb == "add":
+            ticket.is_finished = True
+            ticket.events.append(Failed(reason))
+
+    # -- engine-thread side ------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            self._serve()
+        except BaseException as exc:                               # noqa: BLE001
+            # Only a bug outside the per-command and per-step guards gets here: every
+            # request in flight ends with a 500 and /healthz fails, so the process restarts.
+            log.critical("engine thread died: %s", traceback.format_exc())
+            self.died = f"{type(exc).__name__}: {exc}"
+            with self._cond:
+                self._stopping = True
+            self._shutdown(f"the engine thread stopped: {self.died}")
+            return
+        self._shutdown("the server is stopping")
+
+    def _serve(self) -> None:
+        while True:
+            with self._cond:
+                while not self._inbox and not self._stopping and not self._engine.has_work():
+                    self._cond.wait()
+                if self._stopping:
+                    break
+                if not self._engine.has_work():                    # idle: let a burst land
+                    self._arrivals.gather(self._cond, lambda: len(self._inbox),
+                                          lambda: self._stopping)
+                commands, self._inbox = self._inbox, []
+            stepped = self._turn(commands)
+            if stepped and self._step_delay_s:
+                time.sleep(self._step_delay_s)
+
+    def run_once(self) -> bool:
+        """One turn of the engine thread on the caller's thread, for a bridge that was never
+        started (tests with an injected clock drive it step by step): -> whether it stepped."""
+        with self._cond:
+            commands, self._inbox = self._inbox, []
+        return self._turn(commands)
+
+    def _turn(self, commands: list[tuple]) -> bool:
+        """Apply the commands taken off the inbox, step once if there is work, publish."""
+        for command in commands:
+            self._apply(command)
+        stepped = self._engine.has_work()
+        if stepped:
+            self._step()
+        self._embeds.collect(self._engine)                         # finished jobs, left clients
+        self.stats = self._engine.stats()
+        if self.view is not None:
+            self.view.update(self._engine, self.stats, stepped)
+        self.wake()
+        return stepped
+
+    def _apply(self, command: tuple) -> None:
+        verb, ticket = command
+        try:
+            {"add": self._add, "abort": self._abort, "embed": self._embed}[verb](ticket)
+        except Exception as exc:                                   # noqa: BLE001
+            # Never let one bad command kill the engine thread: fail that request only.
+            log.error("request %s: engine command %s failed: %s", ticket.request_id, verb,
+                      traceback.format_exc())
+            if verb == "add" and not ticket.is_finished:
+                self._leave_queue(ticket)
+                ticket.is_finished = True
+                ticket.events.append(Failed(f"engine refused the request: {exc}"))
+
+    def _add(self, ticket: Ticket) -> None:
+        if ticket.is_aborted:
+            self._leave_queue(ticket)
+            return
+        try:
+            ticket.engine_id = self._engine.add_request(ticket.request)
+        except RequestRefused as exc:              # anything else is a bug: _apply -> Failed (500)
+            self._leave_queue(ticket)
+            ticket.is_finished = True
+            kind = TooLong if isinstance(exc, PromptTooLong) else Invalid
+            ticket.events.append(kind(str(exc)))
+            return
+        self._live[ticket.engine_id] = ticket
+        if self.tracer is not None:
+            self.tracer.queued(ticket.engine_id, ticket.request_id, ticket.queued_s)
+
+    def _abort(self, ticket: Ticket) -> None:
+        if ticket.engine_id is not None and ticket.engine_id in self._live:
+            self._engine.abort(ticket.engine_id)
+            del self._live[ticket.engine_id]
+            if self.tracer is not None:
+                self.tracer.finished(ticket.engine_id, "aborted", self._clock())
+        self._leave_queue(ticket)
+        ticket.is_finished = True
+
+    def _embed(self, ticket: EmbedTicket) -> None:
+        self._leave_queue(ticket)                                  # taken off the inbox: slot free
+        self._embeds.start(self._engine, ticket)                   # steps pack its inputs
+
+    def _step(self) -> None:
+        started_s = self.step_started_s = self._clock()
+        try:
+            outs = self._engine.step()
+        except Exception as exc:                                   # noqa: BLE001
+            log.error("engine step failed: %s", traceback.format_exc())
+            self.step_started_s = None
+            self._fail_all(f"engine step failed: {exc}")
+            return
+        now = self._clock()
+        if self.tracer is not None:
+            self.tracer.step(self._engine.last_step, outs, now)
+        self.step_started_s = None
+        self.estimator.observe_step(now - started_s)
+        if self.estimator.mean_service_s == 0.0:        # cold: what the running show so far
+            self.estimator.observe_running(max(
+                (now - t.scheduled_s for t in self._live.values() if t.scheduled_s is not None),
+                default=0.0))
+        for out in outs:
+            ticket = self._live.get(out.id)
+            if ticket is not None:
+                if not ticket.is_scheduled and (isinstance(out, PromptLogprobs)
+                                                or out.token is not None):
+                    ticket.scheduled_s = started_s
+                self._deliver(ticket, out, now)
+
+    def _deliver(self, ticket: Ticket, out: TokenOut | PromptLogprobs, now: float) -> None:
+        if isinstance(out, PromptLogprobs):     # a scored prefill chunk: scheduled, no token
+            ticket.is_scheduled = True
+            self._leave_queue(ticket)
+            ticket.events.append(out)
+            return
+        if out.token is not None:
+            ticket.is_scheduled = True
+            ticket.first_token_s = ticket.first_token_s or now
+            ticket.last_token_s = now
+        if out.token is not None or out.finish is not None:
+            self._leave_queue(ticket)
+        if out.finish is not None:
+            ticket.is_finished = True
+            self._live.pop(out.id, None)
+            if ticket.scheduled_s is not None:
+                self.estimator.observe_service(now - ticket.scheduled_s)
+        if out.token is None and out.finish == FINISH_DEADLINE:
+            ticket.events.append(expired_event(self.queue.deadline_ms, self.retry_after_s()))
+        else:
+            ticket.events.append(out)
+
+    @staticmethod
+    def _leave_queue(ticket: Ticket | EmbedTicket) -> None:
+        """Release the ticket's admission slot, exactly once."""
+        if ticket.on_leave_queue is not None:
+            release, ticket.on_leave_queue = ticket.on_leave_queue, None
+            release()
+
+    def _fail_all(self, message: str) -> None:
+        for ticket in list(self._live.values()):
+            log.warning("request %s failed: %s", ticket.request_id, message)
+            self._leave_queue(ticket)
+            ticket.is_finished = True
+            ticket.events.append(Failed(message))
+        self._live.clear()
+        self._embeds.fail_all(message)
+        try:
+            self._engine.abort_all()
+        except Exception:                                          # noqa: BLE001
+            log.error("abort_all failed: %s", traceback.format_exc())
+
+    def _shutdown(self, reason: str) -> None:
+        self._fail_all(reason)
+        with self._cond:
+            inbox, self._inbox, self._closed = self._inbox, [], True
+        for command in inbox:
+            self._refuse(command, reason)
+        if self.tracer is not None:
+            self.tracer.close(self._clock())
+        self.wake()

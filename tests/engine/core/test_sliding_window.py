@@ -1,0 +1,143 @@
+"""Sliding-window layers (Gemma 3's options) on a tiny random model: dense and paged agree.
+
+A random 3-layer model gets Gemma's options (window of WINDOW tokens on layers 0 and 1,
+their own RoPE base, post-norms, embeddings x sqrt(d), GeGLU). Prompts are several windows
+long, so a layer that attended past its window would change the logits: the first test
+checks that the window does change them, the others that the paged engine (small blocks,
+chunked prefill, batched decode rows through the mirror, a cached prefix) computes the same
+tokens and logits as the dense reference.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+
+from engine.api import EngineConfig, GenRequest
+from engine.core.engine import Engine
+from engine.model import llama
+from engine.model.spec import FamilyOptions, Model
+from tests.engine.core.engine_models import GREEDY, random_model, run_to_completion, tokens_of
+
+WINDOW = 6
+D_MODEL = 32
+GEMMA_LIKE = FamilyOptions(family="gemma3", post_norms=True, embed_scale=math.sqrt(D_MODEL),
+                           mlp_activation="gelu_tanh", sliding_window=WINDOW,
+                           sliding_layers=(True, True, False), local_rope_theta=100.0)
+# Blocks smaller than the window and prefill chunks that do not divide the prompt: a window
+# edge falls inside blocks and inside chunks.
+PAGED = EngineConfig(block_size=4, num_kv_blocks=256, prefill_chunk=5)
+PROMPTS = [[(7 * i + 3 * j) % 61 + 1 for i in range(length)]
+           for j, length in enumerate((23, 31, 9))]
+NEW_TOKENS = 12
+
+
+def _gemma_like(options: FamilyOptions = GEMMA_LIKE) -> Model:
+    base = random_model(vocab=64, d=D_MODEL, layers=3, seed=5)
+    rng = np.random.default_rng(6)
+    layers = tuple(dataclasses.replace(
+        layer, post_attn_norm=(1 + 0.2 * rng.standard_normal(D_MODEL)).astype(np.float32),
+        post_mlp_norm=(1 + 0.2 * rng.standard_normal(D_MODEL)).astype(np.float32))
+        for layer in base.weights.layers)
+    weights = dataclasses.replace(base.weights, layers=layers,
+                                  embed=base.weights.embed / np.float32(math.sqrt(D_MODEL)))
+    config = dataclasses.replace(base.config, options=options)
+    return Model(name="gemma-like", config=config, weights=weights, tokenizer=None)
+
+
+def test_the_window_changes_the_logits_of_long_prompts():
+    """Without this the other tests could not tell a windowed engine from a plain one."""
+    model = _gemma_like()
+    wide = dataclasses.replace(GEMMA_LIKE, sliding_window=10 ** 6)   # same layers, no edge
+    unwindowed = dataclasses.replace(model.config, options=wide)
+    prompt = PROMPTS[1]
+    windowed_logits = llama.forward(model.config, model.weights, prompt)           # [n, V]
+    plain_logits = llama.forward(unwindowed, model.weights, prompt)                # [n, V]
+    # the first WINDOW positions see no more than the window either way
+    np.testing.assert_allclose(windowed_logits[:WINDOW], plain_logits[:WINDOW], atol=1e-5)
+    assert np.abs(windowed_logits[WINDOW:] - plain_logits[WINDOW:]).max() > 0.1
+
+
+def test_windowed_attention_equals_a_masked_softmax_by_hand():
+    rng = np.random.default_rng(1)
+    n, heads, kv, hd = 11, 2, 1, 4
+    q = rng.standard_normal((n, heads, hd)).astype(np.float32)
+    k = rng.standard_normal((n, kv, hd)).astype(np.float32)
+    v = rng.standard_normal((n, kv, hd)).astype(np.float32)
+    pos = np.arange(n)
+    got = llama.attention(q, k, v, pos, pos, window=3, scale=0.5).reshape(n, heads, hd)
+    for i in range(n):
+        seen = [j for j in range(n) if i - 3 < j <= i]                             # HF's mask
+        for h in range(heads):
+            scores = np.array([0.5 * q[i, h] @ k[j, 0] for j in seen])
+            p = np.exp(scores - scores.max())
+            want = (p / p.sum()) @ v[seen, 0]
+            np.testing.assert_allclose(got[i, h], want, rtol=1e-5, atol=1e-6)
+
+
+def test_paged_engine_matches_dense_with_sliding_windows():
+    """All prompts at once (chunked prefill, then batched decode rows), twice: the second
+    round starts from the first round's blocks in the prefix cache."""
+    model = _gemma_like()
+    want = [list(llama.generate(model.config, model.weights, p, max_new_tokens=NEW_TOKENS))
+            for p in PROMPTS]
+    engine = Engine(model, PAGED)
+    for _ in range(2):
+        ids = [engine.add_request(GenRequest(prompt=tuple(p), params=GREEDY,
+                                             max_tokens=NEW_TOKENS)) for p in PROMPTS]
+        outs = run_to_completion(engine)
+        assert [tokens_of(outs[rid]) for rid in ids] == want
+    assert engine.stats().prefix_hit_tokens >= PAGED.block_size * 10
+
+
+@pytest.mark.parametrize("chunk", [1, 5, 64])
+def test_runner_logits_match_dense_logits_with_sliding_windows(chunk):
+    """Logits, not only tokens: every prompt position through the runner in chunks of
+    `chunk` tokens over 4-token blocks equals the dense forward's row."""
+    from engine.core.runner import Chunk, ModelRunner
+    from engine.kv.pools import KVCache
+    model = _gemma_like()
+    prompt = PROMPTS[1]
+    want = llama.forward(model.config, model.weights, prompt)                      # [n, V]
+    kv = KVCache(model.config, 16, 4)
+    runner = ModelRunner(model.config, model.weights, kv, 64, mirror_bytes=kv.nbytes)
+    table = tuple(range(16))
+    got = []
+    for start in range(0, len(prompt), chunk):
+        tokens = tuple(prompt[start:start + chunk])
+        step = Chunk(tokens, start, table, num_logits=len(tokens), seq_id=0)
+        got.append(runner.forward([step]))                                         # [n_c, V]
+    np.testing.assert_allclose(np.concatenate(got), want, rtol=1e-4, atol=1e-4)
+
+
+def test_members_sharing_a_cached_prefix_keep_their_own_windows():
+    """Two prompts with a common cached prefix longer than the window, run together: their
+    shared leading blocks must not be attended as a whole by the sliding layers."""
+    model = _gemma_like()
+    prefix = PROMPTS[1][:24]                                      # 6 whole 4-token blocks
+    prompts = [prefix + [5, 9, 11, 3], prefix + [40, 2, 17, 33]]   # one group of 4 queries
+    want = [list(llama.generate(model.config, model.weights, p, max_new_tokens=NEW_TOKENS))
+            for p in prompts]
+    engine = Engine(model, PAGED)
+    first = engine.add_request(GenRequest(prompt=tuple(prefix), params=GREEDY, max_tokens=1))
+    run_to_completion(engine)                                     # the prefix is now cached
+    ids = [engine.add_request(GenRequest(prompt=tuple(p), params=GREEDY, max_tokens=NEW_TOKENS))
+           for p in prompts]
+    outs = run_to_completion(engine)
+    assert first is not None and [tokens_of(outs[rid]) for rid in ids] == want
+    assert engine.stats().prefix_hit_tokens >= 2 * 20
+
+
+def test_speculative_verification_keeps_the_windows():
+    """Verification chunks (the last token + drafts) are multi-query rows past the window."""
+    from engine.api import SpeculativeConfig
+    model = _gemma_like()
+    prompt = [1, 2] * 12                # the output repeats 2-grams of itself: drafts to verify
+    want = list(llama.generate(model.config, model.weights, prompt, max_new_tokens=40))
+    engine = Engine(model, dataclasses.replace(
+        PAGED, speculative=SpeculativeConfig(num_speculative_tokens=4)))
+    rid = engine.add_request(GenRequest(prompt=tuple(prompt), params=GREEDY, max_tokens=40))
+    assert tokens_of(run_to_completion(engine)[rid]) == want
+    assert engine.stats().spec_draft_tokens > 0

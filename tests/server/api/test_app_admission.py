@@ -1,0 +1,48 @@
+"""The admission gate bounds every route that queues work for the engine thread."""
+from __future__ import annotations
+
+import json
+
+from engine.model.loader import load_model
+from engine.api import EngineStats
+from server.api.app import ApiApp, ServedModel, ServerState
+from server.worker.admission import QueuePolicy
+from server.worker.bridge import EngineBridge
+from server.http.protocol import Request
+
+
+class StatsOnly:
+    def stats(self) -> EngineStats:
+        return EngineStats()
+
+
+class IdleBridge(EngineBridge):
+    """A bridge whose engine thread never runs: whatever is admitted stays queued."""
+
+    def __init__(self, capacity: int):
+        super().__init__(StatsOnly(), queue=QueuePolicy(capacity_requests=capacity,
+                                                        deadline_ms=1000))
+        self.embedded = []
+
+    def _post(self, command):
+        verb, ticket = command
+        if verb == "embed":
+            self.embedded.append(ticket.inputs)
+        super()._post(command)
+
+
+def test_embeddings_answer_429_with_retry_after_when_the_queue_is_full(succ_model_dir):
+    model = load_model(succ_model_dir)
+    bridge = IdleBridge(capacity=1)
+    gate = bridge.gate
+    app = ApiApp(served=ServedModel(model, "succ", 64), bridge=bridge,
+                 state=ServerState(), ping_interval_s=15.0)
+    body = json.dumps({"model": "succ", "input": "ab"}).encode()
+    request = Request(method="POST", path="/v1/embeddings", body=body)
+    first = app.handle(request)          # prepared at once (Inline); admitted at its poll
+    assert first.poll(0.0).head is None and gate.waiting == 1          # queued, slot held
+    second = app.handle(request).poll(0.0)
+    assert second.head.status == 429 and second.done
+    assert ("Retry-After", "1") in second.head.headers
+    assert json.loads(b"".join(second.chunks))["error"]["code"] == "rate_limit_exceeded"
+    assert len(bridge.embedded) == 1                                  # the refused one never queued

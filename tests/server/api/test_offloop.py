@@ -1,0 +1,325 @@
+"""The off-loop seam (server/api/offloop.py): work on a worker, the answer made on the polling
+thread, errors and cancels; and the app's prepare/launch split through it. Synchronised on
+events (the work blocks on one, the pool's wake sets another), never on sleeps."""
+from __future__ import annotations
+
+import gc
+import json
+import threading
+
+import pytest
+
+from engine.api import GenRequest
+from engine.model.loader import load_model
+from server.api import documents as docs
+from server.api.app import ApiApp, ServedModel, ServerState
+from server.worker.bridge import Ticket
+from server.api.embeddings import INLINE_DOCUMENT_MAX_VALUES, EmbedStream
+from server.worker.embedding_jobs import EmbedTicket
+from server.door.access import AccessLog, LoggedStream
+from server.errors import ApiError, error_response
+from server.http.protocol import Request, Response
+from server.api.offloop import (CollectorPause, Inline, OffLoopStream, Outcome, WorkerPool,
+                            outcome_of)
+from server.api.parse import GenSpec
+from server.api.streams import INLINE_DOCUMENT_MAX_ENTRIES, GenerationStream, StreamContext
+from tests.server.api.test_app_admission import IdleBridge
+from tests.server.api.test_streams import FakeTokenizer, RecordingBridge, tok
+
+WAIT_S = 10.0
+
+
+class Woken:
+    """The pool's wake: an event a test waits on (as the loop waits on its wake socket)."""
+
+    def __init__(self):
+        self.event = threading.Event()
+        self.count = 0
+
+    def __call__(self):
+        self.count += 1
+        self.event.set()
+
+    def wait(self):
+        assert self.event.wait(WAIT_S), "the worker never woke the loop"
+        self.event.clear()
+
+
+@pytest.fixture
+def pool():
+    woken = Woken()
+    workers = WorkerPool(workers=1, wake=woken)
+    workers.start()
+    yield workers, woken
+    workers.stop()
+
+
+class ManualOffLoop:
+    """An OffLoop whose work runs when the test says so, on the test's thread."""
+
+    def __init__(self):
+        self.jobs = []
+
+    def run(self, work, then):
+        stream = OffLoopStream(then)
+        self.jobs.append((stream, work))
+        return stream
+
+    def finish_all(self):
+        for stream, work in self.jobs:
+            stream.deliver(outcome_of(work))
+
+
+# ---- the seam alone -------------------------------------------------------------------------
+
+def test_the_answer_comes_only_after_the_work_and_is_made_on_the_polling_thread(pool):
+    workers, woken = pool
+    release, threads = threading.Event(), {}
+
+    def work():
+        threads["work"] = threading.current_thread()
+        assert release.wait(WAIT_S)
+        return b"built"
+
+    def then(outcome: Outcome) -> Response:
+        threads["then"] = threading.current_thread()
+        return Response(status=201, headers=(("X-A", "1"),), body=outcome.get())
+
+    stream = workers.run(work, then)
+    early = stream.poll(0.0)
+    assert early.head is None and early.chunks == [] and not early.done
+    assert "then" not in threads and stream.next_deadline_s() is None
+    release.set()
+    woken.wait()
+    out = stream.poll(1.0)
+    assert out.head.status == 201 and out.head.content_length == len(b"built")
+    assert out.head.headers == (("X-A", "1"),) and out.chunks == [b"built"] and out.done
+    assert threads["work"] is not threading.current_thread()
+    assert threads["then"] is threading.current_thread()
+    assert stream.whole_response.status == 201 and woken.count == 1
+
+
+def test_a_stream_answer_takes_over_poll_deadline_and_cancel():
+    offloop = ManualOffLoop()
+    bridge = RecordingBridge()
+    ticket = Ticket(GenRequest(prompt=(1,)), None)
+    ctx = StreamContext(bridge=bridge, tokenizer=FakeTokenizer(), ping_interval_s=15.0,
+                        on_status=lambda *_: None, on_finish=lambda **kw: None)
+    made = []
+
+    def then(outcome):                          # the continuation creates the ticket's stream
+        made.append(GenerationStream(ctx=ctx, tickets=[ticket], spec=GenSpec(kind="chat",
+                                     model="m", stream=True), header=docs.Header("i", 0, "m"),
+                                     prompt_tokens=1, route="chat", headers=(), arrival_s=0.0))
+        return made[0]
+
+    stream = offloop.run(lambda: None, then)
+    offloop.finish_all()
+    ticket.events.append(tok(1))
+    first = stream.poll(1.0)
+    assert first.head.status == 200 and first.chunks and not first.done
+    assert stream.next_deadline_s() == made[0].next_deadline_s() == 16.0
+    stream.cancel()                             # tickets exist: they are aborted
+    assert bridge.aborted == [ticket]
+
+
+def test_cancel_before_the_work_is_done_drops_the_result_and_never_launches(pool):
+    workers, woken = pool
+    started, release, ran = threading.Event(), threading.Event(), []
+    launched = []
+
+    def slow():
+        started.set()
+        assert release.wait(WAIT_S)
+        return "first"
+
+    first = workers.run(slow, launched.append)
+    second = workers.run(lambda: ran.append("second"), launched.append)   # queued behind
+    assert started.wait(WAIT_S)
+    first.cancel()
+    second.cancel()
+    release.set()
+    third = workers.run(lambda: "third", lambda outcome: Response(status=200))
+    woken.wait()                                # the first finished (woke), the third too
+    while not third.is_ready:
+        woken.wait()
+    assert first.poll(2.0).done and not first.is_ready
+    assert second.poll(2.0).done and ran == []  # cancelled before it started: never run
+    assert launched == []                       # no continuation: no ticket was ever made
+    assert third.poll(2.0).head.status == 200
+
+
+def test_the_collector_pauses_while_work_runs_and_resumes_after_or_past_its_limit():
+    now = [0.0]
+    pause = CollectorPause(max_s=10.0, clock=lambda: now[0])
+    assert gc.isenabled()
+    try:
+        pause.begin()
+        pause.begin()                           # two jobs overlap
+        assert not gc.isenabled()
+        pause.end()
+        assert not gc.isenabled()               # one still runs
+        pause.end()
+        assert gc.isenabled()                   # none runs
+        pause.begin()
+        pause.begin()
+        now[0] = 11.0                           # back-to-back work past the limit
+        pause.end()
+        assert gc.isenabled()
+        pause.end()
+        gc.disable()                            # someone else's pause is left alone
+        pause.begin()
+        pause.end()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_an_expected_error_drops_the_frames_of_the_work():
+    def work():
+        built = list(range(10))                 # what the frames would keep alive
+        try:
+            raise KeyError(built)
+        except KeyError:
+            raise ApiError("invalid_request", "no") from None
+
+    outcome = outcome_of(work)
+    assert isinstance(outcome.error, ApiError) and outcome.error.__traceback__ is None
+    assert outcome.error.__context__ is None
+    bug = outcome_of(lambda: 1 / 0).error
+    assert isinstance(bug, ZeroDivisionError) and bug.__traceback__ is not None   # logged
+
+
+# ---- the app: prepare on a worker, launch on the loop ---------------------------------------
+
+@pytest.fixture
+def app(succ_model_dir, pool):
+    workers, woken = pool
+    bridge = RecordingIdleBridge(capacity=4)
+    api = ApiApp(served=ServedModel(load_model(succ_model_dir), "succ", 64), bridge=bridge,
+                 state=ServerState(), ping_interval_s=15.0, offloop=workers)
+    return api, bridge, woken
+
+
+class RecordingIdleBridge(IdleBridge):
+    def __init__(self, capacity: int):
+        super().__init__(capacity)
+        self.verbs = []
+
+    def _post(self, command):
+        self.verbs.append(command[0])
+        super()._post(command)
+
+
+def post(app: ApiApp, path: str, body: bytes, rid: str = "rid-1"):
+    return app.handle(Request(method="POST", path=path, body=body,
+                              headers=(("x-request-id", rid),)))
+
+
+def answer(stream, woken):
+    woken.wait()
+    return stream.poll(0.0)
+
+
+def test_a_prepare_error_keeps_its_status_and_is_counted(app):
+    api, bridge, woken = app
+    out = answer(post(api, "/v1/chat/completions", b'{"model": "succ", "messages": 3}'), woken)
+    assert out.head.status == 400 and out.done
+    assert ("X-Request-Id", "rid-1") in out.head.headers
+    error = json.loads(b"".join(out.chunks))["error"]
+    assert error["type"] == "invalid_request_error" and error["param"] == "messages"
+    assert api.state.metrics.requests == {("chat", 400): 1}
+    assert bridge.verbs == []
+
+
+def test_an_unexpected_prepare_failure_is_a_logged_500(app, caplog, monkeypatch):
+    api, _, woken = app
+
+    def broken(text):
+        raise RuntimeError("tokenizer bug")
+
+    monkeypatch.setattr(api.served, "encode", broken)
+    body = json.dumps({"model": "succ", "input": "ab"}).encode()
+    out = answer(post(api, "/v1/embeddings", body, rid="rid-500"), woken)
+    assert out.head.status == 500
+    assert json.loads(b"".join(out.chunks))["error"]["code"] == "internal_error"
+    assert api.state.metrics.requests == {("embeddings", 500): 1}
+    logged = [r for r in caplog.records if "rid-500" in r.getMessage()]
+    assert len(logged) == 1 and "tokenizer bug" in str(logged[0].exc_info[1])
+
+
+def test_admission_happens_at_the_poll_and_a_cancel_after_it_aborts_the_ticket(app):
+    api, bridge, woken = app
+    body = json.dumps({"model": "succ", "messages": [{"role": "user", "content": "ab"}],
+                       "stream": True}).encode()
+    stream = post(api, "/v1/chat/completions", body)
+    woken.wait()
+    assert bridge.verbs == [] and bridge.gate.waiting == 0      # prepared, not yet admitted
+    assert stream.poll(0.0).head is None                        # queued: no head yet
+    assert bridge.verbs == ["add"] and bridge.gate.waiting == 1
+    stream.cancel()
+    assert bridge.verbs == ["add", "abort"]
+
+
+def test_small_routes_answer_at_once(app):
+    api, _, woken = app
+    result = api.handle(Request(method="GET", path="/v1/models"))
+    assert isinstance(result, Response) and result.status == 200 and woken.count == 0
+
+
+def test_the_access_line_of_an_off_loop_error_names_the_model_and_the_error():
+    lines = []
+    access = AccessLog(lines.append)
+    request = Request(method="POST", path="/v1/chat/completions", body=b'{"model": "succ"}')
+    inner = Inline().run(lambda: None, lambda outcome: error_response(
+        ApiError("invalid_request", "bad messages", param="messages"), ()))
+    stream = LoggedStream(inner, access.begin(request), access)
+    assert stream.poll(0.0).done
+    line = json.loads(lines[0])
+    assert line["status"] == 400 and line["model"] == "succ" and line["error"] == "bad messages"
+
+
+# ---- big documents: built off the loop ------------------------------------------------------
+
+def test_a_large_whole_document_is_built_off_the_loop_then_counted():
+    offloop, statuses, finished = ManualOffLoop(), [], []
+    ctx = StreamContext(bridge=RecordingBridge(), tokenizer=FakeTokenizer(),
+                        ping_interval_s=15.0, on_status=lambda route, s: statuses.append(s),
+                        on_finish=lambda **kw: finished.append(kw), offloop=offloop)
+    ticket = Ticket(GenRequest(prompt=(1,)), None)
+    spec = GenSpec(kind="chat", model="m", logprobs=True, top_logprobs=2)
+    stream = GenerationStream(ctx=ctx, tickets=[ticket], spec=spec,
+                              header=docs.Header("i", 0, "m"), prompt_tokens=1, route="chat",
+                              headers=(), arrival_s=0.0)
+    tokens = INLINE_DOCUMENT_MAX_ENTRIES // 3 + 1          # 3 entries a token: just over
+    for _ in range(tokens - 1):
+        ticket.events.append(tok(1, top=((1, -0.1), (2, -0.2))))
+    ticket.events.append(tok(2, finish="length", top=((1, -0.1), (2, -0.2))))
+    waiting = stream.poll(1.0)
+    assert waiting.head is None and not waiting.done and len(offloop.jobs) == 1
+    assert statuses == [] and finished == []
+    offloop.finish_all()
+    out = stream.poll(2.0)
+    assert out.head.status == 200 and out.done and statuses == [200] and len(finished) == 1
+    document = json.loads(b"".join(out.chunks))
+    assert len(document["choices"][0]["logprobs"]["content"]) == tokens
+
+
+def embed_stream(vectors: list, offloop, statuses: list) -> EmbedStream:
+    ticket = EmbedTicket([[1]] * len(vectors), "float")
+    ticket.result, ticket.done = vectors, True
+    return EmbedStream(ticket=ticket, model_id="m", prompt_tokens=len(vectors), headers=(),
+                       on_status=lambda route, s: statuses.append(s), offloop=offloop)
+
+
+def test_a_large_embeddings_document_is_built_off_the_loop_a_small_one_at_once():
+    offloop, statuses = ManualOffLoop(), []
+    small = embed_stream([[0.5, 0.25]], offloop, statuses).poll(0.0)
+    assert small.head.status == 200 and small.done and offloop.jobs == []
+    values = [[0.5] * 64 for _ in range(INLINE_DOCUMENT_MAX_VALUES // 64 + 1)]
+    large = embed_stream(values, offloop, statuses)
+    assert large.poll(0.0).head is None and len(offloop.jobs) == 1 and statuses == [200]
+    offloop.finish_all()
+    out = large.poll(1.0)
+    assert out.head.status == 200 and out.done and statuses == [200, 200]
+    assert len(json.loads(b"".join(out.chunks))["data"]) == len(values)
