@@ -4,6 +4,8 @@
   `cli.fetch.ensure_model()` (instant when the model is already there; a download
   otherwise, as `fetch-model` run from the repository root would do).
 * `real_model`: that model loaded once per session (float32 weights: ~0.6 s and 540 MB).
+* `minilm_dir`: artifacts/models/all-minilm-l6-v2, the sentence-embedding folder
+  (`fetch-model all-minilm-l6-v2`, fetched once like smol).
 * The oracle's paths and reader live in tests/oracle.py.
 * `succ_model_dir`, `tiny_llama_dir` (HF safetensors layout), `tiny_llama_gguf` (a .gguf
   path): written by tests/models.py under a session temporary directory.
@@ -28,6 +30,12 @@ def real_model_dir() -> Path:
 def real_model(real_model_dir):
     from engine.api import load_model
     return load_model(real_model_dir)
+
+
+@pytest.fixture(scope="session")
+def minilm_dir() -> Path:
+    from cli.fetch import MINILM, ensure_model
+    return ensure_model(REPO_ROOT / MINILM.default_dest, model=MINILM.name)
 
 
 @pytest.fixture(scope="session")
