@@ -36,7 +36,9 @@ DTYPES: dict[str, GGMLType] = {name: GGML_TYPE_BY_NAME[name] for name in ("F32",
 class SafetensorsFile:
     """One open .safetensors file: `header` (name -> entry), `metadata`, `tensor(name)`."""
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike, skip_dtypes: frozenset[str] = frozenset()):
+        """`skip_dtypes`: dtypes left out of `header` (named in `skipped`) instead of refused:
+        a checkpoint's integer buffers (BERT's I64 `position_ids`) that are not weights."""
         self.path = str(path)
         self._map, size = map_readonly(self.path)
         if size < HEADER_LEN_BYTES:
@@ -55,7 +57,10 @@ class SafetensorsFile:
         self.data_offset = HEADER_LEN_BYTES + header_len
         self.data_bytes = size - self.data_offset
         self._data = np.frombuffer(self._map, np.uint8)
-        self.header: dict[str, dict] = {n: self._check(n, e) for n, e in header.items()}
+        self.skipped: dict[str, str] = {n: e["dtype"] for n, e in header.items()
+                                        if isinstance(e, dict) and e.get("dtype") in skip_dtypes}
+        self.header: dict[str, dict] = {n: self._check(n, e) for n, e in header.items()
+                                        if n not in self.skipped}
 
     def _check(self, name: str, entry) -> dict:
         try:

@@ -101,6 +101,18 @@ def test_unsupported_dtype(tmp_path):
     _expect_error(path, "tensor x", "unsupported dtype I64")
 
 
+def test_skipped_dtypes_are_left_out_and_named(tmp_path):
+    """BERT checkpoints carry an I64 `position_ids` buffer beside the float weights."""
+    weights = np.arange(3, dtype=np.float32)
+    path = _raw_file(tmp_path / "s.safetensors",
+                     {"ids": {"dtype": "I64", "shape": [1], "data_offsets": [0, 8]},
+                      "w": {"dtype": "F32", "shape": [3], "data_offsets": [8, 20]}},
+                     bytes(8) + weights.tobytes())
+    st = SafetensorsFile(path, skip_dtypes=frozenset({"I64"}))
+    assert st.skipped == {"ids": "I64"} and st.names() == ["w"]
+    assert np.array_equal(st.tensor("w"), weights)
+
+
 def test_offsets_that_do_not_match_the_shape(tmp_path):
     path = _raw_file(tmp_path / "o.safetensors",
                      {"x": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}}, bytes(12))
