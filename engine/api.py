@@ -5,6 +5,9 @@
     request_id = engine.add_request(GenRequest(prompt=(1, 2, 3), max_tokens=16))
     outs = engine.step()                                 # list[TokenOut]
 
+    encoder = load_encoder("artifacts/models/all-minilm-l6-v2")   # a sentence-embedding model
+    vectors = encoder.embed(["some text"], truncate=False)      # float32 [1, 384]
+
 The rooms behind it (`formats/`, `model/`, `tokenizer/`, `kv/`, `core/`) are the engine's
 own business: the server imports this module only, so the engine can be rearranged
 without touching the server. An import checker in the tests keeps that true.
@@ -17,8 +20,9 @@ from engine.core.snapshot import (BLOCK_CACHED, BLOCK_FREE, BLOCK_SHARED, BLOCK_
                                   EngineSnapshot, StepRecord)
 from engine.core.speculative import SPECULATIVE_RULES
 from engine.core.speculative import check_config as check_speculative_config
-from engine.errors import (InvalidConfig, InvalidRequest, ModelFormatError, PromptTooLong,
-                           RequestRefused, UnsupportedModel)
+from engine.encoder.encoder import Encoder, load_encoder
+from engine.errors import (InputTooLong, InvalidConfig, InvalidRequest, ModelFormatError,
+                           PromptTooLong, RequestRefused, UnsupportedModel)
 from engine.grammar.automaton import Grammar
 from engine.grammar.budget import MAX_COMPILE_WORK
 from engine.grammar.compile import GrammarCache, GrammarSpec, ToolCallFormat, schema_spec
@@ -27,7 +31,7 @@ from engine.grammar.json_schema import MAX_SCHEMA_DEPTH
 from engine.kv.blocks import PREFIX_CACHE_RULE, check_prefix_cache
 from engine.memory import tune_malloc
 from engine.model.llama import generate as generate_dense
-from engine.model.loader import load_model, model_name
+from engine.model.loader import KIND_CHAT, KIND_EMBEDDING, load_model, model_kind, model_name
 from engine.model.spec import Model, ModelConfig
 from engine.tokenizer.base import Tokenizer
 from engine.types import (FINISH_DEADLINE, FINISH_LENGTH, FINISH_STOP, MAX_TOP_LOGPROBS,
@@ -37,10 +41,11 @@ from engine.types import (FINISH_DEADLINE, FINISH_LENGTH, FINISH_STOP, MAX_TOP_L
 
 __all__ = [
     "BLOCK_CACHED", "BLOCK_FREE", "BLOCK_SHARED", "BLOCK_USED", "check_context",
-    "check_prefix_cache", "check_speculative_config", "Engine", "EngineConfig",
+    "check_prefix_cache", "check_speculative_config", "Encoder", "Engine", "EngineConfig",
     "EngineSnapshot", "EngineStats", "FINISH_DEADLINE", "FINISH_LENGTH", "FINISH_STOP",
     "generate_dense", "GenRequest", "Grammar", "GrammarCache", "GrammarError", "GrammarInvalid",
-    "GrammarSpec", "GrammarUnsupported", "InvalidConfig", "InvalidRequest", "load_model",
+    "GrammarSpec", "GrammarUnsupported", "InputTooLong", "InvalidConfig", "InvalidRequest",
+    "KIND_CHAT", "KIND_EMBEDDING", "load_encoder", "load_model", "model_kind",
     "MAX_COMPILE_WORK", "MAX_SCHEMA_DEPTH", "MAX_TOP_LOGPROBS", "Model", "model_name",
     "ModelConfig", "ModelFormatError", "UnsupportedModel",
     "PREFIX_CACHE_MODES", "PREFIX_CACHE_RULE", "PromptLogprobs", "PromptTooLong", "RequestId",

@@ -68,3 +68,14 @@ class PromptTooLong(RequestRefused):
 
 class InvalidRequest(RequestRefused):
     """The request is malformed for the engine (an empty prompt, an empty input)."""
+
+
+class InputTooLong(PromptTooLong):
+    """One input of an embedding batch is longer than the encoder's max_seq_length (and
+    truncation was not asked): `input_index` names it, `prompt_tokens` its token count."""
+
+    def __init__(self, input_index: int, n_tokens: int, max_tokens: int):
+        super().__init__(f"input {input_index} has {n_tokens} tokens, more than the model's "
+                         f"maximum of {max_tokens} (ask for truncation to cut it)",
+                         prompt_tokens=n_tokens, max_model_len=max_tokens)
+        self.input_index = input_index

@@ -19,6 +19,11 @@ tokenizer's. The model's name is its directory's name (a trailing version folder
 `v3` is skipped: `.../smol-135m/v3` is `smol-135m`).
 
 Problems with any file raise `ModelFormatError` naming it.
+
+A BERT sentence-transformers folder (config.json `model_type` "bert": all-MiniLM-L6-v2) is
+not a chat model: `load_model` refuses it with `UnsupportedModel` pointing at
+`load_encoder` (engine/encoder/), and `model_kind(path)` tells a caller which of the two
+loaders a path wants before it loads anything.
 """
 from __future__ import annotations
 
@@ -31,7 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from engine.errors import ModelFormatError
+from engine.encoder.spec import is_bert_folder
+from engine.errors import ModelFormatError, UnsupportedModel
 from engine.formats.gguf import GGUFFile
 from engine.model.families import gguf_qk_permuted
 from engine.model.spec import LlamaWeights, Model, ModelConfig
@@ -44,6 +50,8 @@ TEMPLATE_FILE = "chat_template.jinja"
 # Turn-ending tokens of the chat formats served (Gemma, Llama 3, ChatML/Qwen, Phi-3).
 END_OF_TURN_TOKENS = ("<end_of_turn>", "<|eot_id|>", "<|eom_id|>", "<|im_end|>", "<|end|>")
 DEFAULT_TEMPLATE_NAME = "default"       # tokenizer_config may hold a list of named templates
+KIND_CHAT = "chat"                      # load_model: a decoder that generates tokens
+KIND_EMBEDDING = "embedding"            # load_encoder: a sentence-embedding encoder
 
 
 def load_model(path: str | os.PathLike) -> Model:
@@ -55,6 +63,9 @@ def load_model(path: str | os.PathLike) -> Model:
         return _load_gguf(path, path.parent)
     if not path.is_dir():
         raise ModelFormatError(path, "no such file or directory")
+    if is_bert_folder(path):
+        raise UnsupportedModel(path / "config.json", "a BERT sentence-embedding model, not a "
+                                                     "chat model: load it with load_encoder")
     if (path / "config.json").is_file():
         return _load_hf(path)
     ggufs = sorted(path.glob("*.gguf"))
@@ -64,6 +75,13 @@ def load_model(path: str | os.PathLike) -> Model:
         names = ", ".join(p.name for p in ggufs)
         raise ModelFormatError(path, f"several .gguf files ({names}); pass one of them")
     raise ModelFormatError(path, "no config.json and no .gguf file: not a model directory")
+
+
+def model_kind(path: str | os.PathLike) -> str:
+    """KIND_EMBEDDING for a BERT sentence-embedding folder (load_encoder), else KIND_CHAT
+    (load_model, which checks the rest)."""
+    path = Path(path)
+    return KIND_EMBEDDING if path.is_dir() and is_bert_folder(path) else KIND_CHAT
 
 
 def model_name(directory: str | os.PathLike) -> str:
