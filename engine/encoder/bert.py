@@ -130,15 +130,14 @@ def layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float) 
     return centred
 
 
-def attention(x: np.ndarray, layer: BertLayer, key_bias: np.ndarray,
-              config: BertConfig) -> np.ndarray:
-    """Multi-head self-attention of a padded batch x [B, T, H]; key_bias [B, 1, 1, T] is 0
-    for real tokens and -inf for padding. Returns the heads' outputs joined, [B, T, H]."""
-    B, T, H = x.shape
+def attention(qkv: np.ndarray, key_bias: np.ndarray, config: BertConfig) -> np.ndarray:
+    """Multi-head self-attention from the fused projections qkv [B, T, 3H]; key_bias
+    [B, 1, 1, T] is 0 for real tokens and -inf for padding. Returns the heads' outputs
+    joined, [B, T, H]."""
+    B, T, _ = qkv.shape
     heads, head_dim = config.num_heads, config.head_dim
-    qkv = x.reshape(B * T, H) @ layer.qkv_w + layer.qkv_b                # [B*T, 3H]
-    qkv = qkv.reshape(B, T, 3, heads, head_dim).transpose(2, 0, 3, 1, 4)  # [3, B, h, T, d]
-    q, k, v = qkv[0], qkv[1], qkv[2]
+    split = qkv.reshape(B, T, 3, heads, head_dim).transpose(2, 0, 3, 1, 4)  # [3, B, h, T, d]
+    q, k, v = split[0], split[1], split[2]
     scores = q @ k.transpose(0, 1, 3, 2)                                   # [B, h, T, T]
     scores *= np.float32(1.0 / np.sqrt(head_dim))
     scores += key_bias
@@ -146,7 +145,7 @@ def attention(x: np.ndarray, layer: BertLayer, key_bias: np.ndarray,
     np.exp(scores, out=scores)
     scores /= scores.sum(axis=-1, keepdims=True)
     context = scores @ v                                                   # [B, h, T, d]
-    return context.transpose(0, 2, 1, 3).reshape(B, T, H)
+    return context.transpose(0, 2, 1, 3).reshape(B, T, heads * head_dim)
 
 
 def encode_batch(weights: BertWeights, config: BertConfig, ids: np.ndarray,
@@ -168,7 +167,9 @@ def _block(x: np.ndarray, layer: BertLayer, key_bias: np.ndarray,
     """One post-LayerNorm transformer block on x [B, T, H]."""
     B, T, H = x.shape
     eps = config.layer_norm_eps
-    context = attention(x, layer, key_bias, config).reshape(B * T, H)
+    qkv = x.reshape(B * T, H) @ layer.qkv_w                               # [B*T, 3H]
+    qkv += layer.qkv_b
+    context = attention(qkv.reshape(B, T, 3 * H), key_bias, config).reshape(B * T, H)
     attended = context @ layer.attn_out_w + layer.attn_out_b               # [B*T, H]
     attended += x.reshape(B * T, H)
     x2 = layer_norm(attended, layer.attn_norm_w, layer.attn_norm_b, eps)   # [B*T, H]

@@ -9,7 +9,7 @@ and outside that range erf(x) = sign(x) within 1.6e-8 (erfc(4) = 1.54e-8). The c
 were fitted for this module by weighted linear least squares on `x * P / Q - erf(x)` against
 `math.erf` over 20,001 points of [0, 4] (iteratively reweighted by 1/Q); the resulting
 maximum error is 1.1e-8 absolute. The evaluation runs in float64: in float32 the rounding
-of the Horner steps alone reaches 3.4e-7. tests/engine/model/test_encoder_erf.py compares
+of the Horner steps alone reaches 3.4e-7. tests/engine/encoder/test_erf.py compares
 against `math.erf` on a dense grid (the brief asks <= 1e-7).
 
 GELU is evaluated in slices of `GELU_SLICE_VALUES` values so that the float64 temporaries

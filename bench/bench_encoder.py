@@ -1,0 +1,120 @@
+"""all-MiniLM-L6-v2 throughput: one big batch of short sentences, and one sentence alone.
+
+    python bench/bench_encoder.py [--inputs 2048] [--repeats 2]
+
+The sentences are built deterministically (seeded choice of 6..20 common words and a full
+stop: 8..24 tokens with [CLS]/[SEP]). One `embed` call takes all of them, as one
+/v1/embeddings request would; it is timed in two parts, tokenizing (`token_ids`) and the
+forward passes (`embed_ids`). Inside the forward, the time of the attention proper (scores,
+softmax, mixing; not its projections), the GELU and the LayerNorms is measured by wrapping
+those functions (engine/encoder/bert.py); the rest is the four dense matmuls per layer
+(q/k/v fused, attention output, FFN in and out) and the embedding lookup. Also: the latency of one
+short sentence (median of `--single` calls). Prints a table and a final JSON line.
+
+Two cores shared with anything else make OpenBLAS's two threads collapse (a 256-token
+forward went from 0.07 s with OPENBLAS_NUM_THREADS=1 to 2.4 s with 2 threads on a busy
+machine): run it quiet, or compare OPENBLAS_NUM_THREADS=1.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT))
+
+from engine.blas_env import tune_blas_threads  # noqa: E402
+BLAS_TUNED = tune_blas_threads()                # as tlserve.py does, before numpy loads
+import numpy as np  # noqa: E402
+
+from cli.fetch import MINILM, ensure_model  # noqa: E402
+from engine.api import load_encoder  # noqa: E402
+from engine.encoder import bert  # noqa: E402
+
+WORDS = ("the a an this that one some every small large red quick lazy old new good bad "
+         "cat dog man woman child city house car tree river book idea model search query "
+         "runs sits plays reads writes finds makes takes gives sees likes wants needs "
+         "on in under over near with from into about after before quickly slowly today").split()
+MIN_WORDS, MAX_WORDS = 6, 20
+SEED = 21
+TIMED_STAGES = ("attention", "gelu_erf_", "layer_norm")
+
+
+def sentences(count: int) -> list[str]:
+    rng = np.random.default_rng(SEED)
+    out = []
+    for _ in range(count):
+        n = int(rng.integers(MIN_WORDS, MAX_WORDS + 1))
+        out.append(" ".join(rng.choice(WORDS, size=n)).capitalize() + ".")
+    return out
+
+
+def time_stages(seconds: dict[str, float]) -> None:
+    """Wrap bert's attention / GELU / LayerNorm so each call adds its wall time."""
+    for name in TIMED_STAGES:
+        inner = getattr(bert, name)
+
+        def timed(*args, _inner=inner, _name=name, **kwargs):
+            start = time.perf_counter()
+            try:
+                return _inner(*args, **kwargs)
+            finally:
+                seconds[_name] += time.perf_counter() - start
+        setattr(bert, name, timed)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--inputs", type=int, default=2048)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--single", type=int, default=20, help="calls for the one-input latency")
+    args = parser.parse_args(argv)
+    encoder = load_encoder(ensure_model(REPO_ROOT / MINILM.default_dest, model=MINILM.name))
+    texts = sentences(args.inputs)
+    encoder.embed(texts[:64])                                   # warm the pages and caches
+    stage_s: dict[str, float] = defaultdict(float)
+    time_stages(stage_s)
+    best = None
+    for _ in range(args.repeats):
+        stage_s.clear()
+        start = time.perf_counter()
+        rows = encoder.token_ids(texts)
+        tokenized = time.perf_counter()
+        vectors = encoder.embed_ids(rows)
+        done = time.perf_counter()
+        run = {"tokenize_s": tokenized - start, "forward_s": done - tokenized,
+               "wall_s": done - start, **{f"{k}_s": v for k, v in stage_s.items()}}
+        if best is None or run["wall_s"] < best["wall_s"]:
+            best = run
+    assert vectors.shape == (args.inputs, encoder.hidden_size)
+    tokens = sum(len(r) for r in rows)
+    single = []
+    for text in texts[:args.single]:
+        start = time.perf_counter()
+        encoder.embed([text])
+        single.append(time.perf_counter() - start)
+    result = {"inputs": args.inputs, "tokens": tokens, **{k: round(v, 4) for k, v in best.items()},
+              "tokens_per_s": round(tokens / best["wall_s"]),
+              "inputs_per_s": round(args.inputs / best["wall_s"], 1),
+              "single_sentence_ms_median": round(1000 * statistics.median(single), 2),
+              "openblas_threads": os.environ.get("OPENBLAS_NUM_THREADS", "default"),
+              "blas_spin_tuned": BLAS_TUNED}
+    rest = best["forward_s"] - sum(best.get(f"{k}_s", 0.0) for k in TIMED_STAGES)
+    print(f"{args.inputs} inputs, {tokens} tokens: wall {best['wall_s']:.2f} s "
+          f"({result['tokens_per_s']} tokens/s, {result['inputs_per_s']} inputs/s)")
+    print(f"  tokenize {best['tokenize_s']:.3f} s | forward {best['forward_s']:.3f} s = "
+          + " + ".join(f"{k} {best.get(f'{k}_s', 0.0):.3f}" for k in TIMED_STAGES)
+          + f" + matmuls/embeddings {rest:.3f}")
+    print(f"  one short sentence: median {result['single_sentence_ms_median']} ms")
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
