@@ -18,7 +18,7 @@ Normalize module is listed.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,9 +68,19 @@ class Encoder:
     def embed_ids(self, rows: Sequence[Sequence[int]]) -> np.ndarray:
         """Vectors of inputs already passed through `token_ids` (no checks again)."""
         out = np.zeros((len(rows), self.hidden_size), dtype=np.float32)
-        for batch in plan_batches([len(r) for r in rows], MAX_BATCH_TOKENS):
-            out[batch] = self._embed_batch([rows[i] for i in batch])
+        for batch, vectors in self.iter_batches(rows):
+            out[batch] = vectors
         return out
+
+    def iter_batches(self, rows: Sequence[Sequence[int]],
+                     max_batch_tokens: int | None = None
+                     ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """(indices into rows, their vectors [len(indices), H]) one forward at a time, so a
+        caller sharing the CPU can run other work between batches; a smaller
+        max_batch_tokens (default MAX_BATCH_TOKENS) makes each forward shorter."""
+        budget = MAX_BATCH_TOKENS if max_batch_tokens is None else max_batch_tokens
+        for batch in plan_batches([len(r) for r in rows], budget):
+            yield batch, self._embed_batch([rows[i] for i in batch])
 
     def _one_input(self, index: int, item: EncoderInput, truncate: bool) -> list[int]:
         limit = self.max_seq_length

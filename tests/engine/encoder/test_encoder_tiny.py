@@ -101,3 +101,14 @@ def test_batches_group_similar_lengths_within_the_token_budget():
         padded = len(batch) * max(lengths[i] for i in batch)
         assert padded <= 60 or len(batch) == 1
     assert [sorted(lengths[i] for i in b) for b in batches] == [[4, 5, 6, 7], [29, 30], [100]]
+
+
+def test_iter_batches_covers_every_row_once_within_the_budget(tiny):
+    rows = tiny.token_ids(TEXTS)
+    seen, batches = [], 0
+    for indices, vectors in tiny.iter_batches(rows, max_batch_tokens=10):
+        batches += 1
+        assert len(indices) * max(len(rows[i]) for i in indices) <= 10 or len(indices) == 1
+        assert np.allclose(vectors, tiny.embed_ids([rows[i] for i in indices]), atol=1e-6)
+        seen.extend(indices.tolist())
+    assert sorted(seen) == list(range(len(rows))) and batches > 2
