@@ -32,7 +32,8 @@ from engine.model.loader import model_name
 from engine.tokenizer.base import TokenizerError
 from engine.tokenizer.wordpiece import WordPieceTokenizer, wordpiece_from_folder
 
-MAX_BATCH_TOKENS = 8192        # padded tokens per forward: bounds the [B, T, 4H] temporaries
+MAX_BATCH_TOKENS = 2048        # padded tokens per forward: bounds the [B, T, 4H] temporaries
+                               # and one forward's time (~0.3-1 s on 2 busy cores)
 MIN_NORM = 1e-12               # torch.nn.functional.normalize's eps: a zero vector stays zero
 
 EncoderInput = str | Sequence[int]
