@@ -72,11 +72,15 @@ def read_json(path: Path) -> Any:
 
 
 def is_bert_folder(directory: Path) -> bool:
-    """A folder whose config.json says model_type bert (the encoder's, not a chat model)."""
+    """A folder whose config.json says model_type bert (the encoder's, not a chat model).
+    An unreadable config.json is not one: the chat loader then reports it in its words."""
     config = directory / CONFIG_FILE
     if not config.is_file():
         return False
-    value = read_json(config)
+    try:
+        value = read_json(config)
+    except ModelFormatError:
+        return False
     return isinstance(value, dict) and value.get("model_type") in BERT_MODEL_TYPES
 
 
