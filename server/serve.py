@@ -45,6 +45,7 @@ from server.config import ConfigError, ServeConfig, settings_changed
 from server.door.cors import CorsPolicy
 from server.observe.engine_view import EngineView
 from server.door.gateway import GatewayApp, LoadingApp, Switch
+from server.door.request_id import StampedApp
 from server.observe.health import HealthApp
 from server.http.connstate import BindError
 from server.http.loop import EventLoop, Listener
@@ -147,7 +148,7 @@ def bind(cfg: ServeConfig) -> ServerHandle:
     keys = {cfg.http_listen: "[engine].http_listen", cfg.health_listen: "[engine].health_listen"}
     try:
         loop = EventLoop([Listener("api", cfg.http_listen, api, True),
-                          Listener("health", cfg.health_listen, health, False)],
+                          Listener("health", cfg.health_listen, StampedApp(health), False)],
                          handle_signals=cfg.handle_signals,
                          drain_timeout_s=cfg.drain_timeout_s, on_drain=on_drain)
     except BindError as exc:
