@@ -186,11 +186,11 @@ def load(cfg: ServeConfig, handle: ServerHandle, wrap_engine: EngineWrapper | No
     _log_kv(engine, engine_cfg)
     queue = QueuePolicy(capacity_requests=cfg.queue_capacity, deadline_ms=cfg.queue_deadline_ms,
                         batch_slots=engine_cfg.max_num_seqs)
+    view = EngineView() if cfg.engine_view else None     # observers the worker calls
     bridge = EngineBridge(wrap_engine(engine) if wrap_engine else engine, queue=queue,
                           step_delay_s=cfg.step_delay_s,
                           arrivals=ArrivalWindow(cfg.arrival_window_ms),
-                          view=EngineView() if cfg.engine_view else None,
-                          tracer=_tracer(cfg))
+                          view=view, tracer=_tracer(cfg))
     try:                                 # the model's own template is parsed here
         served = ServedModel(model, cfg.model_id, engine.max_model_len(),
                              kv_capacity_tokens=engine.kv.num_blocks * engine_cfg.block_size,
@@ -206,7 +206,7 @@ def load(cfg: ServeConfig, handle: ServerHandle, wrap_engine: EngineWrapper | No
                               ping_interval_s=cfg.ping_interval_s, defaults=defaults,
                               offloop=workers)
     loop = handle.loop
-    handle.health.current = HealthApp(bridge=bridge, state=handle.state,
+    handle.health.current = HealthApp(bridge=bridge, state=handle.state, view=view,
                                       loop_stall_s=lambda: (loop.stall.max_s,
                                                             loop.stall.max_cpu_s))
 

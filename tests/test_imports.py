@@ -8,6 +8,8 @@
 - server/ never imports cli/, and nothing imports the entry script;
 - the transport (server/http/) imports nothing of the application (the rest of server/),
   nor the engine, template or sse: the App renders the errors the transport finds;
+- the engine worker and the text layer (server/worker/, server/text/) import nothing of
+  server/observe/: the trace and the engine view are passed in as observers;
 - no import cycle between modules anywhere (imports under `if TYPE_CHECKING:` are for type
   checkers only and do not count; imports inside functions do).
 
@@ -37,6 +39,8 @@ FACADE = "engine.api"          # the one engine module server/ and cli/ may impo
 # ... besides the start-up hook that must run before numpy loads (engine.api loads it)
 BEFORE_NUMPY = "engine.blas_env"
 TRANSPORT = "server.http"      # sockets and HTTP bytes: knows no OpenAI meaning
+OBSERVATION = "server.observe"  # metrics, trace, engine view: passed in, never imported by ...
+OBSERVED = ("server.worker", "server.text")     # ... the engine worker and the text layer
 
 
 def module_name(path: Path) -> str:
@@ -125,6 +129,13 @@ def test_the_transport_imports_nothing_of_the_application(graph):
               if name.startswith(TRANSPORT) for target in targets
               if not target.startswith(TRANSPORT)]
     assert not broken, "server/http/ reaching into the application:\n" + "\n".join(sorted(broken))
+
+
+def test_the_worker_and_the_text_layer_take_observers_and_import_none(graph):
+    broken = [f"{name} imports {target}" for name, targets in graph.items()
+              if name.startswith(OBSERVED) for target in targets
+              if target.startswith(OBSERVATION)]
+    assert not broken, "observation imported where it is passed in:\n" + "\n".join(sorted(broken))
 
 
 def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:

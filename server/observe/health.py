@@ -25,9 +25,10 @@ class HealthApp:
     """The health listener: liveness, readiness, metrics. Stays up during a drain."""
 
     def __init__(self, *, bridge: EngineBridge, state: ServerState,
-                 web: StaticFiles | None = None,
+                 web: StaticFiles | None = None, view: EngineView | None = None,
                  loop_stall_s: Callable[[], tuple[float, float]] | None = None):
         self.bridge, self.state = bridge, state
+        self.view = view                         # the engine view, None when turned off
         self.loop_stall_s = loop_stall_s         # the loop's worst (wall, CPU), if measured
         self.web = web or StaticFiles.load()
         self.handlers = {"healthz": self.healthz, "readyz": self.readyz, "metrics": self.metrics,
@@ -65,10 +66,10 @@ class HealthApp:
                         body=text.encode("utf-8"))
 
     def _view(self) -> EngineView:
-        if self.bridge.view is None:
+        if self.view is None:
             raise ApiError("engine_view_off", "The engine view is turned off on this server "
                                               "([engine].engine_view = false).")
-        return self.bridge.view
+        return self.view
 
     def engine_page(self, request: Request, params: Params, extra: Headers) -> Response:
         self._view()
