@@ -8,6 +8,8 @@
 - server/ never imports cli/, and nothing imports the entry script;
 - the transport (server/http/) imports nothing of the application (the rest of server/),
   nor the engine, template or sse: the App renders the errors the transport finds;
+- server/http/loop.py is the one module that imports socket, select or selectors (the
+  rest of the transport is sans-IO);
 - the engine worker and the text layer (server/worker/, server/text/) import nothing of
   server/observe/: the trace and the engine view are passed in as observers;
 - no import cycle between modules anywhere (imports under `if TYPE_CHECKING:` are for type
@@ -39,6 +41,8 @@ FACADE = "engine.api"          # the one engine module server/ and cli/ may impo
 # ... besides the start-up hook that must run before numpy loads (engine.api loads it)
 BEFORE_NUMPY = "engine.blas_env"
 TRANSPORT = "server.http"      # sockets and HTTP bytes: knows no OpenAI meaning
+SOCKET_MODULES = frozenset({"socket", "select", "selectors"})
+THE_LOOP = "server.http.loop"   # the one module that does socket I/O
 OBSERVATION = "server.observe"  # metrics, trace, engine view: passed in, never imported by ...
 OBSERVED = ("server.worker", "server.text")     # ... the engine worker and the text layer
 
@@ -129,6 +133,26 @@ def test_the_transport_imports_nothing_of_the_application(graph):
               if name.startswith(TRANSPORT) for target in targets
               if not target.startswith(TRANSPORT)]
     assert not broken, "server/http/ reaching into the application:\n" + "\n".join(sorted(broken))
+
+
+def stdlib_imports(path: Path) -> set[str]:
+    """The top-level names of the modules `path` imports at run time (an annotation's
+    `if TYPE_CHECKING: import socket` makes no socket call)."""
+    names: set[str] = set()
+    for node in _runtime_imports(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_only_the_loop_does_socket_io():
+    broken = [f"{name} imports {sorted(stdlib_imports(path) & SOCKET_MODULES)}"
+              for name, path in source_modules().items()
+              if name != THE_LOOP and stdlib_imports(path) & SOCKET_MODULES]
+    assert not broken, "socket I/O outside server/http/loop.py:\n" + "\n".join(sorted(broken))
+    assert stdlib_imports(source_modules()[THE_LOOP]) >= {"socket", "selectors"}
 
 
 def test_the_worker_and_the_text_layer_take_observers_and_import_none(graph):
