@@ -28,17 +28,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from engine.api import (PREFIX_CACHE_MODES, PREFIX_CACHE_RULE, SPECULATIVE_METHODS,
-                        SPECULATIVE_RULES, EngineConfig, InvalidConfig, SpeculativeConfig,
-                        check_speculative_config, model_name)
+from engine.api import (DEFAULT_MODEL_DIR, PREFIX_CACHE_MODES, PREFIX_CACHE_RULE,
+                        SPECULATIVE_METHODS, SPECULATIVE_RULES, EngineConfig, InvalidConfig,
+                        SpeculativeConfig, check_speculative_config, model_name, user_model_dir)
 
 from server.api import defaults as sampling
 from server.worker.arrivals import DEFAULT_ARRIVAL_WINDOW_MS
 from server.http.connstate import parse_address
 
 ENV_PREFIX = "TL_ENGINE__"
-DEFAULT_MODEL_DIR = "artifacts/models/smol-135m"
-USER_MODEL_SUBDIR = "tl-serve/models/smol-135m"    # under $XDG_DATA_HOME (~/.local/share)
 ACCESS_LOG_STREAMS = ("stdout", "stderr", "off")   # else: a file path
 REDACTED = "<redacted>"
 MAX_ARRIVAL_WINDOW_MS = 1000                       # a longer wait would be a delay, not a window
@@ -270,14 +268,6 @@ def _relative_to(values: dict[str, Any], base_dir: str | os.PathLike | None) -> 
         if value and value not in ACCESS_LOG_STREAMS and not Path(value).is_absolute():
             values[name] = str(Path(base_dir) / value)
     return values
-
-
-def user_model_dir(env: Mapping[str, str] | None = None) -> Path:
-    """The per-user model folder an installed `tlserve` falls back to:
-    `$XDG_DATA_HOME/tl-serve/models/smol-135m` (default `~/.local/share/...`)."""
-    env = os.environ if env is None else env
-    data = env.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(data) / USER_MODEL_SUBDIR
 
 
 def _default_model_dir() -> str:

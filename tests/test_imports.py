@@ -147,6 +147,17 @@ def stdlib_imports(path: Path) -> set[str]:
     return names
 
 
+def test_fetching_a_model_needs_nothing_of_the_server(graph):
+    """`tlserve fetch-model` runs before any server exists (cli/fetch.py)."""
+    reached, todo = set(), ["cli.fetch"]
+    while todo:
+        name = todo.pop()
+        if name not in reached:
+            reached.add(name)
+            todo.extend(graph.get(name, ()))
+    assert not sorted(m for m in reached if m.split(".")[0] == "server")
+
+
 def test_only_the_loop_does_socket_io():
     broken = [f"{name} imports {sorted(stdlib_imports(path) & SOCKET_MODULES)}"
               for name, path in source_modules().items()
