@@ -39,7 +39,8 @@ from engine.types import (FINISH_DEADLINE, FINISH_LENGTH, FINISH_STOP, EngineCon
 from engine.kv.blocks import BlockManager
 from engine.kv.pools import KVCache, num_blocks_for_budget
 from engine.model.spec import Model
-from engine.core.runner import Chunk, ModelRunner
+from engine.core.chunk import Chunk
+from engine.core.runner import ModelRunner
 from engine.core.scheduler import Scheduled, Scheduler, StepPlan
 from engine.core.embedding import EmbedDone, EmbeddingQueue, embed_budget_tokens
 from engine.core.sequence import Sequence
