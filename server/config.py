@@ -40,13 +40,13 @@ ENV_PREFIX = "TL_ENGINE__"
 ACCESS_LOG_STREAMS = ("stdout", "stderr", "off")   # else: a file path
 REDACTED = "<redacted>"
 MAX_ARRIVAL_WINDOW_MS = 1000                       # a longer wait would be a delay, not a window
-
-class ConfigError(ValueError):
-    """A configuration value or key was refused; the message names the key."""
-
 # Prompt-lookup speculation is on unless a config says "none": its outputs are identical by
 # construction and its guards (engine/core/speculative.py) keep it to where it is free.
 DEFAULT_SPECULATIVE = "prompt_lookup"
+
+
+class ConfigError(ValueError):
+    """A configuration value or key was refused; the message names the key."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -127,11 +127,14 @@ class Key:
     check: Callable[[Any], bool]               # a valid value?
     rule: str                                  # what the check means, for the message
 
+
 def _positive(v) -> bool:
     return v >= 1
 
+
 def _non_negative(v) -> bool:
     return v >= 0
+
 
 def _listen_ok(v: str) -> bool:
     try:
@@ -139,6 +142,7 @@ def _listen_ok(v: str) -> bool:
         return True
     except ValueError:
         return False
+
 
 _ANY = Key(str, lambda v: True, "a string")
 KEYS: dict[str, Key] = {
@@ -182,14 +186,14 @@ SPECULATIVE_KEYS: dict[str, Key] = {name: Key(kind, lambda v: True, SPECULATIVE_
                                     for name, kind in SPECULATIVE_KINDS.items()}
 ENGINE_FIELDS = ("prefill_chunk", "block_size", "kv_cache_mib", "num_kv_blocks",
                  "max_num_seqs", "max_batched_tokens", "tokens_beside_decode", "itl_target_ms",
-                 "max_model_len",
-                 "prefix_cache")
+                 "max_model_len", "prefix_cache")
 SERVE_FIELDS = ("model_dir", "model_id", "http_listen", "health_listen", "queue_capacity",
                 "queue_deadline_ms", "step_delay_s", "arrival_window_ms", "drain_timeout_s",
-                "ping_interval_s",
-                "engine_view", "trace_file", "trace_max_mib", "chat_template",
+                "ping_interval_s", "engine_view", "trace_file", "trace_max_mib", "chat_template",
                 "api_key", "cors_allow_origins", "access_log", "default_overrides")
-PATH_KEYS = ("model_dir", "api_key_file", "access_log", "trace_file", "chat_template")   # relative to the config file
+# Relative to the config file's own folder when they come from a file.
+PATH_KEYS = ("model_dir", "api_key_file", "access_log", "trace_file", "chat_template")
+
 
 def _checked(name: str, key: Key, value: Any) -> Any:
     kind_ok = (isinstance(value, key.kind) and not (key.kind is int and isinstance(value, bool))
