@@ -8,6 +8,7 @@
 - server/ never imports cli/, and nothing imports the entry script;
 - the transport (server/http/) imports nothing of the application (the rest of server/),
   nor the engine, template or sse: the App renders the errors the transport finds;
+- the front door (server/door/) imports nothing of the app it wraps (server/api/app.py);
 - server/http/loop.py is the one module that imports socket, select or selectors (the
   rest of the transport is sans-IO);
 - the engine worker and the text layer (server/worker/, server/text/) import nothing of
@@ -42,6 +43,8 @@ FACADE = "engine.api"          # the one engine module server/ and cli/ may impo
 # ... besides the start-up hook that must run before numpy loads (engine.api loads it)
 BEFORE_NUMPY = "engine.blas_env"
 TRANSPORT = "server.http"      # sockets and HTTP bytes: knows no OpenAI meaning
+FRONT_DOOR = "server.door"      # request ids, CORS, the key, the access log, loading ...
+WRAPPED_APP = "server.api.app"  # ... in front of this app, which serve.py hands them
 SOCKET_MODULES = frozenset({"socket", "select", "selectors"})
 THE_LOOP = "server.http.loop"   # the one module that does socket I/O
 OBSERVATION = "server.observe"  # metrics, trace, engine view: passed in, never imported by ...
@@ -148,6 +151,12 @@ def stdlib_imports(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
             names.add(node.module.split(".")[0])
     return names
+
+
+def test_the_front_door_imports_nothing_of_the_app_it_wraps(graph):
+    broken = [f"{name} imports {target}" for name, targets in graph.items()
+              if name.startswith(FRONT_DOOR) for target in targets if target == WRAPPED_APP]
+    assert not broken, "the front door reaching into the app:\n" + "\n".join(sorted(broken))
 
 
 def test_fetching_a_model_needs_nothing_of_the_server(graph):
