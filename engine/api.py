@@ -32,24 +32,26 @@ from engine.kv.blocks import PREFIX_CACHE_RULE, check_prefix_cache
 from engine.memory import tune_malloc
 from engine.model.llama import generate as generate_dense
 from engine.model.loader import KIND_CHAT, KIND_EMBEDDING, load_model, model_kind, model_name
+from engine.model.places import DEFAULT_MODEL_DIR, user_model_dir
 from engine.model.spec import Model, ModelConfig
 from engine.tokenizer.base import Tokenizer
 from engine.types import (FINISH_DEADLINE, FINISH_LENGTH, FINISH_STOP, MAX_TOP_LOGPROBS,
                           PREFIX_CACHE_MODES, SPECULATIVE_METHODS, EngineConfig, EngineStats,
-                          GenRequest, PromptLogprobs, RequestId, SamplingParams,
+                          GenRequest, KvSize, PromptLogprobs, RequestId, SamplingParams,
                           SpeculativeConfig, TokenOut)
 
 __all__ = [
     "BLOCK_CACHED", "BLOCK_FREE", "BLOCK_SHARED", "BLOCK_USED", "check_context",
-    "check_prefix_cache", "check_speculative_config", "Encoder", "Engine", "EngineConfig",
-    "EngineSnapshot", "EngineStats", "FINISH_DEADLINE", "FINISH_LENGTH", "FINISH_STOP",
-    "generate_dense", "GenRequest", "Grammar", "GrammarCache", "GrammarError", "GrammarInvalid",
-    "GrammarSpec", "GrammarUnsupported", "InputTooLong", "InvalidConfig", "InvalidRequest",
-    "KIND_CHAT", "KIND_EMBEDDING", "load_encoder", "load_model", "model_kind",
+    "check_prefix_cache", "check_speculative_config", "DEFAULT_MODEL_DIR", "Encoder", "Engine",
+    "EngineConfig", "EngineSnapshot", "EngineStats", "FINISH_DEADLINE", "FINISH_LENGTH",
+    "FINISH_STOP", "generate_dense", "GenRequest", "Grammar", "GrammarCache", "GrammarError",
+    "GrammarInvalid", "GrammarSpec", "GrammarUnsupported", "InputTooLong", "InvalidConfig",
+    "InvalidRequest", "KIND_CHAT", "KIND_EMBEDDING", "KvSize", "load_encoder", "load_model",
+    "model_kind",
     "MAX_COMPILE_WORK", "MAX_SCHEMA_DEPTH", "MAX_TOP_LOGPROBS", "Model", "model_name",
     "ModelConfig", "ModelFormatError", "UnsupportedModel",
     "PREFIX_CACHE_MODES", "PREFIX_CACHE_RULE", "PromptLogprobs", "PromptTooLong", "RequestId",
     "RequestRefused", "sample", "SamplingParams", "schema_spec", "SPECULATIVE_METHODS",
     "SPECULATIVE_RULES", "SpeculativeConfig", "StepRecord", "Tokenizer", "TokenOut",
-    "ToolCallFormat", "tune_malloc",
+    "ToolCallFormat", "tune_malloc", "user_model_dir",
 ]

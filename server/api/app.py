@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
-import re
 import time
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -42,7 +40,8 @@ from server.http.protocol import Request, Response, Stream
 from server.api.offloop import Inline, OffLoop, Outcome, outcome_of
 from server.api.responses import parse_responses
 from server.api.responses import renderer as responses_renderer
-from server.door.routes import API_ROUTES, resolve
+from server.door.request_id import id_header
+from server.door.routes import API_ROUTES, health_ok, resolve
 from server.observe.static import CHAT_PAGE, FAVICON, StaticFiles
 from server.api.embeddings import EmbedStream
 from server.api.streams import Echo, GenerationStream, StreamContext
@@ -56,8 +55,6 @@ log = logging.getLogger("tlserve.app")
 Headers = tuple[tuple[str, str], ...]           # extra response headers (X-Request-Id)
 Params = dict[str, str]                         # path parameters from the route table
 
-MAX_REQUEST_ID_CHARS = 128                      # longer client ids are replaced, not echoed
-REQUEST_ID_OK = re.compile(r"[\x21-\x7e]{1,%d}" % MAX_REQUEST_ID_CHARS)
 # The routes whose handler is the heavy, pure half, run off the loop (server/api/offloop.py):
 # it returns a `Launch` for the loop thread, or a whole Response.
 OFFLOOP_ROUTES = frozenset({"chat", "completions", "responses", "embeddings", "tokenize"})
@@ -139,17 +136,6 @@ def choice_seed(seed: int | None, choice: int) -> int | None:
     return int.from_bytes(digest[:8], "big") >> 1
 
 
-def request_id(request: Request) -> str:
-    given = request.header("x-request-id")
-    if given and REQUEST_ID_OK.fullmatch(given):
-        return given
-    return f"req-{os.urandom(12).hex()}"
-
-
-def _request_id_of(extra: Headers) -> str:
-    return dict(extra)["X-Request-Id"]
-
-
 def json_response(status: int, document: dict, headers: Headers = ()) -> Response:
     return Response(status=status, headers=(JSON_CONTENT_TYPE,) + tuple(headers),
                     body=json_bytes(document))
@@ -184,21 +170,21 @@ class ApiApp:
     error = staticmethod(kind_response)  # App.error: the document of an error the transport found
 
     def handle(self, request: Request) -> Response | Stream:
-        extra = (("X-Request-Id", request_id(request)),)
+        extra = id_header(request)            # the id the front door stamped
         try:
             route, params = resolve(API_ROUTES, request.method, request.path)
         except ApiError as err:
-            return self._answer("unmatched", extra, Outcome(error=err))
+            return self._answer("unmatched", request, extra, Outcome(error=err))
         label = route.handler
         if self.state.is_draining and label != "healthz":
             refusal = ApiError("shutting_down", "The server is shutting down; retry elsewhere.")
-            return self._answer(label, extra, Outcome(error=refusal))
+            return self._answer(label, request, extra, Outcome(error=refusal))
         handler = partial(self.handlers[label], request, params, extra)
         if label in OFFLOOP_ROUTES:     # prepared on a worker; launched back on the loop thread
-            return self.offloop.run(handler, partial(self._answer, label, extra))
-        return self._answer(label, extra, outcome_of(handler))
+            return self.offloop.run(handler, partial(self._answer, label, request, extra))
+        return self._answer(label, request, extra, outcome_of(handler))
 
-    def _answer(self, label: str, extra: Headers, outcome: Outcome) -> Response | Stream:
+    def _answer(self, label: str, request: Request, extra: Headers, outcome: Outcome) -> Response | Stream:
         """A handler's outcome as the answer, on the loop thread: a `Launch` is launched
         (admission), an ApiError becomes its OpenAI error, anything else a logged 500; the
         status of a whole Response is counted here (a stream counts its own)."""
@@ -210,13 +196,12 @@ class ApiApp:
             self.state.metrics.count_request(label, err.status)
             return error_response(err, extra)
         except Exception:                                      # noqa: BLE001
-            log.exception("request %s: handler %s failed", _request_id_of(extra), label)
+            log.exception("request %s: handler %s failed", request.request_id, label)
             self.state.metrics.count_request(label, 500)
             return error_response(ApiError("internal_error", "Internal server error."), extra)
         if isinstance(result, Response):
             self.state.metrics.count_request(label, result.status)
-            return Response(status=result.status, headers=result.headers + extra,
-                            body=result.body)
+            return replace(result, headers=result.headers + extra)
         return result
 
     # -- generation ----------------------------------------------------------------------
@@ -282,18 +267,18 @@ class ApiApp:
         requests = [self._gen_request(spec, prompt, prompt_param, priority, j, grammar)
                     for prompt in prompts for j in range(spec.n)]
         return partial(self._launch, requests, spec, sum(map(len, prompts)), route, id_prefix,
-                       extra, echoes, render)
+                       extra, echoes, render, request.request_id)
 
     def _launch(self, requests: list[GenRequest], spec: api.GenSpec, prompt_tokens: int,
                 route: str, id_prefix: str, extra: Headers, echoes: list[Echo] | None,
-                render) -> GenerationStream:
+                render, request_id: str) -> GenerationStream:
         """Admission, on the loop thread: the whole answer or none of it: a refusal or a 429
         on a later choice aborts the earlier ones."""
         now = self.clock()
         tickets = []
         try:
             for gen in requests:        # admission: a slot each in the bridge's queue, or 429
-                tickets.append(self.bridge.submit(gen, request_id=_request_id_of(extra)))
+                tickets.append(self.bridge.submit(gen, request_id=request_id))
         except ApiError:
             for ticket in tickets:
                 self.bridge.abort(ticket)
@@ -363,12 +348,13 @@ class ApiApp:
             if not ids or len(ids) > self.served.max_model_len:
                 raise ApiError("context_length_exceeded", "Each input must have 1 to "
                                f"{self.served.max_model_len} tokens.", param="input")
-        return partial(self._launch_embed, inputs, spec.encoding_format, extra)
+        return partial(self._launch_embed, inputs, spec.encoding_format, extra,
+                       request.request_id)
 
     def _launch_embed(self, inputs: list[list[int]], encoding_format: str,
-                      extra: Headers) -> EmbedStream:
+                      extra: Headers, request_id: str) -> EmbedStream:
         ticket = self.bridge.embed(inputs, encoding_format,    # 429 when the queue is full
-                                   request_id=_request_id_of(extra))
+                                   request_id=request_id)
         return EmbedStream(ticket=ticket, model_id=self.served.id,
                            prompt_tokens=sum(map(len, inputs)), headers=extra,
                            on_status=self.state.metrics.count_request, offloop=self.offloop)
@@ -401,5 +387,3 @@ class ApiApp:
         return json_response(200, self._card())
 
 
-def health_ok(request: Request, params: Params, extra: Headers) -> Response:
-    return json_response(200, {"status": "ok"})
