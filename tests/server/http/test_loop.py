@@ -13,6 +13,7 @@ import pytest
 from server.http.limits import HttpLimits
 from server.http.loop import EventLoop, Listener, parse_address
 from server.http.protocol import ResponseHead
+from tests.fakes import Clock
 from tests.server.http.loop_harness import WAIT_S, Client, EchoApp, ScriptedStream, request, serving
 
 
@@ -193,18 +194,8 @@ def test_app_exception_is_500_and_the_loop_keeps_serving():
         assert client.read_response()[:1] == (200,)
 
 
-class StepClock:
-    """The loop's clock: frozen, except where a test's app moves it on."""
-
-    def __init__(self):
-        self.now_s = 100.0
-
-    def __call__(self) -> float:
-        return self.now_s
-
-
 def test_stall_meter_records_the_longest_iteration_of_callbacks():
-    clock = StepClock()
+    clock = Clock(now_s=100.0)         # the loop's clock: frozen unless the app moves it
 
     class SlowApp(EchoApp):
         def handle(self, request):

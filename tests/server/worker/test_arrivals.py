@@ -7,7 +7,7 @@ import time
 from engine.api import GenRequest
 from server.worker.arrivals import ArrivalWindow
 from tests.polling import wait_for
-from tests.server.worker.test_bridge import FakeEngine, bridge_for
+from tests.fakes import FakeEngine, bridge_for
 
 
 class StepRecorder(FakeEngine):

@@ -9,78 +9,11 @@ import numpy as np
 
 import pytest
 
-from engine.api import (FINISH_DEADLINE, FINISH_LENGTH, EngineStats, GenRequest, PromptTooLong,
-                        TokenOut)
-from engine.core.embedding import EmbedDone
-from server.worker.admission import QueuePolicy
-from server.worker.bridge import EngineBridge, Expired, Failed, TooLong, expired_event
+from engine.api import FINISH_DEADLINE, FINISH_LENGTH, GenRequest, TokenOut
+from server.worker.bridge import Expired, Failed, TooLong, expired_event
 from server.errors import ApiError
+from tests.fakes import FakeEngine, bridge_for
 from tests.polling import wait_for
-
-
-def bridge_for(engine, *, capacity: int = 8, deadline_ms: int = 30_000, **kw) -> EngineBridge:
-    return EngineBridge(engine, queue=QueuePolicy(capacity_requests=capacity,
-                                                  deadline_ms=deadline_ms), **kw)
-
-
-class FakeEngine:
-    """Emits prompt[-1] + 1, +2, ... one token per step per request; refuses past running_limit."""
-
-    def __init__(self, *, running_limit: int = 8):
-        self.seqs: dict[int, list] = {}
-        self.aborted: list[int] = []
-        self.next_id = 0
-        self.running_limit = running_limit
-        self.jobs: list[EmbedDone] = []          # embeddings finished, not yet taken
-        self.next_job = 0
-
-    def add_request(self, req: GenRequest) -> int:
-        if len(self.seqs) >= self.running_limit:
-            raise PromptTooLong("no room")
-        self.seqs[self.next_id] = [req, 0]
-        self.next_id += 1
-        return self.next_id - 1
-
-    def abort(self, rid: int) -> None:
-        if self.seqs.pop(rid, None) is not None:
-            self.aborted.append(rid)
-
-    def abort_all(self) -> None:
-        for rid in list(self.seqs):
-            self.abort(rid)
-
-    def has_work(self) -> bool:
-        return bool(self.seqs)
-
-    def step(self) -> list[TokenOut]:
-        outs = []
-        for rid, entry in list(self.seqs.items()):
-            req, n = entry
-            entry[1] = n + 1
-            finish = FINISH_LENGTH if n + 1 >= req.max_tokens else None
-            outs.append(TokenOut(id=rid, token=req.prompt[-1] + n + 1, finish=finish))
-            if finish:
-                del self.seqs[rid]
-        return outs
-
-    def stats(self) -> EngineStats:
-        return EngineStats(active_sequences=len(self.seqs))
-
-    def embed(self, inputs):
-        return np.array([[float(len(x)), 0.5] for x in inputs], dtype=np.float32)
-
-    def add_embedding(self, inputs) -> int:
-        """A job finished at once: its vectors wait for `take_embeddings`."""
-        self.next_job += 1
-        self.jobs.append(EmbedDone(self.next_job, self.embed(inputs)))
-        return self.next_job
-
-    def take_embeddings(self) -> list:
-        done, self.jobs = self.jobs, []
-        return done
-
-    def cancel_embedding(self, job_id: int) -> None:
-        pass
 
 
 def test_tokens_reach_the_ticket_and_release_the_slot():
