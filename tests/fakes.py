@@ -6,6 +6,7 @@ beside its tests, such as tests/server/http/loop_harness.py): a test module neve
 another test module (tests/test_layout.py checks it)."""
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
@@ -19,6 +20,7 @@ from server.worker.bridge import EngineBridge
 STEP_S = 0.05                   # what one SlotEngine step takes on the manual clock
 ANSWER_TOKENS = 48              # a SlotEngine answer stops here (EOS)
 IDLE_BRIDGE_DEADLINE_MS = 1000  # an IdleBridge's queue deadline (it never runs anyway)
+PERMIT_WAIT_S = 30.0            # a PacedSteps step waits this long for its permit, then fails
 EMOJI_TABLE = {1: b"he", 2: b"llo", 3: b"\xf0\x9f", 4: b"\x98\x80", 9: b"</s>"}
 
 
@@ -147,15 +149,12 @@ class SlotEngine:
         return []
 
 
-class StepDelay:
-    """Wraps a real engine so that each step is followed by `delay_s` of nothing, outside
-    the time the bridge measures for the step (the pause sits in the `stats()` call that
-    closes each turn): requests run long enough for a test to watch them run and queue.
-    Passed as `wrap_engine` (server/serve.py's EngineWrapper seam)."""
+class WrappedEngine:
+    """An engine seen through a wrapper (server/serve.py's EngineWrapper seam): whatever the
+    wrapper does not define goes to the engine, attributes the bridge sets included."""
 
-    def __init__(self, engine, delay_s: float):
-        self._engine, self._delay_s = engine, delay_s
-        self._stepped = False
+    def __init__(self, engine):
+        object.__setattr__(self, "_engine", engine)
 
     def __getattr__(self, name):
         return getattr(self._engine, name)
@@ -166,6 +165,17 @@ class StepDelay:
         else:                                       # e.g. the bridge's `record_steps`
             setattr(self._engine, name, value)
 
+
+class StepDelay(WrappedEngine):
+    """Each step is followed by `delay_s` of nothing, outside the time the bridge measures
+    for the step (the pause sits in the `stats()` call that closes each turn): requests run
+    long enough for an end-to-end test to watch them run and queue. Not a synchronisation:
+    the tests still wait on what they observe."""
+
+    def __init__(self, engine, delay_s: float):
+        super().__init__(engine)
+        self._delay_s, self._stepped = delay_s, False
+
     def step(self):
         self._stepped = True
         return self._engine.step()
@@ -173,8 +183,30 @@ class StepDelay:
     def stats(self):
         if self._stepped:
             self._stepped = False
-            time.sleep(self._delay_s)               # the pause between steps, not a sync
+            time.sleep(self._delay_s)               # the pause between steps
         return self._engine.stats()
+
+
+def step_delay(delay_s: float):
+    """The EngineWrapper that slows every step by `delay_s` (for `spawn`/`main`)."""
+    return lambda engine: StepDelay(engine, delay_s)
+
+
+class PacedSteps(WrappedEngine):
+    """Each step waits for a permit the test hands out: the engine thread steps exactly as
+    often as the test says, so "the request is still queued" holds until the test moves on."""
+
+    def __init__(self, engine):
+        super().__init__(engine)
+        self._permits = threading.Semaphore(0)
+
+    def permit(self, steps: int = 1) -> None:
+        self._permits.release(steps)
+
+    def step(self):
+        if not self._permits.acquire(timeout=PERMIT_WAIT_S):
+            raise AssertionError(f"no step permitted within {PERMIT_WAIT_S} s")
+        return self._engine.step()
 
 
 class RecordingBridge:

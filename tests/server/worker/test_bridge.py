@@ -12,7 +12,7 @@ import pytest
 from engine.api import FINISH_DEADLINE, FINISH_LENGTH, GenRequest, TokenOut
 from server.worker.bridge import Expired, Failed, TooLong, expired_event
 from server.errors import ApiError
-from tests.fakes import FakeEngine, bridge_for
+from tests.fakes import FakeEngine, PacedSteps, bridge_for
 from tests.polling import wait_for
 
 
@@ -36,16 +36,20 @@ def test_tokens_reach_the_ticket_and_release_the_slot():
 
 
 def test_abort_reaches_the_engine():
-    engine = FakeEngine()
-    bridge = bridge_for(engine, step_delay_s=0.01)
+    engine = PacedSteps(FakeEngine())
+    bridge = bridge_for(engine)
     bridge.start()
     try:
         ticket = bridge.submit(GenRequest(prompt=(1,), max_tokens=10_000))
+        engine.permit(1)
         assert wait_for(lambda: len(ticket.events) > 0)
         bridge.abort(ticket)
+        engine.permit(1)                    # the turn in progress ends; the next one aborts
         assert wait_for(lambda: engine.aborted == [0])
         assert wait_for(lambda: bridge.stats.active_sequences == 0)
+        assert len(ticket.events) < 10_000  # cut short, not run out
     finally:
+        engine.permit(10_000)
         bridge.stop()
 
 
@@ -171,20 +175,25 @@ def test_aborting_a_queued_request_frees_its_admission_slot():
     from engine.api import EngineConfig, SamplingParams
     from engine.core.engine import Engine
     from tests.engine.core.engine_models import succ_model
-    engine = Engine(succ_model(), EngineConfig(max_num_seqs=1))     # one runs, the next waits
-    bridge = bridge_for(engine, capacity=1, step_delay_s=0.01)
+    engine = PacedSteps(Engine(succ_model(), EngineConfig(max_num_seqs=1)))  # one runs, one waits
+    bridge = bridge_for(engine, capacity=1)
     endless = SamplingParams(temperature=0.0, ignore_eos=True)
     bridge.start()
     try:
         running = bridge.submit(GenRequest(prompt=(1,), params=endless, max_tokens=60))
+        engine.permit(1)
         assert wait_for(lambda: running.is_scheduled and bridge.gate.waiting == 0)
         queued = bridge.submit(GenRequest(prompt=(2,), params=endless, max_tokens=2))
+        engine.permit(1)                    # the next turn adds it (its step then waits)
         assert wait_for(lambda: queued.engine_id is not None)     # in the engine's queue
         assert bridge.gate.waiting == 1 and not queued.is_scheduled
         bridge.abort(queued)
+        engine.permit(1)
         assert wait_for(lambda: bridge.gate.waiting == 0)
         again = bridge.submit(GenRequest(prompt=(3,), params=endless, max_tokens=2))
+        engine.permit(10_000)               # free running: the rest of `running`, then `again`
         assert wait_for(lambda: again.is_finished)                # the slot was free again
-        bridge.abort(running)
+        assert not queued.is_scheduled
     finally:
+        engine.permit(10_000)
         bridge.stop()
