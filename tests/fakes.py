@@ -167,24 +167,20 @@ class WrappedEngine:
 
 
 class StepDelay(WrappedEngine):
-    """Each step is followed by `delay_s` of nothing, outside the time the bridge measures
-    for the step (the pause sits in the `stats()` call that closes each turn): requests run
-    long enough for an end-to-end test to watch them run and queue. Not a synchronisation:
-    the tests still wait on what they observe."""
+    """Each step takes `delay_s` longer, as a slower model's would: requests run long enough
+    for an end-to-end test to watch them run and queue. The time is spent inside the step,
+    before its outputs exist, so the bridge measures it and publishes a coherent state after
+    it (a pause between steps would let the loop see a finished answer beside stale stats).
+    Not a synchronisation: the tests still wait on what they observe."""
 
     def __init__(self, engine, delay_s: float):
         super().__init__(engine)
-        self._delay_s, self._stepped = delay_s, False
+        self._delay_s = delay_s
 
     def step(self):
-        self._stepped = True
-        return self._engine.step()
-
-    def stats(self):
-        if self._stepped:
-            self._stepped = False
-            time.sleep(self._delay_s)               # the pause between steps
-        return self._engine.stats()
+        outs = self._engine.step()
+        time.sleep(self._delay_s)                   # the work of a slower model, not a sync
+        return outs
 
 
 def step_delay(delay_s: float):

@@ -9,7 +9,6 @@ import signal
 import socket
 import struct
 import threading
-import time
 
 import requests
 
@@ -18,6 +17,7 @@ from tests.e2e.helpers import (TIMEOUT_S, chat_body, metrics, open_stream, post,
 from tests.polling import wait_for
 
 DONE = b"data: [DONE]\n\n"
+FREED_WITHIN_STEPS = 10        # clients that left are noticed and aborted within these
 
 
 def _engine(**fields):
@@ -34,17 +34,18 @@ def _idle(server) -> bool:
     return m["tl_engine_active_sequences"] == 0 and m['tl_engine_kv_blocks{state="used"}'] == 0
 
 
-def test_disconnect_storm_frees_every_sequence_and_block_within_2_s(succ_model_dir):
+def test_disconnect_storm_frees_every_sequence_and_block_within_a_few_steps(succ_model_dir):
     with running_server(succ_model_dir, step_delay_s=0.02,
                         engine=_engine(prefix_cache="none", block_size=4)) as server:
         socks = [open_stream(server, long_stream(500))[0] for _ in range(64)]
         assert metrics(server)["tl_engine_active_sequences"] > 0
+        steps_at_cut = metrics(server)["tl_engine_steps_total"]
         for sock in socks:                      # RST, not FIN: linger on, timeout 0
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             sock.close()
-        cut_s = time.monotonic()
-        assert wait_for(lambda: _idle(server), timeout_s=2.0)
-        assert time.monotonic() - cut_s < 2.0
+        assert wait_for(lambda: _idle(server))
+        # counted in engine steps, not seconds: a few, not the ~500 the streams had left
+        assert metrics(server)["tl_engine_steps_total"] - steps_at_cut <= FREED_WITHIN_STEPS
         assert post(server, "/v1/chat/completions", chat_body("a", max_tokens=2)).ok
 
 
@@ -115,9 +116,8 @@ def test_a_dead_engine_thread_fails_healthz_and_no_request_hangs(succ_model_dir)
         health = requests.get(server.health_url + "/healthz", timeout=TIMEOUT_S)
         assert health.status_code == 503
         assert health.json()["error"]["code"] == "engine_unavailable"
-        started = time.monotonic()
         refused = post(server, "/v1/chat/completions", chat_body("a", max_tokens=2))
-        assert refused.status_code == 503 and time.monotonic() - started < 1.0
+        assert refused.status_code == 503                  # refused, not queued for a dead engine
         assert refused.json()["error"]["code"] == "engine_unavailable"
 
 
