@@ -46,8 +46,12 @@ def reference(tiny_llama_dir, texts: list[str]) -> np.ndarray:
     return np.stack(rows)                                           # [n, d]
 
 
+@pytest.mark.timing
 def test_a_chat_keeps_streaming_while_256_inputs_are_embedded(server, model_id):
+    """Timed on the wall clock (the `timing` group): how long the chat's tokens stop for is
+    the behaviour, and what tells a packed batch from a serial one."""
     arrivals: list[float] = []
+    decoding = threading.Event()
 
     def stream_chat():
         body = chat_body("go", model=model_id, max_tokens=400, temperature=0, ignore_eos=True,
@@ -57,10 +61,11 @@ def test_a_chat_keeps_streaming_while_256_inputs_are_embedded(server, model_id):
             for line in r.iter_lines():
                 if line.startswith(b"data: {"):
                     arrivals.append(time.monotonic())
+                    if len(arrivals) == 3:
+                        decoding.set()
     reader = threading.Thread(target=stream_chat)
     reader.start()
-    while len(arrivals) < 3:                       # the chat is decoding
-        time.sleep(0.01)
+    assert decoding.wait(TIMEOUT_S)                # the chat is decoding
     texts = [f"document number {i} about a topic" for i in range(256)]
     started = time.monotonic()
     r = post(server, "/v1/embeddings", {"model": model_id, "input": texts})
