@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import base64
 import struct
-import time
 
 import numpy as np
 
@@ -12,7 +11,7 @@ import pytest
 from engine.api import FINISH_DEADLINE, FINISH_LENGTH, GenRequest, TokenOut
 from server.worker.bridge import Expired, Failed, TooLong, expired_event
 from server.errors import ApiError
-from tests.fakes import FakeEngine, PacedSteps, bridge_for
+from tests.fakes import Clock, FakeEngine, PacedSteps, bridge_for
 from tests.polling import wait_for
 
 
@@ -85,30 +84,32 @@ def test_an_engine_bug_in_add_request_is_a_failure_not_a_refusal():
 def test_engine_deadline_event_reaches_the_ticket_and_frees_the_slot():
     """The engine expires unscheduled requests itself (Engine.step -> FINISH_DEADLINE); the
     bridge only delivers that event. The real engine path: tests/e2e/test_faults.py."""
+    clock = Clock()
+
     class NeverSchedules(FakeEngine):
         def step(self):                  # like Engine.step: expire past-deadline waiters
-            now, outs = time.monotonic(), []
+            outs = []
             for rid, (req, _) in list(self.seqs.items()):
-                if now > req.deadline_s:
+                if clock() > req.deadline_s:
                     del self.seqs[rid]
                     outs.append(TokenOut(id=rid, token=None, finish=FINISH_DEADLINE))
             return outs
     engine = NeverSchedules()
-    bridge = bridge_for(engine, capacity=1, deadline_ms=50)     # the bridge sets deadline_s
+    # the bridge sets deadline_s on its clock; driven turn by turn on this thread
+    bridge = bridge_for(engine, capacity=1, deadline_ms=50, clock=clock)
     gate = bridge.gate
-    bridge.start()
-    try:
-        assert gate.waiting == 0
-        ticket = bridge.submit(GenRequest(prompt=(1,)))
-        assert ticket.request.deadline_s is not None
-        assert wait_for(lambda: ticket.is_finished and len(ticket.events) == 1)
-        # the engine's FINISH_DEADLINE TokenOut crosses the boundary as Expired (503)
-        assert ticket.events[0] == expired_event(50) and isinstance(ticket.events[0], Expired)
-        assert ticket.events[0].error().status == 503
-        assert gate.waiting == 0 and not engine.seqs
-        assert engine.aborted == []                     # the bridge did not abort it again
-    finally:
-        bridge.stop()
+    assert gate.waiting == 0
+    ticket = bridge.submit(GenRequest(prompt=(1,)))
+    assert ticket.request.deadline_s == 0.050
+    assert bridge.run_once() and not ticket.is_finished and gate.waiting == 1
+    clock.advance(0.051)
+    bridge.run_once()
+    assert ticket.is_finished and len(ticket.events) == 1
+    # the engine's FINISH_DEADLINE TokenOut crosses the boundary as Expired (503)
+    assert ticket.events[0] == expired_event(50) and isinstance(ticket.events[0], Expired)
+    assert ticket.events[0].error().status == 503
+    assert gate.waiting == 0 and not engine.seqs
+    assert engine.aborted == []                         # the bridge did not abort it again
 
 
 def test_embeddings_run_on_the_engine_thread_in_both_formats():
