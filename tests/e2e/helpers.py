@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import openai
+import pytest
 import requests
 
 from server.config import ServeConfig
@@ -21,6 +22,8 @@ from server.serve import spawn
 from tests.fakes import StepDelay
 
 TIMEOUT_S = 30
+REAL_KV_CACHE_MIB = 32          # smol-135m servers: a small KV pool is plenty
+REAL_CLIENT_TIMEOUT_S = 120    # ... and its client waits for a CPU-bound real model
 
 
 def openai_client(handle, timeout_s: float = TIMEOUT_S) -> openai.OpenAI:
@@ -103,6 +106,28 @@ def _ready(proc: subprocess.Popen) -> ChildServer:
             http_addr, health_addr = (a.replace("0.0.0.0", "127.0.0.1") for a in match.groups())
             return ChildServer(proc, http_addr, health_addr, log)
     raise AssertionError("the server did not start: " + "".join(log))
+
+
+def server_fixture(model_fixture: str, **options):
+    """The e2e modules' one fixture factory: a module-scoped fixture that runs
+    `running_server(<the model fixture's directory>, **options)` for the module's tests.
+
+        server = server_fixture("succ_model_dir", queue_capacity=1)
+        client = client_fixture(timeout_s=60)      # the official client on that server
+    """
+    @pytest.fixture(scope="module")
+    def server(request):
+        with running_server(request.getfixturevalue(model_fixture), **options) as handle:
+            yield handle
+    return server
+
+
+def client_fixture(timeout_s: float = TIMEOUT_S):
+    """A module-scoped fixture: `openai_client` on the module's `server` fixture."""
+    @pytest.fixture(scope="module")
+    def client(server):
+        return openai_client(server, timeout_s=timeout_s)
+    return client
 
 
 def post(handle, path: str, body: dict, **kwargs) -> requests.Response:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.e2e.helpers import (chat_body, chat_stream_text, metrics, post, running_server,
+from engine.api import EngineConfig
+from tests.e2e.helpers import (chat_body, chat_stream_text, metrics, post, server_fixture,
                                stream_chunks)
 from tests.polling import wait_for
 
@@ -17,12 +18,8 @@ STOPPED_WITHIN_STEPS = 10              # prefill + "bcd" + the stop's own token,
 STEP_DELAY_S = 0.02                     # decoding 300 tokens would take 6 s
 
 
-@pytest.fixture(scope="module")
-def server(succ_model_dir):
-    from engine.api import EngineConfig
-    with running_server(succ_model_dir, step_delay_s=STEP_DELAY_S,
-                        engine=EngineConfig(max_model_len=MAX_MODEL_LEN)) as handle:
-        yield handle
+server = server_fixture("succ_model_dir", step_delay_s=STEP_DELAY_S,
+                        engine=EngineConfig(max_model_len=MAX_MODEL_LEN))
 
 
 def completion(server, prompt, **fields):

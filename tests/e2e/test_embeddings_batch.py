@@ -16,7 +16,7 @@ import requests
 from engine.api import EngineConfig
 from engine.model import llama
 from engine.model.loader import load_model
-from tests.e2e.helpers import TIMEOUT_S, chat_body, post, running_server
+from tests.e2e.helpers import TIMEOUT_S, chat_body, post, server_fixture
 
 BUDGET_TOKENS = 64                     # max_batched_tokens: 256 inputs take dozens of steps
 
@@ -26,14 +26,10 @@ def model_id(tiny_llama_dir):
     return tiny_llama_dir.name
 
 
-@pytest.fixture(scope="module")
-def server(tiny_llama_dir):
-    # 5 ms per step: packed embeddings cost the chat one step per token; a serial embed (the
-    # fault) holds the engine thread for the whole batch with no step in between
-    with running_server(tiny_llama_dir, engine=EngineConfig(max_batched_tokens=BUDGET_TOKENS,
-                                                            prefill_chunk=32),
-                        step_delay_s=0.005) as handle:
-        yield handle
+# 5 ms per step: packed embeddings cost the chat one step per token; a serial embed (the
+# fault) holds the engine thread for the whole batch with no step in between
+server = server_fixture("tiny_llama_dir", step_delay_s=0.005,
+                        engine=EngineConfig(max_batched_tokens=BUDGET_TOKENS, prefill_chunk=32))
 
 
 def reference(tiny_llama_dir, texts: list[str]) -> np.ndarray:

@@ -10,7 +10,8 @@ import pytest
 import requests
 
 from tests.e2e.helpers import (TIMEOUT_S, chat_body, metrics, open_stream, post,
-                               read_until_closed_or, running_server, send_stream)
+                               read_until_closed_or, running_server, send_stream,
+                               server_fixture)
 from tests.polling import wait_for
 
 STEP_DELAY_S = 0.05
@@ -21,16 +22,13 @@ def long_stream(max_tokens: int) -> dict:
     return chat_body("a", max_tokens=max_tokens, temperature=0, stream=True, ignore_eos=True)
 
 
-@pytest.fixture(scope="module")
-def queue_of_one(succ_model_dir):
-    with running_server(succ_model_dir, queue_capacity=1, step_delay_s=STEP_DELAY_S,
-                        engine=_engine(max_num_seqs=1)) as handle:
-        yield handle
-
-
 def _engine(**fields):
     from engine.api import EngineConfig
     return EngineConfig(**fields)
+
+
+queue_of_one = server_fixture("succ_model_dir", queue_capacity=1, step_delay_s=STEP_DELAY_S,
+                              engine=_engine(max_num_seqs=1))
 
 
 def test_full_queue_answers_429_with_retry_after(queue_of_one):
