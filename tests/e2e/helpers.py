@@ -59,19 +59,15 @@ REPO = Path(__file__).resolve().parents[2]
 
 @dataclass
 class ChildServer:
-    """A server in a child process, with the addresses the other helpers read."""
+    """A server in a child process, with the addresses the other helpers read (as
+    server/serve.py's ServerHandle has them)."""
     proc: subprocess.Popen
-    http_addr: str
+    http_addr: str                  # "host:port"
     health_addr: str
-    log: list[str]
+    log: list[str]                  # its stderr, read on by a thread
 
-    @property
-    def http_url(self) -> str:
-        return f"http://{self.http_addr}"
-
-    @property
-    def health_url(self) -> str:
-        return f"http://{self.health_addr}"
+    def __post_init__(self):
+        self.http_url, self.health_url = f"http://{self.http_addr}", f"http://{self.health_addr}"
 
 
 @contextmanager
