@@ -6,16 +6,18 @@ from __future__ import annotations
 import json
 import socket
 import threading
-import time
 
 import pytest
 
 from server.http.limits import HttpLimits
-from server.http.loop import EventLoop, Listener, parse_address
+from server.http.loop import ACCEPT_RETRY_S, EventLoop, Listener, parse_address
 from server.http.protocol import ResponseHead
 from tests.fakes import Clock
 from tests.polling import wait_for
-from tests.server.http.loop_harness import WAIT_S, Client, EchoApp, ScriptedStream, request, serving
+from tests.server.http.loop_harness import (WAIT_S, Client, EchoApp, ScriptedStream, SelectWatch,
+                                            request, serving)
+
+FLAKY_S = 0.3                   # how long FlakyListenSocket's accept fails, on the loop's clock
 
 
 # ---- addresses ----------------------------------------------------------------------------
@@ -283,10 +285,11 @@ def test_max_connections_holds_newcomers_until_one_closes():
 
 
 class FlakyListenSocket:
-    """Wraps a listening socket; accept() fails for 0.3 s like a process out of descriptors."""
+    """Wraps a listening socket; accept() fails for FLAKY_S of `clock` like a process out of
+    descriptors."""
 
-    def __init__(self, sock):
-        self.sock, self.num_accepts, self.failing_until = sock, 0, None
+    def __init__(self, sock, clock):
+        self.sock, self.clock, self.num_accepts, self.failing_until = sock, clock, 0, None
 
     def fileno(self):
         return self.sock.fileno()
@@ -297,8 +300,8 @@ class FlakyListenSocket:
     def accept(self):
         self.num_accepts += 1
         if self.failing_until is None:
-            self.failing_until = time.monotonic() + 0.3
-        if time.monotonic() < self.failing_until:
+            self.failing_until = self.clock() + FLAKY_S
+        if self.clock() < self.failing_until:
             raise OSError(24, "Too many open files")
         return self.sock.accept()
 
@@ -307,16 +310,24 @@ class FlakyListenSocket:
 
 
 def test_failing_accept_pauses_instead_of_spinning_then_recovers():
-    loop = EventLoop([Listener("api", "127.0.0.1:0", EchoApp(), True)])
+    """On a frozen clock: one failed accept, then the loop sleeps until its retry time (not
+    a spin); moved past it (and past the fault), it accepts again and answers."""
+    clock, watch = Clock(now_s=100.0), SelectWatch()
+    loop = EventLoop([Listener("api", "127.0.0.1:0", EchoApp(), True)], clock=clock)
     state = loop._listeners["api"]
-    state.sock = flaky = FlakyListenSocket(state.sock)
+    state.sock = flaky = FlakyListenSocket(state.sock, clock)
+    watch.attach(loop)
     thread = threading.Thread(target=loop.run, daemon=True)
     thread.start()
     try:
         client = Client(loop.bound_address("api"))
         client.send(request(path="/late"))
+        assert wait_for(lambda: flaky.num_accepts == 1 and watch.asleep_s() == ACCEPT_RETRY_S)
+        clock.advance(max(ACCEPT_RETRY_S, FLAKY_S))
+        loop.wake()
         assert client.read_response()[2] == b"GET /late "
-        assert flaky.num_accepts < 10                       # paused, not retried in a spin
+        # paused once, not retried in a spin: the failure, the client, the empty backlog
+        assert flaky.num_accepts == 3
     finally:
         loop.stop()
         thread.join(WAIT_S)
