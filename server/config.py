@@ -65,7 +65,6 @@ class ServeConfig:
     queue_capacity: int = 1024                 # admitted but not yet scheduled requests
     queue_deadline_ms: int = 120_000           # unscheduled past this -> 503 no_capacity (before the head)
     handle_signals: bool = False               # run() sets True: SIGTERM drains
-    step_delay_s: float = 0.0                  # slows each engine step (fault tests only)
     arrival_window_ms: int = DEFAULT_ARRIVAL_WINDOW_MS   # an idle engine gathers a burst (0: off)
     drain_timeout_s: float = 60.0              # in-flight streams get this long on SIGTERM
     ping_interval_s: float = 15.0              # SSE ": ping" after this long without a token
@@ -166,7 +165,6 @@ KEYS: dict[str, Key] = {
     "max_model_len": Key(int, _positive, "an integer >= 1"),
     "queue_capacity": Key(int, _positive, "an integer >= 1"),
     "queue_deadline_ms": Key(int, _positive, "an integer >= 1"),
-    "step_delay_s": Key(float, _non_negative, "a number >= 0"),
     "arrival_window_ms": Key(int, lambda v: 0 <= v <= MAX_ARRIVAL_WINDOW_MS,
                              f"an integer from 0 (off) to {MAX_ARRIVAL_WINDOW_MS}"),
     "drain_timeout_s": Key(float, _non_negative, "a number >= 0"),
@@ -188,7 +186,7 @@ ENGINE_FIELDS = ("prefill_chunk", "block_size", "kv_cache_mib", "num_kv_blocks",
                  "max_num_seqs", "max_batched_tokens", "tokens_beside_decode", "itl_target_ms",
                  "max_model_len", "prefix_cache")
 SERVE_FIELDS = ("model_dir", "model_id", "http_listen", "health_listen", "queue_capacity",
-                "queue_deadline_ms", "step_delay_s", "arrival_window_ms", "drain_timeout_s",
+                "queue_deadline_ms", "arrival_window_ms", "drain_timeout_s",
                 "ping_interval_s", "engine_view", "trace_file", "trace_max_mib", "chat_template",
                 "api_key", "cors_allow_origins", "access_log", "default_overrides")
 # Relative to the config file's own folder when they come from a file.

@@ -188,7 +188,6 @@ def load(cfg: ServeConfig, handle: ServerHandle, wrap_engine: EngineWrapper | No
                         batch_slots=engine_cfg.max_num_seqs)
     view = EngineView() if cfg.engine_view else None     # observers the worker calls
     bridge = EngineBridge(wrap_engine(engine) if wrap_engine else engine, queue=queue,
-                          step_delay_s=cfg.step_delay_s,
                           arrivals=ArrivalWindow(cfg.arrival_window_ms),
                           view=view, tracer=_tracer(cfg))
     try:                                 # the model's own template is parsed here
@@ -277,7 +276,7 @@ def spawn(cfg: ServeConfig, wrap_engine: EngineWrapper | None = None) -> ServerH
     return handle
 
 
-def run(cfg: ServeConfig) -> int:
+def run(cfg: ServeConfig, wrap_engine: EngineWrapper | None = None) -> int:
     """Serve on the main thread until SIGTERM/SIGINT drains it; 0 after a clean drain.
 
     The model loads on a loader thread while the loop already answers (health 200,
@@ -290,7 +289,7 @@ def run(cfg: ServeConfig) -> int:
 
     def loader() -> None:
         try:
-            load(cfg, handle)
+            load(cfg, handle, wrap_engine)
             handle.bridge.start()
             log.info("ready: API on %s, health on %s", handle.http_addr, handle.health_addr)
         except StartupError as exc:
@@ -373,7 +372,7 @@ def config_from_args(args: argparse.Namespace, env=None) -> ServeConfig:
     return replace(cfg, **overrides) if overrides else cfg
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], wrap_engine: EngineWrapper | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -383,7 +382,7 @@ def main(argv: list[str]) -> int:
         print(f"tlserve: config error: {exc}", file=sys.stderr)
         return 2
     try:
-        return run(cfg)
+        return run(cfg, wrap_engine)
     except StartupError as exc:
         print(f"tlserve: {exc}", file=sys.stderr)
         return 1

@@ -1,9 +1,12 @@
 """The house's size rules, checked over the source tree: no module over 500 lines anywhere
 (split by concept well before that), and a small public surface directly in engine/ (the
 rest lives in rooms a newcomer finds by name: formats/, model/, tokenizer/, kv/, core/).
-The import rules live in tests/test_imports.py."""
+The import rules live in tests/test_imports.py; one rule of the tests' own is here: a test
+module never imports another test module (shared fakes live in tests/fakes.py or a helper
+module beside the tests that use them)."""
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,3 +32,30 @@ def test_engine_keeps_a_small_top_level():
 
 def test_the_size_rule_can_fail():
     assert long_modules(limit=10), "a 10-line limit must flag some module"
+
+
+def imported_test_modules(source: str) -> list[str]:
+    """The test modules (`tests....test_*`) a module's source imports, at any depth."""
+    names = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.append(node.module)
+            names += [f"{node.module}.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+    return sorted({n for n in names
+                   if n.startswith("tests.") and n.rsplit(".", 1)[-1].startswith("test_")})
+
+
+def test_no_test_module_imports_another_test_module():
+    offenders = {str(p.relative_to(ROOT)): found for p in (ROOT / "tests").rglob("*.py")
+                 if (found := imported_test_modules(p.read_text(encoding="utf-8")))}
+    assert not offenders, offenders
+
+
+def test_the_test_import_rule_can_fail():
+    assert imported_test_modules("def f():\n    from tests.server.worker.test_bridge import X\n"
+                                 ) == ["tests.server.worker.test_bridge"]
+    assert imported_test_modules("import tests.e2e.test_tools_api as t\n") == [
+        "tests.e2e.test_tools_api"]
+    assert imported_test_modules("from tests.fakes import FakeEngine\n") == []

@@ -85,7 +85,7 @@ class Ticket:
 class EngineBridge:
     """Owns the engine thread. Public methods are thread-safe unless noted."""
 
-    def __init__(self, engine: Engine, *, queue: QueuePolicy, step_delay_s: float = 0.0,
+    def __init__(self, engine: Engine, *, queue: QueuePolicy,
                  clock: Callable[[], float] = time.monotonic, view: EngineWatcher | None = None,
                  tracer: StepTracer | None = None, arrivals: ArrivalWindow = ArrivalWindow(0)):
         self._engine = engine
@@ -97,7 +97,6 @@ class EngineBridge:
         self.refused = RefusedClients()         # loop thread: 429s not yet back
         self.step_started_s: float | None = None    # engine thread: the step in progress
         self.died: str | None = None            # why the engine thread ended abnormally
-        self._step_delay_s = step_delay_s
         self._cond = threading.Condition()
         self._inbox: list[tuple] = []
         self._stopping = False
@@ -233,9 +232,7 @@ class EngineBridge:
                     self._arrivals.gather(self._cond, lambda: len(self._inbox),
                                           lambda: self._stopping)
                 commands, self._inbox = self._inbox, []
-            stepped = self._turn(commands)
-            if stepped and self._step_delay_s:
-                time.sleep(self._step_delay_s)
+            self._turn(commands)
 
     def run_once(self) -> bool:
         """One turn of the engine thread on the caller's thread, for a bridge that was never

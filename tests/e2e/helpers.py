@@ -2,18 +2,28 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import signal
 import socket
 import subprocess
+import sys
 import threading
 from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
 
 import openai
+import pytest
 import requests
 
 from server.config import ServeConfig
 from server.serve import spawn
+from tests.fakes import StepDelay
 
 TIMEOUT_S = 30
+REAL_KV_CACHE_MIB = 32          # smol-135m servers: a small KV pool is plenty
+REAL_CLIENT_TIMEOUT_S = 120    # ... and its client waits for a CPU-bound real model
 
 
 def openai_client(handle, timeout_s: float = TIMEOUT_S) -> openai.OpenAI:
@@ -23,15 +33,97 @@ def openai_client(handle, timeout_s: float = TIMEOUT_S) -> openai.OpenAI:
                          timeout=timeout_s)
 
 
+def slowed(wrap_engine, step_delay_s: float):
+    """`wrap_engine` (or none) with every step followed by `step_delay_s` (0: as it is)."""
+    if not step_delay_s:
+        return wrap_engine
+    return lambda engine: StepDelay(wrap_engine(engine) if wrap_engine else engine, step_delay_s)
+
+
 @contextmanager
-def running_server(model_dir, wrap_engine=None, **overrides):
+def running_server(model_dir, wrap_engine=None, step_delay_s: float = 0.0, **overrides):
     """A server for one model on 127.0.0.1 port 0; drained and joined on exit.
-    `wrap_engine` (Engine -> engine-like) injects faults into the engine the bridge drives."""
-    handle = spawn(ServeConfig.for_model(model_dir, **overrides), wrap_engine)
+    `wrap_engine` (Engine -> engine-like) injects faults into the engine the bridge drives;
+    `step_delay_s` slows each step (tests/fakes.py's StepDelay, through the same seam)."""
+    handle = spawn(ServeConfig.for_model(model_dir, **overrides),
+                   slowed(wrap_engine, step_delay_s))
     try:
         yield handle
     finally:
         handle.stop()
+
+
+READY_LINE = re.compile(r"ready: API on (\S+), health on (\S+)")    # the model has loaded
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class ChildServer:
+    """A server in a child process, with the addresses the other helpers read (as
+    server/serve.py's ServerHandle has them)."""
+    proc: subprocess.Popen
+    http_addr: str                  # "host:port"
+    health_addr: str
+    log: list[str]                  # its stderr, read on by a thread
+
+    def __post_init__(self):
+        self.http_url, self.health_url = f"http://{self.http_addr}", f"http://{self.health_addr}"
+
+
+@contextmanager
+def child_server(model_dir, *flags: str, step_delay_s: float = 0.0, env=None):
+    """tlserve (tests/e2e/child_tlserve.py) for one model in a child process on port 0, as
+    production runs it (its own GIL); `flags` are tlserve's, `env` adds TL_* settings.
+    SIGTERM (a drain) on exit unless the test ended it; killed if it does not exit."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.e2e.child_tlserve", str(step_delay_s), "--model-dir",
+         str(model_dir), "--port", "0", "--health-port", "0", *flags],
+        cwd=REPO, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
+    try:
+        yield _ready(proc)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _ready(proc: subprocess.Popen) -> ChildServer:
+    """Read the child's stderr to its ready line; the rest is kept by a reader thread."""
+    log: list[str] = []
+    for line in proc.stderr:
+        log.append(line)
+        match = READY_LINE.search(line)
+        if match:
+            threading.Thread(target=lambda: log.extend(proc.stderr), daemon=True).start()
+            http_addr, health_addr = (a.replace("0.0.0.0", "127.0.0.1") for a in match.groups())
+            return ChildServer(proc, http_addr, health_addr, log)
+    raise AssertionError("the server did not start: " + "".join(log))
+
+
+def server_fixture(model_fixture: str, **options):
+    """The e2e modules' one fixture factory: a module-scoped fixture that runs
+    `running_server(<the model fixture's directory>, **options)` for the module's tests.
+
+        server = server_fixture("succ_model_dir", queue_capacity=1)
+        client = client_fixture(timeout_s=60)      # the official client on that server
+    """
+    @pytest.fixture(scope="module")
+    def server(request):
+        with running_server(request.getfixturevalue(model_fixture), **options) as handle:
+            yield handle
+    return server
+
+
+def client_fixture(timeout_s: float = TIMEOUT_S):
+    """A module-scoped fixture: `openai_client` on the module's `server` fixture."""
+    @pytest.fixture(scope="module")
+    def client(server):
+        return openai_client(server, timeout_s=timeout_s)
+    return client
 
 
 def post(handle, path: str, body: dict, **kwargs) -> requests.Response:

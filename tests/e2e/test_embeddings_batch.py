@@ -16,7 +16,7 @@ import requests
 from engine.api import EngineConfig
 from engine.model import llama
 from engine.model.loader import load_model
-from tests.e2e.helpers import TIMEOUT_S, chat_body, post, running_server
+from tests.e2e.helpers import TIMEOUT_S, chat_body, post, server_fixture
 
 BUDGET_TOKENS = 64                     # max_batched_tokens: 256 inputs take dozens of steps
 
@@ -26,14 +26,10 @@ def model_id(tiny_llama_dir):
     return tiny_llama_dir.name
 
 
-@pytest.fixture(scope="module")
-def server(tiny_llama_dir):
-    # 5 ms per step: packed embeddings cost the chat one step per token; a serial embed (the
-    # fault) holds the engine thread for the whole batch with no step in between
-    with running_server(tiny_llama_dir, engine=EngineConfig(max_batched_tokens=BUDGET_TOKENS,
-                                                            prefill_chunk=32),
-                        step_delay_s=0.005) as handle:
-        yield handle
+# 5 ms per step: packed embeddings cost the chat one step per token; a serial embed (the
+# fault) holds the engine thread for the whole batch with no step in between
+server = server_fixture("tiny_llama_dir", step_delay_s=0.005,
+                        engine=EngineConfig(max_batched_tokens=BUDGET_TOKENS, prefill_chunk=32))
 
 
 def reference(tiny_llama_dir, texts: list[str]) -> np.ndarray:
@@ -46,8 +42,12 @@ def reference(tiny_llama_dir, texts: list[str]) -> np.ndarray:
     return np.stack(rows)                                           # [n, d]
 
 
+@pytest.mark.timing
 def test_a_chat_keeps_streaming_while_256_inputs_are_embedded(server, model_id):
+    """Timed on the wall clock (the `timing` group): how long the chat's tokens stop for is
+    the behaviour, and what tells a packed batch from a serial one."""
     arrivals: list[float] = []
+    decoding = threading.Event()
 
     def stream_chat():
         body = chat_body("go", model=model_id, max_tokens=400, temperature=0, ignore_eos=True,
@@ -57,10 +57,11 @@ def test_a_chat_keeps_streaming_while_256_inputs_are_embedded(server, model_id):
             for line in r.iter_lines():
                 if line.startswith(b"data: {"):
                     arrivals.append(time.monotonic())
+                    if len(arrivals) == 3:
+                        decoding.set()
     reader = threading.Thread(target=stream_chat)
     reader.start()
-    while len(arrivals) < 3:                       # the chat is decoding
-        time.sleep(0.01)
+    assert decoding.wait(TIMEOUT_S)                # the chat is decoding
     texts = [f"document number {i} about a topic" for i in range(256)]
     started = time.monotonic()
     r = post(server, "/v1/embeddings", {"model": model_id, "input": texts})

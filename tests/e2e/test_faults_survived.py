@@ -4,25 +4,20 @@ ends with its answer or an error the client can read."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import socket
 import struct
-import subprocess
-import sys
 import threading
-import time
-from pathlib import Path
 
 import requests
 
 from tests.e2e.helpers import (TIMEOUT_S, chat_body, metrics, open_stream, post,
-                               read_until_closed_or, running_server)
+                               read_until_closed_or, running_server, child_server)
 from tests.polling import wait_for
 
-REPO = Path(__file__).resolve().parents[2]
 DONE = b"data: [DONE]\n\n"
+FREED_WITHIN_STEPS = 10        # clients that left are noticed and aborted within these
 
 
 def _engine(**fields):
@@ -39,17 +34,18 @@ def _idle(server) -> bool:
     return m["tl_engine_active_sequences"] == 0 and m['tl_engine_kv_blocks{state="used"}'] == 0
 
 
-def test_disconnect_storm_frees_every_sequence_and_block_within_2_s(succ_model_dir):
+def test_disconnect_storm_frees_every_sequence_and_block_within_a_few_steps(succ_model_dir):
     with running_server(succ_model_dir, step_delay_s=0.02,
                         engine=_engine(prefix_cache="none", block_size=4)) as server:
         socks = [open_stream(server, long_stream(500))[0] for _ in range(64)]
         assert metrics(server)["tl_engine_active_sequences"] > 0
+        steps_at_cut = metrics(server)["tl_engine_steps_total"]
         for sock in socks:                      # RST, not FIN: linger on, timeout 0
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             sock.close()
-        cut_s = time.monotonic()
-        assert wait_for(lambda: _idle(server), timeout_s=2.0)
-        assert time.monotonic() - cut_s < 2.0
+        assert wait_for(lambda: _idle(server))
+        # counted in engine steps, not seconds: a few, not the ~500 the streams had left
+        assert metrics(server)["tl_engine_steps_total"] - steps_at_cut <= FREED_WITHIN_STEPS
         assert post(server, "/v1/chat/completions", chat_body("a", max_tokens=2)).ok
 
 
@@ -120,48 +116,17 @@ def test_a_dead_engine_thread_fails_healthz_and_no_request_hangs(succ_model_dir)
         health = requests.get(server.health_url + "/healthz", timeout=TIMEOUT_S)
         assert health.status_code == 503
         assert health.json()["error"]["code"] == "engine_unavailable"
-        started = time.monotonic()
         refused = post(server, "/v1/chat/completions", chat_body("a", max_tokens=2))
-        assert refused.status_code == 503 and time.monotonic() - started < 1.0
+        assert refused.status_code == 503                  # refused, not queued for a dead engine
         assert refused.json()["error"]["code"] == "engine_unavailable"
-
-
-SERVER_LINE = re.compile(r"ready: API on (\S+), health on (\S+)")    # the model has loaded
-
-
-def _start_process(model_dir: Path, **env: str) -> tuple[subprocess.Popen, str, str]:
-    proc = subprocess.Popen([sys.executable, str(REPO / "tlserve.py"), "--model-dir",
-                             str(model_dir), "--port", "0", "--health-port", "0"],
-                            cwd=REPO, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, **env})
-    log_lines = []
-    for line in proc.stderr:
-        log_lines.append(line)
-        match = SERVER_LINE.search(line)
-        if match:
-            threading.Thread(target=lambda: log_lines.extend(proc.stderr), daemon=True).start()
-            return proc, match.group(1), match.group(2)
-    raise AssertionError("the server did not start: " + "".join(log_lines))
-
-
-DRAIN_ENV: dict[str, str] = {}         # ServeConfig's defaults (drain_timeout_s)
-
-
-class _Handle:
-    def __init__(self, http_addr: str, health_addr: str):
-        self.http_addr, self.health_addr = http_addr, health_addr
-        self.health_url = f"http://{health_addr}"
 
 
 def test_sigterm_with_48_streams_in_flight_finishes_all_and_exits_0(succ_model_dir):
     # 20 ms per step: the 64 tokens take over a second, so SIGTERM lands mid-stream
-    proc, http_addr, health_addr = _start_process(succ_model_dir, TL_ENGINE__STEP_DELAY_S="0.02",
-                                                  **DRAIN_ENV)
-    try:
-        handle = _Handle(http_addr.replace("0.0.0.0", "127.0.0.1"), health_addr)
-        streams = [open_stream(handle, long_stream(64)) for _ in range(48)]
-        proc.send_signal(signal.SIGTERM)
-        host, port = handle.http_addr.rsplit(":", 1)
+    with child_server(succ_model_dir, step_delay_s=0.02) as server:
+        streams = [open_stream(server, long_stream(64)) for _ in range(48)]
+        server.proc.send_signal(signal.SIGTERM)
+        host, port = server.http_addr.rsplit(":", 1)
         assert wait_for(lambda: _refused(host, int(port)))
         bodies = [read_until_closed_or(sock, DONE, received) for sock, received in streams]
         for sock, _ in streams:
@@ -169,11 +134,7 @@ def test_sigterm_with_48_streams_in_flight_finishes_all_and_exits_0(succ_model_d
         assert all(DONE in body and b'"error"' not in body for body in bodies)
         assert all(body.count(b'"finish_reason":"length"') == 1 for body in bodies)
         assert all(body.count(b'"content":"') >= 64 for body in bodies)   # every token came
-        assert proc.wait(TIMEOUT_S) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        assert server.proc.wait(TIMEOUT_S) == 0
 
 
 def _refused(host: str, port: int) -> bool:

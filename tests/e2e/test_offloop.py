@@ -9,14 +9,11 @@ from __future__ import annotations
 import gc
 import threading
 import time
-from contextlib import contextmanager
 
 import pytest
 import requests
 
-from bench.load_server import settings_env
-from bench.pressure import Server
-from tests.e2e.helpers import TIMEOUT_S, chat_body, metrics, post, running_server
+from tests.e2e.helpers import TIMEOUT_S, chat_body, child_server, metrics, post, running_server
 
 ZOD_INT = {"type": "object", "properties": {"n": {"type": "integer",
                                                   "minimum": -9007199254740991,
@@ -30,23 +27,6 @@ STEP_DELAY_S = 0.01
 def zod_body() -> dict:
     return chat_body("a", max_tokens=4, response_format={
         "type": "json_schema", "json_schema": {"name": "zod", "schema": ZOD_INT}})
-
-
-class ChildServer:
-    """tlserve.py in a child process (bench/pressure.py), with the handle the helpers read."""
-
-    def __init__(self, server: Server):
-        host, port = server.http
-        self.http_url, self.health_url = f"http://{host}:{port}", server.health
-
-
-@contextmanager
-def child_server(model_dir, *settings: str):
-    server = Server(str(model_dir), settings_env(settings))
-    try:
-        yield ChildServer(server)
-    finally:
-        server.stop()
 
 
 class StreamClock:
@@ -84,7 +64,8 @@ class StreamClock:
 
 @pytest.mark.timing
 def test_health_and_streams_keep_going_while_a_grammar_compiles(succ_model_dir):
-    with child_server(succ_model_dir, f"step_delay_s={STEP_DELAY_S}") as server:
+    with child_server(succ_model_dir, "--config", "runtime.toml",
+                      step_delay_s=STEP_DELAY_S) as server:
         stream = StreamClock(server)
         assert stream.started.wait(TIMEOUT_S)
         answer: dict = {}

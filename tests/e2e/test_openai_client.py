@@ -6,25 +6,15 @@ import threading
 import openai
 import pytest
 
-from tests.e2e.helpers import chat_body, metrics, open_stream, post, running_server, openai_client
+from engine.api import EngineConfig
+from tests.e2e.helpers import (chat_body, client_fixture, metrics, open_stream, post,
+                               server_fixture)
 from tests.polling import wait_for
 
 
-@pytest.fixture(scope="module")
-def server(succ_model_dir):
-    with running_server(succ_model_dir, queue_capacity=1, step_delay_s=0.02,
-                        engine=_engine(max_num_seqs=1)) as handle:
-        yield handle
-
-
-def _engine(**fields):
-    from engine.api import EngineConfig
-    return EngineConfig(**fields)
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    return openai_client(server, timeout_s=30)
+server = server_fixture("succ_model_dir", queue_capacity=1, step_delay_s=0.02,
+                        engine=EngineConfig(max_num_seqs=1))
+client = client_fixture(timeout_s=30)
 
 
 def test_client_chat_and_stream_with_usage(client):

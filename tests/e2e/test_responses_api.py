@@ -14,7 +14,7 @@ import pytest
 import requests
 from openai.types.responses import ResponseFailedEvent
 
-from tests.e2e.helpers import TIMEOUT_S, post, running_server, openai_client
+from tests.e2e.helpers import TIMEOUT_S, client_fixture, post, running_server, server_fixture
 from tests.polling import wait_for
 
 ENUM_FORMAT = {"format": {"type": "json_schema", "name": "word",
@@ -29,15 +29,8 @@ class Word(pydantic.BaseModel):
     word: Literal["bcd"]
 
 
-@pytest.fixture(scope="module")
-def server(succ_model_dir):
-    with running_server(succ_model_dir) as handle:
-        yield handle
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    return openai_client(server, timeout_s=30)
+server = server_fixture("succ_model_dir")
+client = client_fixture(timeout_s=30)
 
 
 def test_create_cut_by_max_output_tokens_is_incomplete(client):

@@ -12,8 +12,13 @@ import json
 import jsonschema
 import pytest
 
-# the same module-scoped fixtures: a smol-135m server with a small KV pool, and its client
-from tests.e2e.test_tools_api import client, server  # noqa: F401
+from engine.api import EngineConfig
+from tests.e2e.helpers import (REAL_CLIENT_TIMEOUT_S, REAL_KV_CACHE_MIB, client_fixture,
+                               server_fixture)
+
+# the same server as tests/e2e/test_tools_api.py: smol-135m with a small KV pool, its client
+server = server_fixture("real_model_dir", engine=EngineConfig(kv_cache_mib=REAL_KV_CACHE_MIB))
+client = client_fixture(timeout_s=REAL_CLIENT_TIMEOUT_S)
 
 pytestmark = pytest.mark.real_model
 

@@ -12,7 +12,7 @@ import pydantic
 import pytest
 
 from engine.api import MAX_COMPILE_WORK, MAX_SCHEMA_DEPTH
-from tests.e2e.helpers import chat_body, post, running_server, openai_client
+from tests.e2e.helpers import chat_body, client_fixture, post, server_fixture
 
 
 class Color(str, enum.Enum):
@@ -33,15 +33,8 @@ class Person(pydantic.BaseModel):
     scores: list[int] = pydantic.Field(max_length=3)
 
 
-@pytest.fixture(scope="module")
-def server(tiny_llama_dir):
-    with running_server(tiny_llama_dir) as handle:
-        yield handle
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    return openai_client(server, timeout_s=60)
+server = server_fixture("tiny_llama_dir")
+client = client_fixture(timeout_s=60)
 
 
 def test_openai_parse_returns_a_pydantic_object(client, tiny_llama_dir):

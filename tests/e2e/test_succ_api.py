@@ -5,17 +5,13 @@ from __future__ import annotations
 import json
 import socket
 
-import pytest
 import requests
 
-from tests.e2e.helpers import (TIMEOUT_S, chat_body, chat_stream_text, post, running_server,
+from tests.e2e.helpers import (TIMEOUT_S, chat_body, chat_stream_text, post, server_fixture,
                                stream_chunks)
 
 
-@pytest.fixture(scope="module")
-def server(succ_model_dir):
-    with running_server(succ_model_dir) as handle:
-        yield handle
+server = server_fixture("succ_model_dir")
 
 
 def test_hand_example_chat_completion(server):

@@ -13,7 +13,8 @@ from engine.api import SpeculativeConfig
 from engine.model import llama
 from engine.model.loader import load_model
 from server.config import ServeConfig
-from tests.e2e.helpers import chat_body, chat_stream_text, post, running_server, stream_chunks
+from tests.e2e.helpers import (chat_body, chat_stream_text, post, running_server, server_fixture,
+                               stream_chunks)
 
 
 @pytest.fixture(scope="module")
@@ -21,10 +22,7 @@ def model_id(tiny_llama_dir):
     return tiny_llama_dir.name
 
 
-@pytest.fixture(scope="module")
-def server(tiny_llama_dir):
-    with running_server(tiny_llama_dir) as handle:
-        yield handle
+server = server_fixture("tiny_llama_dir")
 
 
 @pytest.fixture(scope="module")

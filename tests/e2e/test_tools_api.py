@@ -12,7 +12,8 @@ import pydantic
 import pytest
 
 from server.config import EngineConfig
-from tests.e2e.helpers import running_server, openai_client
+from tests.e2e.helpers import (REAL_CLIENT_TIMEOUT_S, REAL_KV_CACHE_MIB, client_fixture,
+                               server_fixture)
 
 pytestmark = pytest.mark.real_model
 
@@ -33,15 +34,8 @@ class City(pydantic.BaseModel):
     population_millions: int = pydantic.Field(ge=0, le=40)
 
 
-@pytest.fixture(scope="module")
-def server(real_model_dir):
-    with running_server(real_model_dir, engine=EngineConfig(kv_cache_mib=32)) as handle:
-        yield handle
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    return openai_client(server, timeout_s=120)
+server = server_fixture("real_model_dir", engine=EngineConfig(kv_cache_mib=REAL_KV_CACHE_MIB))
+client = client_fixture(timeout_s=REAL_CLIENT_TIMEOUT_S)
 
 
 def _valid(call) -> dict:

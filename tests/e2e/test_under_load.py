@@ -1,11 +1,11 @@
 """Fail fast, never fail late (over real sockets): a request is refused before its response
 head (429 with the estimated wait as Retry-After, 400 when it can never fit) or served to
 its end; waiting behind `max_num_seqs` is not an error. Engine steps are slowed with
-`step_delay_s` so that "running" and "waiting" last long enough to observe."""
+`step_delay_s` (tests/fakes.py StepDelay through the engine seam) so that "running" and
+"waiting" last long enough to observe."""
 from __future__ import annotations
 
 import threading
-import time
 
 import requests
 
@@ -33,10 +33,9 @@ def test_a_wait_longer_than_the_deadline_is_refused_at_once_with_the_estimate(su
                                                               ignore_eos=True))
         assert warm.status_code == 200
         sock, _ = open_stream(server, long_stream(40))       # holds the only batch slot
-        started = time.monotonic()
         refused = post(server, "/v1/chat/completions", chat_body("x", max_tokens=2))
-        elapsed = time.monotonic() - started
-        assert refused.status_code == 429 and elapsed < 1.0  # at once, before any head
+        assert refused.status_code == 429                    # at once, before any head:
+        assert metrics(server)["tl_engine_active_sequences"] == 1    # the blocker still runs
         err = refused.json()["error"]
         assert err["code"] == "rate_limit_exceeded" and err["type"] == "rate_limit_error"
         assert "would wait about" in err["message"]
@@ -82,11 +81,9 @@ def test_pings_keep_a_scheduled_quiet_stream_alive(succ_model_dir):
 def test_a_request_the_kv_pool_can_never_hold_is_a_400_at_once(succ_model_dir):
     with running_server(succ_model_dir,
                         engine=_engine(block_size=4, num_kv_blocks=8)) as server:   # 32 tokens
-        started = time.monotonic()
         too_big = post(server, "/v1/chat/completions", chat_body("a", max_tokens=64,
                                                                  stream=True))
-        assert time.monotonic() - started < 1.0
-        assert too_big.status_code == 400
+        assert too_big.status_code == 400                    # a status: no stream was begun
         err = too_big.json()["error"]
         assert err["code"] == "context_length_exceeded" and "KV cache holds 32" in err["message"]
         fits = post(server, "/v1/chat/completions", chat_body("a", max_tokens=8))

@@ -36,12 +36,12 @@ def test_runtime_toml_and_env_overrides():
     # environment overrides win over the file, converted with the key's type
     env = {"TL_ENGINE__PREFILL_CHUNK": "64", "TL_ENGINE__PREFIX_CACHE": "none",
            "TL_ENGINE__QUEUE_CAPACITY": "3", "TL_ENGINE__MODEL_ID": "mine",
-           "TL_ENGINE__STEP_DELAY_S": "0.5", "PATH": "/bin", "TL_OTHER__X": "1"}
+           "TL_ENGINE__DRAIN_TIMEOUT_S": "0.5", "PATH": "/bin", "TL_OTHER__X": "1"}
     cfg = ServeConfig.from_toml(CHAPTER_TOML, env)
     assert cfg.engine.prefill_chunk == 64
     assert cfg.engine.prefix_cache == "none"
     assert cfg.queue_capacity == 3    # the one queue bound: server/worker/bridge.py
-    assert cfg.model_id == "mine" and cfg.step_delay_s == 0.5
+    assert cfg.model_id == "mine" and cfg.drain_timeout_s == 0.5
     # refused keys and values name the key
     refusals = [
         ("[engine]\nbogus = 1\n", {}, "bogus"),
@@ -54,6 +54,9 @@ def test_runtime_toml_and_env_overrides():
         (CHAPTER_TOML, {"TL_ENGINE__BLOCK_SIZE": "big"}, "BLOCK_SIZE"),
         (CHAPTER_TOML, {"TL_ENGINE__MAX_NUM_SEQS": "0"}, "max_num_seqs"),
         (CHAPTER_TOML, {"TL_ENGINE__NOPE": "1"}, "nope"),
+        # the tests' old step delay is no key: slow steps are a test seam (tests/fakes.py)
+        ("[engine]\nstep_delay_s = 0.0\n", {}, "step_delay_s: unknown key"),
+        (CHAPTER_TOML, {"TL_ENGINE__STEP_DELAY_S": "0.02"}, "unknown key [engine].step_delay_s"),
         ("[engine\n", {}, "runtime.toml"),
     ]
     for text, env, named in refusals:
@@ -110,7 +113,6 @@ def test_repo_runtime_toml_loads_with_defaults():
     for key in KEYS:
         assert re.search(rf"^#? ?{key} = ", text, re.MULTILINE), key
     assert cfg.ping_interval_s == defaults.ping_interval_s
-    assert cfg.step_delay_s == defaults.step_delay_s == 0.0
 
 
 def test_for_model_and_names():

@@ -15,7 +15,7 @@ from engine.grammar.compile import GrammarCache, GrammarSpec, schema_spec
 from engine.grammar.constraint import Constraint, GrammarRuntime
 from engine.grammar.trie import build_trie
 from engine.grammar.vocab import allowed_tokens, build_table
-from tests.engine.grammar.test_grammar_engine import random_schema
+from tests.engine.grammar.schemas import random_schema
 
 ALPHABET = list('{}[]":, \n\\-.tfnul0123456789abcxyzAZ') + ["é", "✓", "😀"]
 

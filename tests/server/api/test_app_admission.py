@@ -4,31 +4,9 @@ from __future__ import annotations
 import json
 
 from engine.model.loader import load_model
-from engine.api import EngineStats
 from server.api.app import ApiApp, ServedModel, ServerState
-from server.worker.admission import QueuePolicy
-from server.worker.bridge import EngineBridge
 from server.http.protocol import Request
-
-
-class StatsOnly:
-    def stats(self) -> EngineStats:
-        return EngineStats()
-
-
-class IdleBridge(EngineBridge):
-    """A bridge whose engine thread never runs: whatever is admitted stays queued."""
-
-    def __init__(self, capacity: int):
-        super().__init__(StatsOnly(), queue=QueuePolicy(capacity_requests=capacity,
-                                                        deadline_ms=1000))
-        self.embedded = []
-
-    def _post(self, command):
-        verb, ticket = command
-        if verb == "embed":
-            self.embedded.append(ticket.inputs)
-        super()._post(command)
+from tests.fakes import IdleBridge
 
 
 def test_embeddings_answer_429_with_retry_after_when_the_queue_is_full(succ_model_dir):

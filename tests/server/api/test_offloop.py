@@ -24,8 +24,7 @@ from server.api.offloop import (CollectorPause, Inline, OffLoopStream, Outcome, 
                             outcome_of)
 from server.api.parse import GenSpec
 from server.api.streams import INLINE_DOCUMENT_MAX_ENTRIES, GenerationStream, StreamContext
-from tests.server.api.test_app_admission import IdleBridge
-from tests.server.api.test_streams import FakeTokenizer, RecordingBridge, tok
+from tests.fakes import FakeTokenizer, IdleBridge, RecordingBridge, tok
 
 WAIT_S = 10.0
 

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import json
 
-import pydantic
 import pytest
-from openai.types.responses import Response, ResponseStreamEvent
+from openai.types.responses import Response
 
-from engine.api import FINISH_LENGTH, FINISH_STOP, GenRequest, GrammarSpec, TokenOut
+from engine.api import FINISH_LENGTH, FINISH_STOP, GenRequest, GrammarSpec
 from server.api import documents as docs
 from server.worker.bridge import Ticket
 from server.worker.events import Failed
@@ -17,8 +16,9 @@ from server.api.defaults import SamplingDefaults
 from server.errors import ApiError
 from server.api.responses import parse_responses, renderer
 from server.api.streams import GenerationStream, StreamContext
+from tests.fakes import FakeTokenizer, RecordingBridge, tok
+from tests.server.api.stream_helpers import named_events
 
-EVENT = pydantic.TypeAdapter(ResponseStreamEvent)
 TABLE = {1: b"he", 2: b"llo", 9: b"</s>"}           # 9 is the EOS: its text is never sent
 OPENING = ["response.created", "response.in_progress", "response.output_item.added",
            "response.content_part.added"]
@@ -124,19 +124,9 @@ def test_bad_fields_are_400_naming_the_field(fields, param):
 
 # ---- the renderers through the shell ---------------------------------------------------------
 
-class FakeTokenizer:
-    def token_bytes(self, token: int) -> bytes:
-        return TABLE[token]
-
-
-class NoBridge:
-    def abort(self, ticket):
-        pass
-
-
 def shell(stream: bool, **fields):
     spec = parse(input="x", stream=stream, **fields)
-    ctx = StreamContext(bridge=NoBridge(), tokenizer=FakeTokenizer(), ping_interval_s=15.0,
+    ctx = StreamContext(bridge=RecordingBridge(), tokenizer=FakeTokenizer(TABLE), ping_interval_s=15.0,
                         on_status=lambda route, status: None, on_finish=lambda **kw: None)
     ticket = Ticket(GenRequest(prompt=(1,)), None)
     header = docs.Header("resp", 1700000000, "m")
@@ -144,22 +134,6 @@ def shell(stream: bool, **fields):
                            prompt_tokens=2, route="responses", headers=(), arrival_s=0.0,
                            renderer=renderer(spec, header))
     return out, ticket
-
-
-def tok(token, finish=None) -> TokenOut:
-    return TokenOut(id=0, token=token, finish=finish, logprob=0.0, top_logprobs=())
-
-
-def named_events(raw: bytes) -> list:
-    """SSE bytes -> openai-python event objects; each `event:` name equals its data's type."""
-    events = []
-    for block in raw.decode().split("\n\n")[:-1]:
-        name_line, data_line = block.split("\n")
-        assert name_line.startswith("event: ") and data_line.startswith("data: ")
-        parsed = EVENT.validate_python(json.loads(data_line[len("data: "):]))
-        assert parsed.type == name_line[len("event: "):]
-        events.append(parsed)
-    return events
 
 
 def test_whole_answer_is_a_completed_response_object():

@@ -15,8 +15,8 @@ from server.api import documents as docs
 from server.errors import ApiError
 from server.api.responses import parse_responses, renderer
 from server.api.tools import check_tools_compile
-from tests.server.api.test_responses import named_events, tok
-from tests.server.api.test_tools import recorded_stream
+from tests.fakes import tok
+from tests.server.api.stream_helpers import named_events, recorded_stream
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 TOOL = {"type": "function", "name": "get_weather", "description": "Weather in a city.",

@@ -14,14 +14,7 @@ from server.api.streams import (ChatChunks, ChatDocument, CompletionChunks, Comp
                             GenerationStream, GenerationText, Piece, StreamContext, TokenLogprob,
                             renderer_for)
 from sse import PING
-
-
-class RecordingBridge:
-    def __init__(self):
-        self.aborted = []
-
-    def abort(self, ticket):
-        self.aborted.append(ticket)
+from tests.fakes import FakeTokenizer, RecordingBridge, tok
 
 
 def make_stream(ticket: Ticket) -> GenerationStream:
@@ -53,18 +46,6 @@ def test_engine_refusals_are_400s_of_their_kind_and_failures_are_500s():
 
 
 # ---- helpers for the unit tests below -----------------------------------------------------
-
-class FakeTokenizer:
-    """Token id -> bytes; 3 and 4 split one emoji, 9 is the EOS."""
-    TABLE = {1: b"he", 2: b"llo", 3: b"\xf0\x9f", 4: b"\x98\x80", 9: b"</s>"}
-
-    def token_bytes(self, token: int) -> bytes:
-        return self.TABLE[token]
-
-
-def tok(token, finish=None, logprob=0.0, top=()) -> TokenOut:
-    return TokenOut(id=0, token=token, finish=finish, logprob=logprob, top_logprobs=top)
-
 
 def text_unit(stop=(), logprobs=False, top_logprobs=0):
     stops = []

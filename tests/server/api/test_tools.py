@@ -9,21 +9,20 @@ from datetime import datetime
 
 import pytest
 
-from engine.api import GenRequest, GrammarCache, TokenOut, load_model
+from engine.api import GrammarCache, TokenOut, load_model
 from server.api import documents as docs
 from server.api.app import ServedModel
-from server.worker.bridge import Ticket
 from server.errors import ApiError
 from server.text.messages import for_template
 from server.api.parse import parse_chat, parse_completion
 from server.text.gentext import Piece
-from server.api.streams import GenerationStream, StreamContext
 from server.api.toolcalls import (CallScanner, CallSplitter, ToolChatChunks, ToolChatDocument, kept_calls,
                               split_calls, tool_renderer)
 from server.api.tools import (GRANITE, HERMES, LLAMA3_JSON, MISTRAL, call_grammar_spec,
                           check_tools_compile, parse_tools, tool_format)
 from template import Template
 from tests.oracle import read_jsonl
+from tests.server.api.stream_helpers import recorded_stream
 
 FN = {"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
@@ -225,33 +224,6 @@ def test_stream_chunks_end_with_tool_calls_finish():
 OSLO = '<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo"}}</tool_call>\n'
 LIMA = '<tool_call>{"name": "get_weather", "arguments": {"city": "Lima"}}</tool_call>\n'
 CALL_TOKENS = {1: OSLO.encode(), 2: LIMA.encode()}
-
-
-class TableTokenizer:
-    def __init__(self, table: dict[int, bytes]):
-        self.table = table
-
-    def token_bytes(self, token: int) -> bytes:
-        return self.table[token]
-
-
-class RecordingBridge:
-    def __init__(self):
-        self.aborted = []
-
-    def abort(self, ticket):
-        self.aborted.append(ticket)
-
-
-def recorded_stream(spec, header: docs.Header, render, table: dict[int, bytes]):
-    """A GenerationStream of one ticket (token bytes from `table`) on a recording bridge."""
-    bridge = RecordingBridge()
-    ctx = StreamContext(bridge=bridge, tokenizer=TableTokenizer(table), ping_interval_s=15.0,
-                        on_status=lambda route, status: None, on_finish=lambda **kw: None)
-    ticket = Ticket(GenRequest(prompt=(1,)), None)
-    out = GenerationStream(ctx=ctx, tickets=[ticket], spec=spec, header=header, prompt_tokens=2,
-                           route=spec.kind, headers=(), arrival_s=0.0, renderer=render)
-    return out, ticket, bridge
 
 
 def tool_shell(stream: bool, **fields):

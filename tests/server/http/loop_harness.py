@@ -154,6 +154,45 @@ class Client:
         self.sock.close()
 
 
+AWAKE = "awake"                    # SelectWatch.asleep_s() while the loop is not in select
+
+
+class SelectWatch:
+    """Wraps a loop's selector before it runs and tells whether the loop sleeps in select now,
+    and for how long it may: with a frozen injected clock that is a fixed number, so "the
+    loop waits instead of spinning" is seen as a state, not measured as CPU over wall time."""
+
+    def __init__(self):
+        self._selector = None
+        self._lock = threading.Lock()
+        self._asleep_s = AWAKE                      # the timeout of the select in progress
+
+    def attach(self, loop) -> None:
+        """Before `loop.run()`: every select of the loop goes through this watch."""
+        self._selector, loop._selector = loop._selector, self
+
+    def select(self, timeout=None):
+        with self._lock:
+            self._asleep_s = timeout
+        try:
+            return self._selector.select(timeout)
+        finally:
+            with self._lock:
+                self._asleep_s = AWAKE
+
+    def asleep_s(self):
+        """AWAKE, or the timeout of the select the loop sleeps in (None: no deadline)."""
+        with self._lock:
+            return self._asleep_s
+
+    def is_waiting(self) -> bool:
+        """In select with a timeout that is not zero: waiting for a socket or a deadline."""
+        return self.asleep_s() not in (AWAKE, 0.0)
+
+    def __getattr__(self, name):
+        return getattr(self._selector, name)
+
+
 def request(method="GET", path="/", body=b"", extra=b""):
     length = b"Content-Length: %d\r\n" % len(body) if body else b""
     return b"%s %s HTTP/1.1\r\nHost: t\r\n%s%s\r\n%s" % (
@@ -161,11 +200,14 @@ def request(method="GET", path="/", body=b"", extra=b""):
 
 
 @contextmanager
-def serving(app=None, *, limits=HttpLimits(), health_app=None, **kwargs):
+def serving(app=None, *, limits=HttpLimits(), health_app=None, watch=None, **kwargs):
+    """A loop on a thread over 127.0.0.1:0; `watch` (a SelectWatch) sees its selects."""
     listeners = [Listener("api", "127.0.0.1:0", app or EchoApp(), True)]
     if health_app is not None:
         listeners.append(Listener("health", "127.0.0.1:0", health_app, False))
     loop = EventLoop(listeners, limits=limits, **kwargs)
+    if watch is not None:
+        watch.attach(loop)
     thread = threading.Thread(target=loop.run, daemon=True)
     thread.start()
     try:

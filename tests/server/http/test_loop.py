@@ -6,14 +6,18 @@ from __future__ import annotations
 import json
 import socket
 import threading
-import time
 
 import pytest
 
 from server.http.limits import HttpLimits
-from server.http.loop import EventLoop, Listener, parse_address
+from server.http.loop import ACCEPT_RETRY_S, EventLoop, Listener, parse_address
 from server.http.protocol import ResponseHead
-from tests.server.http.loop_harness import WAIT_S, Client, EchoApp, ScriptedStream, request, serving
+from tests.fakes import Clock
+from tests.polling import wait_for
+from tests.server.http.loop_harness import (WAIT_S, Client, EchoApp, ScriptedStream, SelectWatch,
+                                            request, serving)
+
+FLAKY_S = 0.3                   # how long FlakyListenSocket's accept fails, on the loop's clock
 
 
 # ---- addresses ----------------------------------------------------------------------------
@@ -55,7 +59,12 @@ def test_pipelined_requests_are_answered_in_order_even_behind_a_stream():
         client.send(request(path="/a") + request(path="/stream/s") + request("POST", "/c", b"body")
                     + b"POST /d HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n")
         assert client.read_response()[2] == b"GET /a "
-        time.sleep(0.2)
+        assert wait_for(lambda: len(app.seen) == 2)
+        # One whole loop iteration after the bytes of /c and /d were readable: a wake polls
+        # the stream after that iteration's reads, so a poll seen means /c had its chance.
+        polls = stream.num_polls
+        loop.wake()
+        assert wait_for(lambda: stream.num_polls > polls)
         assert [r.path for r in app.seen] == ["/a", "/stream/s"]   # /c waits its turn
         stream.push(b"streamed")
         stream.finish()
@@ -102,7 +111,8 @@ def test_wake_from_another_thread_delivers_without_any_deadline():
             for i in range(20):
                 stream.push(b"%d," % i)
                 loop.wake()
-                time.sleep(0.005)
+                # taken by a poll: the loop goes back to sleep before the next wake
+                assert wait_for(lambda: not stream.pending)
             stream.finish()
             loop.wake()
 
@@ -129,8 +139,8 @@ def test_wakes_racing_with_the_loop_are_never_lost():
             for i in range(300):
                 stream.push(b"%d," % i)
                 loop.wake()
-                if i % 50 == 0:
-                    time.sleep(0.001)
+                if i % 50 == 0:             # now and then the loop catches up and sleeps
+                    assert wait_for(lambda: not stream.pending)
             stream.finish()
             loop.wake()
 
@@ -193,18 +203,8 @@ def test_app_exception_is_500_and_the_loop_keeps_serving():
         assert client.read_response()[:1] == (200,)
 
 
-class StepClock:
-    """The loop's clock: frozen, except where a test's app moves it on."""
-
-    def __init__(self):
-        self.now_s = 100.0
-
-    def __call__(self) -> float:
-        return self.now_s
-
-
 def test_stall_meter_records_the_longest_iteration_of_callbacks():
-    clock = StepClock()
+    clock = Clock(now_s=100.0)         # the loop's clock: frozen unless the app moves it
 
     class SlowApp(EchoApp):
         def handle(self, request):
@@ -246,11 +246,9 @@ def test_slow_header_sender_gets_408_and_is_closed():
     with serving(limits=HttpLimits(header_timeout_s=0.3)) as (loop, _):
         client = Client(loop.bound_address("api"))
         client.send(b"GET / HTTP/1.1\r\nHost: slow")
-        started = time.monotonic()
-        status, _, body = client.read_response()
+        status, _, body = client.read_response()     # the client's socket gives up at WAIT_S
         assert status == 408 and json.loads(body)["error"]["code"] == "request_timeout"
         assert client.is_closed_by_server()
-        assert time.monotonic() - started < WAIT_S
 
 
 def test_slow_body_sender_gets_408():
@@ -287,10 +285,11 @@ def test_max_connections_holds_newcomers_until_one_closes():
 
 
 class FlakyListenSocket:
-    """Wraps a listening socket; accept() fails for 0.3 s like a process out of descriptors."""
+    """Wraps a listening socket; accept() fails for FLAKY_S of `clock` like a process out of
+    descriptors."""
 
-    def __init__(self, sock):
-        self.sock, self.num_accepts, self.failing_until = sock, 0, None
+    def __init__(self, sock, clock):
+        self.sock, self.clock, self.num_accepts, self.failing_until = sock, clock, 0, None
 
     def fileno(self):
         return self.sock.fileno()
@@ -301,8 +300,8 @@ class FlakyListenSocket:
     def accept(self):
         self.num_accepts += 1
         if self.failing_until is None:
-            self.failing_until = time.monotonic() + 0.3
-        if time.monotonic() < self.failing_until:
+            self.failing_until = self.clock() + FLAKY_S
+        if self.clock() < self.failing_until:
             raise OSError(24, "Too many open files")
         return self.sock.accept()
 
@@ -311,16 +310,24 @@ class FlakyListenSocket:
 
 
 def test_failing_accept_pauses_instead_of_spinning_then_recovers():
-    loop = EventLoop([Listener("api", "127.0.0.1:0", EchoApp(), True)])
+    """On a frozen clock: one failed accept, then the loop sleeps until its retry time (not
+    a spin); moved past it (and past the fault), it accepts again and answers."""
+    clock, watch = Clock(now_s=100.0), SelectWatch()
+    loop = EventLoop([Listener("api", "127.0.0.1:0", EchoApp(), True)], clock=clock)
     state = loop._listeners["api"]
-    state.sock = flaky = FlakyListenSocket(state.sock)
+    state.sock = flaky = FlakyListenSocket(state.sock, clock)
+    watch.attach(loop)
     thread = threading.Thread(target=loop.run, daemon=True)
     thread.start()
     try:
         client = Client(loop.bound_address("api"))
         client.send(request(path="/late"))
+        assert wait_for(lambda: flaky.num_accepts == 1 and watch.asleep_s() == ACCEPT_RETRY_S)
+        clock.advance(max(ACCEPT_RETRY_S, FLAKY_S))
+        loop.wake()
         assert client.read_response()[2] == b"GET /late "
-        assert flaky.num_accepts < 10                       # paused, not retried in a spin
+        # paused once, not retried in a spin: the failure, the client, the empty backlog
+        assert flaky.num_accepts == 3
     finally:
         loop.stop()
         thread.join(WAIT_S)

@@ -17,9 +17,10 @@ import pytest
 
 from server.http.limits import HttpLimits
 from server.http.protocol import ResponseHead, StreamPoll
+from tests.fakes import Clock
 from tests.polling import wait_for
 from tests.server.http.loop_harness import (REPO, WAIT_S, Client, EchoApp, ScriptedStream,
-                                      request, serving)
+                                            SelectWatch, request, serving)
 
 
 # ---- disconnects and backpressure ---------------------------------------------------------
@@ -39,10 +40,10 @@ def test_client_disconnect_cancels_the_stream_at_once(head_sent):
 
 
 class Firehose:
-    """A stream that always has another 64 KiB ready, until stopped."""
+    """A stream that always has another 64 KiB ready, until stopped; always due on `clock`."""
 
-    def __init__(self):
-        self.produced_bytes, self.is_stopped = 0, False
+    def __init__(self, clock=time.monotonic):
+        self.produced_bytes, self.is_stopped, self.clock = 0, False, clock
         self.cancelled = threading.Event()
 
     def poll(self, now_s):
@@ -53,26 +54,27 @@ class Firehose:
                           chunks=[b"z" * 65536])
 
     def next_deadline_s(self):
-        return time.monotonic()                       # always due: polled as fast as allowed
+        return self.clock()                           # always due: polled as fast as allowed
 
     def cancel(self):
         self.cancelled.set()
 
 
 def test_client_that_does_not_read_does_not_grow_server_memory():
-    stream = Firehose()
+    """The loop's clock is frozen and the stream always due: a loop that kept polling it (or
+    spun on the full socket) would never sleep in select; this one sleeps there, waiting
+    for the socket, once the send buffer is full."""
+    clock, watch = Clock(now_s=100.0), SelectWatch()
+    stream = Firehose(clock)
     limits = HttpLimits(max_send_buffer_bytes=256 * 1024)
-    with serving(EchoApp({"s": stream}), limits=limits) as (loop, _):
+    with serving(EchoApp({"s": stream}), limits=limits, clock=clock, watch=watch) as (loop, _):
         client = Client(loop.bound_address("api"), rcvbuf=64 * 1024)
         client.send(request(path="/stream/s"))
-        time.sleep(0.5)
-        produced = stream.produced_bytes
-        cpu_before, wall_before = time.process_time(), time.monotonic()
-        time.sleep(0.5)
-        cpu_s, wall_s = time.process_time() - cpu_before, time.monotonic() - wall_before
-        assert stream.produced_bytes == produced         # stopped: the buffer is full
-        assert cpu_s < 0.5 * wall_s                      # and waiting, not spinning
-        assert produced < 32 * 1024 * 1024
+        assert wait_for(lambda: stream.produced_bytes > 0 and watch.is_waiting())
+        produced = stream.produced_bytes                 # stopped: the buffer is full
+        assert limits.max_send_buffer_bytes <= produced < 32 * 1024 * 1024
+        assert watch.asleep_s() == limits.send_timeout_s     # the one deadline: the send timeout
+        assert stream.produced_bytes == produced
         stream.is_stopped = True
         status, _, body = client.read_response()         # reading drains it and resumes
         assert status == 200 and len(body) == stream.produced_bytes
@@ -173,7 +175,7 @@ SIGNAL_SCRIPT = textwrap.dedent("""
     import sys, time
     sys.path.insert(0, {repo!r})
     from server.http.loop import EventLoop, Listener
-    from server.http.protocol import StreamPoll, ResponseHead
+    from server.http.protocol import Response, StreamPoll, ResponseHead
     from server.errors import kind_response
 
     class Forever:
@@ -185,9 +187,14 @@ SIGNAL_SCRIPT = textwrap.dedent("""
         error = staticmethod(kind_response)
         def handle(self, request): return Forever()
 
-    loop = EventLoop([Listener("api", "127.0.0.1:0", App(), True)], handle_signals=True,
+    class Health:                 # open through the drain: shows the loop still turns
+        error = staticmethod(kind_response)
+        def handle(self, request): return Response(status=200, headers=(), body=b"ok")
+
+    loop = EventLoop([Listener("api", "127.0.0.1:0", App(), True),
+                      Listener("health", "127.0.0.1:0", Health(), False)], handle_signals=True,
                      on_drain=lambda: print("draining", flush=True))
-    print(loop.bound_address("api")[1], flush=True)
+    print(loop.bound_address("api")[1], loop.bound_address("health")[1], flush=True)
     loop.run()
     print("returned", flush=True)
 """)
@@ -197,13 +204,17 @@ def test_first_sigterm_drains_and_second_exits_at_once():
     proc = subprocess.Popen([sys.executable, "-c", SIGNAL_SCRIPT.format(repo=str(REPO))],
                             stdout=subprocess.PIPE, text=True)
     try:
-        port = int(proc.stdout.readline())
+        port, health_port = map(int, proc.stdout.readline().split())
         client = Client(("127.0.0.1", port))
         client.send(request(path="/stream"))
         client.read_head()                               # a stream that never ends is open
         proc.send_signal(signal.SIGTERM)
         assert proc.stdout.readline().strip() == "draining"
-        time.sleep(0.2)
+        # an answer after the drain began: the loop went round with the stream still open
+        # (each round checks whether the drain is done) and did not return
+        health = Client(("127.0.0.1", health_port))
+        health.send(request(path="/healthz"))
+        assert health.read_response()[0] == 200
         assert proc.poll() is None                       # still waiting for the stream
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=WAIT_S)
@@ -231,18 +242,17 @@ def test_a_thousand_idle_connections_cost_no_cpu():
     needed = 2 * num_connections + 100               # both ends live in this process
     if soft < needed:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(needed, hard), hard))
-    with serving() as (loop, _):
+    clock, watch, limits = Clock(now_s=100.0), SelectWatch(), HttpLimits()
+    with serving(limits=limits, clock=clock, watch=watch) as (loop, _):
         clients = [socket.create_connection(loop.bound_address("api")) for _ in range(num_connections)]
         try:
             probe = Client(loop.bound_address("api"))
             probe.send(request(path="/probe"))
             assert probe.read_response()[2] == b"GET /probe "   # all accepted and served
-            time.sleep(0.1)
-            cpu_before, wall_before = time.process_time(), time.monotonic()
-            time.sleep(1.0)
-            cpu_s = time.process_time() - cpu_before
-            wall_s = time.monotonic() - wall_before
-            assert cpu_s < 0.25 * wall_s, f"{cpu_s:.3f} s CPU in {wall_s:.3f} s: a busy loop?"
+            # the clock is frozen: a loop that sleeps does so until the idle connections'
+            # deadline, a fixed number of seconds; a busy loop never sleeps in select
+            assert wait_for(watch.is_waiting)
+            assert watch.asleep_s() == limits.idle_timeout_s
         finally:
             for sock in clients:
                 sock.close()

@@ -124,8 +124,8 @@ def test_a_busy_engine_builds_snapshots_only_while_someone_looks():
 def documented_snapshot_schema() -> dict:
     """openapi.yaml's EngineSnapshot: where the document's fields are written down."""
     import yaml
-    from tests.server.api.test_openapi import OPENAPI
-    return yaml.safe_load(OPENAPI.read_text(encoding="utf-8"))["components"]["schemas"][
+    from tests.oracle import REPO_ROOT
+    return yaml.safe_load((REPO_ROOT / "openapi.yaml").read_text(encoding="utf-8"))["components"]["schemas"][
         "EngineSnapshot"]
 
 

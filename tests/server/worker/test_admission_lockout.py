@@ -10,70 +10,14 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 
-from engine.api import FINISH_STOP, EngineStats, GenRequest, TokenOut
+from engine.api import FINISH_STOP, GenRequest
 from server.worker.admission import QueuePolicy
 from server.worker.bridge import EngineBridge
 from server.errors import ApiError
+from tests.fakes import ANSWER_TOKENS, STEP_S, Clock, SlotEngine
 
-STEP_S = 0.05                   # what one engine step takes on the injected clock
 LOADED_STEP_S = 0.4             # a step of 128 streams on a 2-core CPU
-ANSWER_TOKENS = 48              # each answer stops here (EOS), far below its budget
 CLIENT_BUDGET_TOKENS = 4096     # the max_tokens the clients send
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now_s = 0.0
-
-    def __call__(self) -> float:
-        return self.now_s
-
-
-class SlotEngine:
-    """`slots` sequences run at once, the rest wait in order; a step takes STEP_S of the
-    clock and gives every running sequence one token; an answer ends at ANSWER_TOKENS."""
-
-    def __init__(self, clock: Clock, slots: int, step_s: float = STEP_S):
-        self.clock, self.slots, self.step_s = clock, slots, step_s
-        self.waiting: list[int] = []
-        self.running: dict[int, int] = {}          # engine id -> tokens made
-        self.next_id = 0
-
-    def add_request(self, request: GenRequest) -> int:
-        self.next_id += 1
-        self.waiting.append(self.next_id)
-        return self.next_id
-
-    def abort(self, rid: int) -> None:
-        self.running.pop(rid, None)
-        if rid in self.waiting:
-            self.waiting.remove(rid)
-
-    def abort_all(self) -> None:
-        self.waiting.clear()
-        self.running.clear()
-
-    def has_work(self) -> bool:
-        return bool(self.waiting or self.running)
-
-    def step(self) -> list[TokenOut]:
-        while self.waiting and len(self.running) < self.slots:
-            self.running[self.waiting.pop(0)] = 0
-        self.clock.now_s += self.step_s
-        outs = []
-        for rid in list(self.running):
-            self.running[rid] += 1
-            done = self.running[rid] >= ANSWER_TOKENS
-            outs.append(TokenOut(id=rid, token=1, finish=FINISH_STOP if done else None))
-            if done:
-                del self.running[rid]
-        return outs
-
-    def stats(self) -> EngineStats:
-        return EngineStats(active_sequences=len(self.running))
-
-    def take_embeddings(self) -> list:
-        return []
 
 
 @dataclass(order=True)

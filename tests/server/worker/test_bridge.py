@@ -3,85 +3,16 @@ from __future__ import annotations
 
 import base64
 import struct
-import time
 
 import numpy as np
 
 import pytest
 
-from engine.api import (FINISH_DEADLINE, FINISH_LENGTH, EngineStats, GenRequest, PromptTooLong,
-                        TokenOut)
-from engine.core.embedding import EmbedDone
-from server.worker.admission import QueuePolicy
-from server.worker.bridge import EngineBridge
+from engine.api import FINISH_DEADLINE, FINISH_LENGTH, GenRequest, TokenOut
 from server.worker.events import Expired, Failed, TooLong, expired_event
 from server.errors import ApiError
+from tests.fakes import Clock, FakeEngine, PacedSteps, bridge_for
 from tests.polling import wait_for
-
-
-def bridge_for(engine, *, capacity: int = 8, deadline_ms: int = 30_000, **kw) -> EngineBridge:
-    return EngineBridge(engine, queue=QueuePolicy(capacity_requests=capacity,
-                                                  deadline_ms=deadline_ms), **kw)
-
-
-class FakeEngine:
-    """Emits prompt[-1] + 1, +2, ... one token per step per request; refuses past running_limit."""
-
-    def __init__(self, *, running_limit: int = 8):
-        self.seqs: dict[int, list] = {}
-        self.aborted: list[int] = []
-        self.next_id = 0
-        self.running_limit = running_limit
-        self.jobs: list[EmbedDone] = []          # embeddings finished, not yet taken
-        self.next_job = 0
-
-    def add_request(self, req: GenRequest) -> int:
-        if len(self.seqs) >= self.running_limit:
-            raise PromptTooLong("no room")
-        self.seqs[self.next_id] = [req, 0]
-        self.next_id += 1
-        return self.next_id - 1
-
-    def abort(self, rid: int) -> None:
-        if self.seqs.pop(rid, None) is not None:
-            self.aborted.append(rid)
-
-    def abort_all(self) -> None:
-        for rid in list(self.seqs):
-            self.abort(rid)
-
-    def has_work(self) -> bool:
-        return bool(self.seqs)
-
-    def step(self) -> list[TokenOut]:
-        outs = []
-        for rid, entry in list(self.seqs.items()):
-            req, n = entry
-            entry[1] = n + 1
-            finish = FINISH_LENGTH if n + 1 >= req.max_tokens else None
-            outs.append(TokenOut(id=rid, token=req.prompt[-1] + n + 1, finish=finish))
-            if finish:
-                del self.seqs[rid]
-        return outs
-
-    def stats(self) -> EngineStats:
-        return EngineStats(active_sequences=len(self.seqs))
-
-    def embed(self, inputs):
-        return np.array([[float(len(x)), 0.5] for x in inputs], dtype=np.float32)
-
-    def add_embedding(self, inputs) -> int:
-        """A job finished at once: its vectors wait for `take_embeddings`."""
-        self.next_job += 1
-        self.jobs.append(EmbedDone(self.next_job, self.embed(inputs)))
-        return self.next_job
-
-    def take_embeddings(self) -> list:
-        done, self.jobs = self.jobs, []
-        return done
-
-    def cancel_embedding(self, job_id: int) -> None:
-        pass
 
 
 def test_tokens_reach_the_ticket_and_release_the_slot():
@@ -104,16 +35,20 @@ def test_tokens_reach_the_ticket_and_release_the_slot():
 
 
 def test_abort_reaches_the_engine():
-    engine = FakeEngine()
-    bridge = bridge_for(engine, step_delay_s=0.01)
+    engine = PacedSteps(FakeEngine())
+    bridge = bridge_for(engine)
     bridge.start()
     try:
         ticket = bridge.submit(GenRequest(prompt=(1,), max_tokens=10_000))
+        engine.permit(1)
         assert wait_for(lambda: len(ticket.events) > 0)
         bridge.abort(ticket)
+        engine.permit(1)                    # the turn in progress ends; the next one aborts
         assert wait_for(lambda: engine.aborted == [0])
         assert wait_for(lambda: bridge.stats.active_sequences == 0)
+        assert len(ticket.events) < 10_000  # cut short, not run out
     finally:
+        engine.permit(10_000)
         bridge.stop()
 
 
@@ -149,30 +84,32 @@ def test_an_engine_bug_in_add_request_is_a_failure_not_a_refusal():
 def test_engine_deadline_event_reaches_the_ticket_and_frees_the_slot():
     """The engine expires unscheduled requests itself (Engine.step -> FINISH_DEADLINE); the
     bridge only delivers that event. The real engine path: tests/e2e/test_faults.py."""
+    clock = Clock()
+
     class NeverSchedules(FakeEngine):
         def step(self):                  # like Engine.step: expire past-deadline waiters
-            now, outs = time.monotonic(), []
+            outs = []
             for rid, (req, _) in list(self.seqs.items()):
-                if now > req.deadline_s:
+                if clock() > req.deadline_s:
                     del self.seqs[rid]
                     outs.append(TokenOut(id=rid, token=None, finish=FINISH_DEADLINE))
             return outs
     engine = NeverSchedules()
-    bridge = bridge_for(engine, capacity=1, deadline_ms=50)     # the bridge sets deadline_s
+    # the bridge sets deadline_s on its clock; driven turn by turn on this thread
+    bridge = bridge_for(engine, capacity=1, deadline_ms=50, clock=clock)
     gate = bridge.gate
-    bridge.start()
-    try:
-        assert gate.waiting == 0
-        ticket = bridge.submit(GenRequest(prompt=(1,)))
-        assert ticket.request.deadline_s is not None
-        assert wait_for(lambda: ticket.is_finished and len(ticket.events) == 1)
-        # the engine's FINISH_DEADLINE TokenOut crosses the boundary as Expired (503)
-        assert ticket.events[0] == expired_event(50) and isinstance(ticket.events[0], Expired)
-        assert ticket.events[0].error().status == 503
-        assert gate.waiting == 0 and not engine.seqs
-        assert engine.aborted == []                     # the bridge did not abort it again
-    finally:
-        bridge.stop()
+    assert gate.waiting == 0
+    ticket = bridge.submit(GenRequest(prompt=(1,)))
+    assert ticket.request.deadline_s == 0.050
+    assert bridge.run_once() and not ticket.is_finished and gate.waiting == 1
+    clock.advance(0.051)
+    bridge.run_once()
+    assert ticket.is_finished and len(ticket.events) == 1
+    # the engine's FINISH_DEADLINE TokenOut crosses the boundary as Expired (503)
+    assert ticket.events[0] == expired_event(50) and isinstance(ticket.events[0], Expired)
+    assert ticket.events[0].error().status == 503
+    assert gate.waiting == 0 and not engine.seqs
+    assert engine.aborted == []                         # the bridge did not abort it again
 
 
 def test_embeddings_run_on_the_engine_thread_in_both_formats():
@@ -239,20 +176,25 @@ def test_aborting_a_queued_request_frees_its_admission_slot():
     from engine.api import EngineConfig, SamplingParams
     from engine.core.engine import Engine
     from tests.engine.core.engine_models import succ_model
-    engine = Engine(succ_model(), EngineConfig(max_num_seqs=1))     # one runs, the next waits
-    bridge = bridge_for(engine, capacity=1, step_delay_s=0.01)
+    engine = PacedSteps(Engine(succ_model(), EngineConfig(max_num_seqs=1)))  # one runs, one waits
+    bridge = bridge_for(engine, capacity=1)
     endless = SamplingParams(temperature=0.0, ignore_eos=True)
     bridge.start()
     try:
         running = bridge.submit(GenRequest(prompt=(1,), params=endless, max_tokens=60))
+        engine.permit(1)
         assert wait_for(lambda: running.is_scheduled and bridge.gate.waiting == 0)
         queued = bridge.submit(GenRequest(prompt=(2,), params=endless, max_tokens=2))
+        engine.permit(1)                    # the next turn adds it (its step then waits)
         assert wait_for(lambda: queued.engine_id is not None)     # in the engine's queue
         assert bridge.gate.waiting == 1 and not queued.is_scheduled
         bridge.abort(queued)
+        engine.permit(1)
         assert wait_for(lambda: bridge.gate.waiting == 0)
         again = bridge.submit(GenRequest(prompt=(3,), params=endless, max_tokens=2))
+        engine.permit(10_000)               # free running: the rest of `running`, then `again`
         assert wait_for(lambda: again.is_finished)                # the slot was free again
-        bridge.abort(running)
+        assert not queued.is_scheduled
     finally:
+        engine.permit(10_000)
         bridge.stop()

@@ -85,7 +85,7 @@ def test_a_long_step_in_progress_raises_the_estimate_before_any_measurement():
 def test_the_bridge_tells_the_cold_estimate_how_long_its_oldest_request_has_run():
     """Whatever `max_tokens` the clients send, a cold server's estimate grows with what
     actually ran (it was step time x budget: hours for max_tokens = 4096)."""
-    from tests.server.worker.test_admission_lockout import STEP_S, Clock, SlotEngine
+    from tests.fakes import STEP_S, Clock, SlotEngine
     clock = Clock()
     bridge = EngineBridge(SlotEngine(clock, slots=1), clock=clock,
                           queue=QueuePolicy(capacity_requests=4, deadline_ms=5000))

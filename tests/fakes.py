@@ -1,0 +1,250 @@
+"""The fakes the unit tests share: engines the bridge can drive without a model, a manual
+clock, bridges that record or never run, a table tokenizer, and a token-out shorthand.
+
+Every fake or helper that more than one test module uses lives here (or in a helper module
+beside its tests, such as tests/server/http/loop_harness.py): a test module never imports
+another test module (tests/test_layout.py checks it)."""
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+
+from engine.api import (FINISH_LENGTH, FINISH_STOP, EngineStats, GenRequest, PromptTooLong,
+                        TokenOut)
+from engine.core.embedding import EmbedDone
+from server.worker.admission import QueuePolicy
+from server.worker.bridge import EngineBridge
+
+STEP_S = 0.05                   # what one SlotEngine step takes on the manual clock
+ANSWER_TOKENS = 48              # a SlotEngine answer stops here (EOS)
+IDLE_BRIDGE_DEADLINE_MS = 1000  # an IdleBridge's queue deadline (it never runs anyway)
+PERMIT_WAIT_S = 30.0            # a PacedSteps step waits this long for its permit, then fails
+EMOJI_TABLE = {1: b"he", 2: b"llo", 3: b"\xf0\x9f", 4: b"\x98\x80", 9: b"</s>"}
+
+
+class Clock:
+    """A manual clock: `clock()` reads `now_s`; a test (or a fake engine) moves it on."""
+
+    def __init__(self, now_s: float = 0.0) -> None:
+        self.now_s = now_s
+
+    def __call__(self) -> float:
+        return self.now_s
+
+    def advance(self, seconds: float) -> None:
+        self.now_s += seconds
+
+
+def bridge_for(engine, *, capacity: int = 8, deadline_ms: int = 30_000, **kw) -> EngineBridge:
+    return EngineBridge(engine, queue=QueuePolicy(capacity_requests=capacity,
+                                                  deadline_ms=deadline_ms), **kw)
+
+
+class FakeEngine:
+    """Emits prompt[-1] + 1, +2, ... one token per step per request; refuses past running_limit."""
+
+    def __init__(self, *, running_limit: int = 8):
+        self.seqs: dict[int, list] = {}
+        self.aborted: list[int] = []
+        self.next_id = 0
+        self.running_limit = running_limit
+        self.jobs: list[EmbedDone] = []          # embeddings finished, not yet taken
+        self.next_job = 0
+
+    def add_request(self, req: GenRequest) -> int:
+        if len(self.seqs) >= self.running_limit:
+            raise PromptTooLong("no room")
+        self.seqs[self.next_id] = [req, 0]
+        self.next_id += 1
+        return self.next_id - 1
+
+    def abort(self, rid: int) -> None:
+        if self.seqs.pop(rid, None) is not None:
+            self.aborted.append(rid)
+
+    def abort_all(self) -> None:
+        for rid in list(self.seqs):
+            self.abort(rid)
+
+    def has_work(self) -> bool:
+        return bool(self.seqs)
+
+    def step(self) -> list[TokenOut]:
+        outs = []
+        for rid, entry in list(self.seqs.items()):
+            req, n = entry
+            entry[1] = n + 1
+            finish = FINISH_LENGTH if n + 1 >= req.max_tokens else None
+            outs.append(TokenOut(id=rid, token=req.prompt[-1] + n + 1, finish=finish))
+            if finish:
+                del self.seqs[rid]
+        return outs
+
+    def stats(self) -> EngineStats:
+        return EngineStats(active_sequences=len(self.seqs))
+
+    def embed(self, inputs):
+        return np.array([[float(len(x)), 0.5] for x in inputs], dtype=np.float32)
+
+    def add_embedding(self, inputs) -> int:
+        """A job finished at once: its vectors wait for `take_embeddings`."""
+        self.next_job += 1
+        self.jobs.append(EmbedDone(self.next_job, self.embed(inputs)))
+        return self.next_job
+
+    def take_embeddings(self) -> list:
+        done, self.jobs = self.jobs, []
+        return done
+
+    def cancel_embedding(self, job_id: int) -> None:
+        pass
+
+
+class SlotEngine:
+    """`slots` sequences run at once, the rest wait in order; a step takes `step_s` of the
+    manual clock and gives every running sequence one token; an answer ends at ANSWER_TOKENS."""
+
+    def __init__(self, clock: Clock, slots: int, step_s: float = STEP_S):
+        self.clock, self.slots, self.step_s = clock, slots, step_s
+        self.waiting: list[int] = []
+        self.running: dict[int, int] = {}          # engine id -> tokens made
+        self.next_id = 0
+
+    def add_request(self, request: GenRequest) -> int:
+        self.next_id += 1
+        self.waiting.append(self.next_id)
+        return self.next_id
+
+    def abort(self, rid: int) -> None:
+        self.running.pop(rid, None)
+        if rid in self.waiting:
+            self.waiting.remove(rid)
+
+    def abort_all(self) -> None:
+        self.waiting.clear()
+        self.running.clear()
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def step(self) -> list[TokenOut]:
+        while self.waiting and len(self.running) < self.slots:
+            self.running[self.waiting.pop(0)] = 0
+        self.clock.advance(self.step_s)
+        outs = []
+        for rid in list(self.running):
+            self.running[rid] += 1
+            done = self.running[rid] >= ANSWER_TOKENS
+            outs.append(TokenOut(id=rid, token=1, finish=FINISH_STOP if done else None))
+            if done:
+                del self.running[rid]
+        return outs
+
+    def stats(self) -> EngineStats:
+        return EngineStats(active_sequences=len(self.running))
+
+    def take_embeddings(self) -> list:
+        return []
+
+
+class WrappedEngine:
+    """An engine seen through a wrapper (server/serve.py's EngineWrapper seam): whatever the
+    wrapper does not define goes to the engine, attributes the bridge sets included."""
+
+    def __init__(self, engine):
+        object.__setattr__(self, "_engine", engine)
+
+    def __getattr__(self, name):
+        return getattr(self._engine, name)
+
+    def __setattr__(self, name, value):
+        if name.startswith("_"):
+            object.__setattr__(self, name, value)
+        else:                                       # e.g. the bridge's `record_steps`
+            setattr(self._engine, name, value)
+
+
+class StepDelay(WrappedEngine):
+    """Each step takes `delay_s` longer, as a slower model's would: requests run long enough
+    for an end-to-end test to watch them run and queue. The time is spent inside the step,
+    before its outputs exist, so the bridge measures it and publishes a coherent state after
+    it (a pause between steps would let the loop see a finished answer beside stale stats).
+    Not a synchronisation: the tests still wait on what they observe."""
+
+    def __init__(self, engine, delay_s: float):
+        super().__init__(engine)
+        self._delay_s = delay_s
+
+    def step(self):
+        outs = self._engine.step()
+        time.sleep(self._delay_s)                   # the work of a slower model, not a sync
+        return outs
+
+
+def step_delay(delay_s: float):
+    """The EngineWrapper that slows every step by `delay_s` (for `spawn`/`main`)."""
+    return lambda engine: StepDelay(engine, delay_s)
+
+
+class PacedSteps(WrappedEngine):
+    """Each step waits for a permit the test hands out: the engine thread steps exactly as
+    often as the test says, so "the request is still queued" holds until the test moves on."""
+
+    def __init__(self, engine):
+        super().__init__(engine)
+        self._permits = threading.Semaphore(0)
+
+    def permit(self, steps: int = 1) -> None:
+        self._permits.release(steps)
+
+    def step(self):
+        if not self._permits.acquire(timeout=PERMIT_WAIT_S):
+            raise AssertionError(f"no step permitted within {PERMIT_WAIT_S} s")
+        return self._engine.step()
+
+
+class RecordingBridge:
+    """The bridge a stream shell talks to: records the tickets it aborts."""
+
+    def __init__(self):
+        self.aborted = []
+
+    def abort(self, ticket):
+        self.aborted.append(ticket)
+
+
+class StatsOnly:
+    def stats(self) -> EngineStats:
+        return EngineStats()
+
+
+class IdleBridge(EngineBridge):
+    """A bridge whose engine thread never runs: whatever is admitted stays queued."""
+
+    def __init__(self, capacity: int):
+        super().__init__(StatsOnly(), queue=QueuePolicy(capacity_requests=capacity,
+                                                        deadline_ms=IDLE_BRIDGE_DEADLINE_MS))
+        self.embedded = []
+
+    def _post(self, command):
+        verb, ticket = command
+        if verb == "embed":
+            self.embedded.append(ticket.inputs)
+        super()._post(command)
+
+
+class FakeTokenizer:
+    """Token id -> bytes from a table; by default 3 and 4 split one emoji and 9 is the EOS."""
+
+    def __init__(self, table: dict[int, bytes] | None = None):
+        self.table = EMOJI_TABLE if table is None else table
+
+    def token_bytes(self, token: int) -> bytes:
+        return self.table[token]
+
+
+def tok(token, finish=None, logprob=0.0, top=()) -> TokenOut:
+    """One engine output of request 0."""
+    return TokenOut(id=0, token=token, finish=finish, logprob=logprob, top_logprobs=top)
