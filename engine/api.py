@@ -21,7 +21,7 @@ from engine.errors import (InvalidConfig, InvalidRequest, ModelFormatError, Prom
                            RequestRefused, UnsupportedModel)
 from engine.grammar.automaton import Grammar
 from engine.grammar.budget import MAX_COMPILE_WORK
-from engine.grammar.compile import GrammarCache, GrammarSpec, ToolCallFormat, schema_spec
+from engine.grammar.compile import CallSyntax, GrammarCache, GrammarSpec, schema_spec
 from engine.grammar.errors import GrammarError, GrammarInvalid, GrammarUnsupported
 from engine.grammar.json_schema import MAX_SCHEMA_DEPTH
 from engine.kv.blocks import PREFIX_CACHE_RULE, check_prefix_cache
@@ -36,7 +36,7 @@ from engine.types import (FINISH_DEADLINE, FINISH_LENGTH, FINISH_STOP, MAX_TOP_L
                           SpeculativeConfig, TokenOut)
 
 __all__ = [
-    "BLOCK_CACHED", "BLOCK_FREE", "BLOCK_SHARED", "BLOCK_USED", "check_context",
+    "BLOCK_CACHED", "BLOCK_FREE", "BLOCK_SHARED", "BLOCK_USED", "CallSyntax", "check_context",
     "check_prefix_cache", "check_speculative_config", "Engine", "EngineConfig",
     "EngineSnapshot", "EngineStats", "FINISH_DEADLINE", "FINISH_LENGTH", "FINISH_STOP",
     "generate_dense", "GenRequest", "Grammar", "GrammarCache", "GrammarError", "GrammarInvalid",
@@ -46,5 +46,5 @@ __all__ = [
     "PREFIX_CACHE_MODES", "PREFIX_CACHE_RULE", "PromptLogprobs", "PromptTooLong", "RequestId",
     "RequestRefused", "sample", "SamplingParams", "schema_spec", "SPECULATIVE_METHODS",
     "SPECULATIVE_RULES", "SpeculativeConfig", "StepRecord", "Tokenizer", "TokenOut",
-    "ToolCallFormat", "tune_malloc",
+    "tune_malloc",
 ]

@@ -28,20 +28,19 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Callable
 
-from engine.api import (GenRequest, Grammar, GrammarCache, Model, ModelFormatError, PromptTooLong,
-                        Tokenizer, check_context)
+from engine.api import GenRequest, Grammar
 from server.api import documents as docs
 from server.api import parse as api
 from server.worker.bridge import EngineBridge
 from server.api.defaults import SamplingDefaults
-from server.errors import ApiError, error_response, kind_response
+from server.errors import ApiError, bad, error_response, kind_response
 from server.observe.metrics import ServerMetrics
 from server.api.documents import JSON_CONTENT_TYPE, json_bytes, json_bytes_piecewise
-from server.text.messages import for_template
 from server.http.protocol import Request, Response, Stream
 from server.api.offloop import Inline, OffLoop, Outcome, outcome_of
 from server.api.responses import parse_responses
 from server.api.responses import renderer as responses_renderer
+from server.text.served import ServedModel
 from server.door.routes import API_ROUTES, resolve
 from server.observe.static import CHAT_PAGE, FAVICON, StaticFiles
 from server.api.embeddings import EmbedStream
@@ -49,7 +48,6 @@ from server.api.streams import Echo, GenerationStream, StreamContext
 from server.api.structured import Structured, compile_structured
 from server.api.toolcalls import tool_renderer
 from server.api import tools as tl
-from template import ChatFormat, TemplateError, TemplateSyntaxError
 
 log = logging.getLogger("tlserve.app")
 
@@ -69,63 +67,6 @@ class ServerState:
     """Shared, loop-thread-owned flags and counters."""
     is_draining: bool = False
     metrics: ServerMetrics = field(default_factory=ServerMetrics)
-
-
-class ServedModel:
-    """The model as the API sees it: id, chat format, tokenizer, context length.
-
-    The chat template is parsed here, once, at start-up: a broken one stops the server with
-    `ModelFormatError` naming the model file and the template's line, never a request.
-    `chat_template` (the text of a configured file) replaces the model's own when given."""
-
-    def __init__(self, model: Model, model_id: str, max_model_len: int, *,
-                 kv_capacity_tokens: int | None = None, chat_template: str | None = None):
-        self.id = model_id
-        self.model = model
-        self.tokenizer: Tokenizer = model.tokenizer
-        self.max_model_len = max_model_len
-        self.kv_capacity_tokens = kv_capacity_tokens    # the whole KV pool (None: unchecked)
-        self.created = int(time.time())
-        self.grammars = GrammarCache()          # structured outputs, compiled once per schema
-        try:
-            source = model.chat_template if chat_template is None else chat_template
-            self.chat = ChatFormat.from_source(source,
-                                               bos_token=self.tokenizer.bos_token,
-                                               eos_token=self.tokenizer.eos_token)
-        except TemplateSyntaxError as err:
-            raise ModelFormatError(model.source_path,
-                                   f"chat template does not parse: {err}") from None
-        self.reads_tools = "tools" in self.chat.template.names   # else: the default tool prompt
-        self.tool_format = tl.tool_format(self.chat.template.source, self.reads_tools)
-
-    def render(self, messages: tuple[dict, ...], *, add_generation_prompt: bool = True,
-               tools: tuple[dict, ...] = ()) -> str:
-        """`tools` reach the template's `tools` variable, or the default prompt (server/api/tools.py)."""
-        try:
-            prepared = for_template(messages, self.chat.template.iterates_content_parts)
-            if not self.reads_tools:
-                prepared, tools = tl.with_default_prompt(prepared, tools), ()
-            return self.chat.render(prepared, add_generation_prompt=add_generation_prompt,
-                                    tools=list(tools) or None)
-        except TemplateError as exc:
-            raise ApiError("template_error", exc.message, param="messages") from None
-
-    def encode(self, text: str, *, add_special_tokens: bool = False) -> list[int]:
-        """Token ids of `text`. A raw prompt is encoded as Hugging Face's `tok(text)` and vLLM
-        do (`add_special_tokens`: BOS first when the model asks for it, as Gemma's does); a
-        rendered chat template already holds its BOS."""
-        return list(self.tokenizer.encode(text, add_special_tokens=add_special_tokens))
-
-    def check_token_ids(self, ids: tuple[int, ...], param: str) -> None:
-        """Refuse client-sent token ids past the vocabulary (400 naming `param`).
-
-        Only ids the client typed need this: ids our own tokenizer produced are in range.
-        Unchecked, a bad id would fail later on the engine thread as a 500."""
-        vocab = self.tokenizer.vocab_size
-        past = [t for t in ids if t >= vocab]
-        if past:
-            raise api.bad(param, f"Token id {past[0]} in '{param}' is not in the vocabulary: "
-                                 f"token ids must be below the vocabulary size {vocab}.")
 
 
 def choice_seed(seed: int | None, choice: int) -> int | None:
@@ -250,7 +191,7 @@ class ApiApp:
             ids = (list(prompt) if isinstance(prompt, tuple)
                    else self.served.encode(prompt, add_special_tokens=True))
             if not ids:
-                raise api.bad("prompt", "The prompt must contain at least one token.")
+                raise bad("prompt", "The prompt must contain at least one token.")
             prompts.append(ids)
         echoes = None
         if spec.echo:                           # one per choice: prompt i's n choices
@@ -308,35 +249,12 @@ class ApiApp:
                      priority: int, choice: int, grammar: Grammar | None) -> GenRequest:
         """Choice 0 is exactly the n = 1 request; the others are forks of it: their own
         seed (`choice_seed`) and they wait to share the prompt's KV blocks."""
-        try:                                    # the engine's context rule, one source
-            max_tokens = check_context(len(prompt), spec.max_tokens, self.served.max_model_len)
-        except PromptTooLong as exc:
-            requested = exc.prompt_tokens + exc.completion_tokens
-            raise ApiError("context_length_exceeded",
-                           f"This model's maximum context length is {exc.max_model_len} tokens. "
-                           f"However, you requested {requested} tokens ({exc.prompt_tokens} in "
-                           f"the {prompt_param}, {exc.completion_tokens} for the completion). "
-                           f"Please reduce the length of the {prompt_param} or max_tokens.",
-                           param=prompt_param) from None
-        self._check_kv_capacity(len(prompt), spec.max_tokens, prompt_param)
+        max_tokens = self.served.max_tokens_for(len(prompt), spec.max_tokens, prompt_param)
         scored = spec.top_logprobs if spec.echo and spec.logprobs else None
         return GenRequest(prompt=tuple(prompt), params=spec.params,
                           seed=choice_seed(spec.seed, choice), max_tokens=max_tokens,
                           stop_ids=spec.stop_ids, priority=priority, prompt_logprobs=scored,
                           wait_for_prefix=choice > 0, grammar=grammar)
-
-    def _check_kv_capacity(self, prompt_tokens: int, max_tokens: int | None,
-                           prompt_param: str) -> None:
-        """A request the KV pool could never hold (even alone) is a 400 now, not a wait."""
-        pool_tokens = self.served.kv_capacity_tokens
-        needed_tokens = prompt_tokens + (1 if max_tokens is None else max_tokens)
-        if pool_tokens is not None and needed_tokens > pool_tokens:
-            raise ApiError("context_length_exceeded",
-                           f"This server's KV cache holds {pool_tokens} tokens; the request "
-                           f"needs {needed_tokens} ({prompt_tokens} in the {prompt_param}, "
-                           f"{needed_tokens - prompt_tokens} for the completion). Please "
-                           f"reduce the length of the {prompt_param} or max_tokens.",
-                           param=prompt_param)
 
     def _check_model(self, model: str) -> None:
         if model != self.served.id:
@@ -360,9 +278,7 @@ class ApiApp:
         inputs = [list(x) if isinstance(x, tuple) else self.served.encode(x)
                   for x in spec.inputs]
         for ids in inputs:
-            if not ids or len(ids) > self.served.max_model_len:
-                raise ApiError("context_length_exceeded", "Each input must have 1 to "
-                               f"{self.served.max_model_len} tokens.", param="input")
+            self.served.check_input_length(ids, "input")
         return partial(self._launch_embed, inputs, spec.encoding_format, extra)
 
     def _launch_embed(self, inputs: list[list[int]], encoding_format: str,

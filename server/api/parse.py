@@ -15,15 +15,14 @@ after parsing. The response documents live in `server/api/documents.py`.
 """
 from __future__ import annotations
 
-import json
-import math
 from dataclasses import dataclass
 from typing import Any
 
 from engine.api import MAX_TOP_LOGPROBS, SamplingParams
 from server.api.defaults import SamplingDefaults
-from server.errors import ApiError
-from server.text.messages import check_content
+from server.api.fields import (bad, boolean, integer, is_int, is_number, load_json_object,
+                               model_name, number, token_ids, unsupported)
+from server.text.messages import Message, check_content
 from server.api.structured import Structured, parse_structured
 from server.api.tools import ToolsSpec, check_tool_calls, check_tool_message, parse_tools
 
@@ -47,7 +46,7 @@ class GenSpec:
     """A validated generation request (chat or completion), before templating."""
     kind: str                                   # "chat" | "completion"
     model: str
-    messages: tuple[dict, ...] = ()             # chat: [{"role", "content", ...}]
+    messages: tuple[Message, ...] = ()          # chat: the conversation, typed once
     prompts: tuple[str | tuple[int, ...], ...] = ()   # completion: texts or token ids
     echo: bool = False                          # completion: the prompt text (and scores) first
     n: int = 1                                  # choices per prompt
@@ -75,7 +74,7 @@ class EmbedSpec:
 class TokenizeSpec:
     model: str
     prompt: str = ""
-    messages: tuple[dict, ...] = ()             # when given, the chat template renders them
+    messages: tuple[Message, ...] = ()          # when given, the chat template renders them
     # Accepted (validated as a boolean) and ignored: the prompt is always tokenized without
     # added special tokens (no BOS/EOS), which is what generation sees too.
     add_special_tokens: bool = True
@@ -86,76 +85,6 @@ class TokenizeSpec:
 class DetokenizeSpec:
     model: str
     tokens: tuple[int, ...]
-
-
-# --- small checkers: each returns the value or raises a 400 naming the field ---------------
-
-def bad(param: str, message: str) -> ApiError:
-    return ApiError("invalid_request", message, param=param)
-
-
-def unsupported(param: str, message: str) -> ApiError:
-    return ApiError("unsupported_parameter", message, param=param)
-
-
-def load_json_object(body: bytes) -> dict:
-    try:
-        document = json.loads(body.decode("utf-8"))
-    except ValueError as exc:           # bad UTF-8, bad JSON, an integer of > 4,300 digits
-        raise ApiError("invalid_json", f"We could not parse the JSON body of your request: {exc}")
-    except RecursionError:
-        raise ApiError("invalid_json", "The JSON body of your request is nested too deeply.")
-    if not isinstance(document, dict):
-        raise ApiError("invalid_json", "The request body must be a JSON object.")
-    return document
-
-
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_number(v) -> bool:
-    return (_is_int(v) or isinstance(v, float)) and math.isfinite(v)
-
-
-def number(doc: dict, name: str, default: float, lo: float, hi: float, *,
-           lo_open: bool = False) -> float:
-    v = doc.get(name)
-    if v is None:
-        return default
-    below = v <= lo if (_is_number(v) and lo_open) else (_is_number(v) and v < lo)
-    if not _is_number(v) or below or v > hi:
-        interval = f"{'(' if lo_open else '['}{lo:g}, {hi:g}]"
-        raise bad(name, f"{v!r} is not valid for '{name}': expected a number in {interval}.")
-    return float(v)
-
-
-def integer(doc: dict, name: str, default: int | None, lo: int, hi: int | None = None) -> int | None:
-    v = doc.get(name)
-    if v is None:
-        return default
-    if not _is_int(v) or v < lo or (hi is not None and v > hi):
-        upper = f" and <= {hi}" if hi is not None else ""
-        raise bad(name, f"{v!r} is not valid for '{name}': expected an integer >= {lo}{upper}.")
-    return v
-
-
-def boolean(doc: dict, name: str, default: bool = False) -> bool:
-    v = doc.get(name)
-    if v is None:
-        return default
-    if not isinstance(v, bool):
-        raise bad(name, f"{v!r} is not valid for '{name}': expected a boolean.")
-    return v
-
-
-def model_name(doc: dict) -> str:
-    v = doc.get("model", _MISSING)
-    if v is _MISSING or v is None:
-        raise bad("model", "You must provide a model parameter.")
-    if not isinstance(v, str):
-        raise bad("model", f"{v!r} is not valid for 'model': expected a string.")
-    return v
 
 
 # --- shared sampling fields ------------------------------------------------------------------
@@ -172,14 +101,6 @@ def _stop(doc: dict) -> tuple[str, ...]:
     return tuple(stops)
 
 
-def _token_ids(v: Any, name: str, *, limit: int | None = None) -> tuple[int, ...]:
-    if not isinstance(v, list) or not all(_is_int(t) and t >= 0 for t in v):
-        raise bad(name, f"'{name}' must be a list of non-negative integer token ids.")
-    if limit is not None and len(v) > limit:
-        raise bad(name, f"'{name}' allows at most {limit} entries.")
-    return tuple(v)
-
-
 def _logit_bias(doc: dict) -> tuple[tuple[int, float], ...]:
     v = doc.get("logit_bias")
     if v is None:
@@ -188,7 +109,7 @@ def _logit_bias(doc: dict) -> tuple[tuple[int, float], ...]:
         raise bad("logit_bias", "'logit_bias' must map token ids to numbers in [-100, 100].")
     out = []
     for key, bias in v.items():
-        if not (isinstance(key, str) and key.isdigit()) or not _is_number(bias) or abs(bias) > 100:
+        if not (isinstance(key, str) and key.isdigit()) or not is_number(bias) or abs(bias) > 100:
             raise bad("logit_bias", f"Invalid logit_bias entry {key!r}: {bias!r}; "
                                     "expected a token id and a number in [-100, 100].")
         out.append((int(key), float(bias)))
@@ -243,7 +164,7 @@ def _common(doc: dict, kind: str, *, default_max: int | None, logprobs: bool,
     _refuse_unsupported(doc)
     stream, include_usage = _stream_flags(doc)
     seed = doc.get("seed")
-    if seed is not None and not _is_int(seed):
+    if seed is not None and not is_int(seed):
         raise bad("seed", f"{seed!r} is not valid for 'seed': expected an integer.")
     stop_ids = doc.get("stop_token_ids")
     return dict(kind=kind, model=model_name(doc), n=integer(doc, "n", 1, 1, MAX_CHOICES),
@@ -251,14 +172,17 @@ def _common(doc: dict, kind: str, *, default_max: int | None, logprobs: bool,
                 params=_sampling(doc, logprobs=logprobs, top_logprobs=top_logprobs,
                                  defaults=defaults),
                 seed=seed, stop=_stop(doc), stream=stream, include_usage=include_usage,
-                stop_ids=() if stop_ids is None else _token_ids(stop_ids, "stop_token_ids",
+                stop_ids=() if stop_ids is None else token_ids(stop_ids, "stop_token_ids",
                                                                limit=MAX_STOP_TOKEN_IDS),
                 logprobs=logprobs, top_logprobs=top_logprobs, structured=parse_structured(doc))
 
 
 # --- chat ------------------------------------------------------------------------------------
 
-def _message(i: int, m: Any) -> dict:
+MESSAGE_FIELDS = frozenset({"role", "content", "name", "tool_calls", "tool_call_id"})
+
+
+def _message(i: int, m: Any) -> Message:
     where = f"messages[{i}]"
     if not isinstance(m, dict):
         raise bad(where, f"'{where}' must be an object with 'role' and 'content'.")
@@ -270,16 +194,18 @@ def _message(i: int, m: Any) -> dict:
     if content is None and role == "assistant":
         content = ""
     content = check_content(f"{where}.content", content)     # a string or text parts
-    out = {k: v for k, v in m.items() if v is not None}
-    out["content"] = content
-    if m.get("tool_calls") is not None:
-        out["tool_calls"] = check_tool_calls(f"{where}.tool_calls", m["tool_calls"])
+    calls = m.get("tool_calls")
+    if calls is not None:
+        calls = check_tool_calls(f"{where}.tool_calls", calls)
     if role == "tool":
         check_tool_message(where, m)
-    return out
+    return Message(role, content, name=m.get("name"), tool_calls=calls,
+                   tool_call_id=m.get("tool_call_id"),
+                   extra=tuple((k, v) for k, v in m.items()
+                               if k not in MESSAGE_FIELDS and v is not None))
 
 
-def _messages(doc: dict) -> tuple[dict, ...]:
+def _messages(doc: dict) -> tuple[Message, ...]:
     """`messages` for the chat template: 1..MAX_MESSAGES checked messages (chat, tokenize)."""
     messages = doc.get("messages")
     if not isinstance(messages, list) or not messages:
@@ -310,8 +236,8 @@ def parse_chat(body: bytes, defaults: SamplingDefaults = SamplingDefaults()) -> 
 def _one_prompt(v: Any) -> str | tuple[int, ...] | None:
     if isinstance(v, str):
         return v
-    if isinstance(v, list) and v and all(_is_int(t) for t in v):
-        return _token_ids(v, "prompt")
+    if isinstance(v, list) and v and all(is_int(t) for t in v):
+        return token_ids(v, "prompt")
     return None
 
 
@@ -358,10 +284,10 @@ def parse_embeddings(body: bytes) -> EmbedSpec:
     v = doc.get("input")
     if isinstance(v, str):
         inputs: tuple = (v,)
-    elif isinstance(v, list) and v and all(_is_int(t) for t in v):
-        inputs = (_token_ids(v, "input"),)
+    elif isinstance(v, list) and v and all(is_int(t) for t in v):
+        inputs = (token_ids(v, "input"),)
     elif isinstance(v, list) and v and all(isinstance(x, (str, list)) for x in v):
-        inputs = tuple(x if isinstance(x, str) else _token_ids(x, "input") for x in v)
+        inputs = tuple(x if isinstance(x, str) else token_ids(x, "input") for x in v)
     else:
         raise bad("input", "'input' must be a string, a list of strings, or token ids.")
     if any(len(x) == 0 for x in inputs):
@@ -398,7 +324,7 @@ def parse_tokenize(body: bytes) -> TokenizeSpec:
 
 def parse_detokenize(body: bytes) -> DetokenizeSpec:
     doc = load_json_object(body)
-    return DetokenizeSpec(model=model_name(doc), tokens=_token_ids(doc.get("tokens"), "tokens"))
+    return DetokenizeSpec(model=model_name(doc), tokens=token_ids(doc.get("tokens"), "tokens"))
 
 
 def parse_priority(value: str | None) -> int:

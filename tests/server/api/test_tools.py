@@ -1,6 +1,6 @@
 """Tool calling at the edge: validation (server/api/tools.py via parse_chat), rendering (the
 oracle's tool families byte-exact from client-shaped messages; the default tool prompt),
-parsing each family's call text (server/api/toolcalls.py) and the streamed deltas."""
+parsing each family's call text (server/text/toolparse.py) and the streamed deltas."""
 from __future__ import annotations
 
 import json
@@ -11,17 +11,17 @@ import pytest
 
 from engine.api import GenRequest, GrammarCache, TokenOut, load_model
 from server.api import documents as docs
-from server.api.app import ServedModel
 from server.worker.bridge import Ticket
 from server.errors import ApiError
-from server.text.messages import for_template
+from server.text.messages import Message, ToolCall, for_template
+from server.text.served import ServedModel
 from server.api.parse import parse_chat, parse_completion
 from server.text.gentext import Piece
 from server.api.streams import GenerationStream, StreamContext
-from server.api.toolcalls import (CallScanner, CallSplitter, ToolChatChunks, ToolChatDocument, kept_calls,
-                              split_calls, tool_renderer)
-from server.api.tools import (GRANITE, HERMES, LLAMA3_JSON, MISTRAL, call_grammar_spec,
-                          check_tools_compile, parse_tools, tool_format)
+from server.api.toolcalls import CallScanner, ToolChatChunks, ToolChatDocument, tool_renderer
+from server.api.tools import call_grammar_spec, check_tools_compile, parse_tools
+from server.text.toolformats import GRANITE, HERMES, LLAMA3_JSON, MISTRAL, tool_format
+from server.text.toolparse import CallSplitter, kept_calls, split_calls
 from template import Template
 from tests.oracle import read_jsonl
 
@@ -98,8 +98,9 @@ def test_assistant_tool_calls_history_is_accepted_with_arguments_parsed():
                     {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}]},
                 {"role": "tool", "tool_call_id": "call_1", "content": "42"}]
     spec = parse_chat(json.dumps({"model": "m", "messages": messages}).encode())
-    assert spec.messages[1]["tool_calls"] == []
-    assert spec.messages[2]["tool_calls"][0]["function"]["arguments"] == {"a": 1}
+    assert spec.messages[1].tool_calls == ()
+    assert spec.messages[2].tool_calls == (ToolCall("f", {"a": 1}, "call_1"),)
+    assert spec.messages[3] == Message("tool", "42", tool_call_id="call_1")
 
 
 # --- rendering ---------------------------------------------------------------------------------
@@ -147,10 +148,9 @@ def test_template_without_tools_gets_the_default_prompt(tiny_llama_dir, tmp_path
     (directory / "chat_template.jinja").write_text(smol["template_source"])
     served = ServedModel(load_model(directory), "tiny", 2048)
     assert served.reads_tools is False and served.tool_format == HERMES
-    history = ({"role": "user", "content": "Weather?"},
-               {"role": "assistant", "content": "", "tool_calls": [
-                   {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}]},
-               {"role": "tool", "tool_call_id": "c1", "content": "3 C"})
+    history = (Message("user", "Weather?"),
+               Message("assistant", "", tool_calls=(ToolCall("get_weather", {"city": "Oslo"}, "c1"),)),
+               Message("tool", "3 C", tool_call_id="c1"))
     prompt = served.render(history, tools=(FN,))
     assert prompt.startswith("<|im_start|>system\nYou can call functions.")
     assert json.dumps(FN["function"]) in prompt
