@@ -24,6 +24,7 @@ from server.text.messages import ToolCall
 from server.text.toolformats import HERMES, ToolCallFormat
 
 MAX_TOOLS = 128
+ARG_FRAGMENT_CHARS = 32         # a streamed call's arguments go out in pieces of this many chars
 EMPTY_PARAMETERS = {"type": "object", "properties": {}}
 
 
@@ -159,3 +160,10 @@ def check_tool_calls(where: str, value) -> tuple[ToolCall, ...]:
 def check_tool_message(where: str, message: dict) -> None:
     if message.get("tool_call_id") is not None and not isinstance(message["tool_call_id"], str):
         raise bad(f"{where}.tool_call_id", f"'{where}.tool_call_id' must be a string.")
+
+
+def argument_fragments(arguments: str) -> list[str]:
+    """A streamed call's arguments JSON in pieces (clients concatenate them: openai-python's
+    stream helper does)."""
+    return [arguments[at:at + ARG_FRAGMENT_CHARS]
+            for at in range(0, len(arguments), ARG_FRAGMENT_CHARS)]

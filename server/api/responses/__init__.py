@@ -10,6 +10,7 @@ Only the output shape differs, so it is two renderers with the shell's interface
 (server/api/streams.py), in render.py: `ResponseDocument` (one `response` object) and
 `ResponseEvents` (the typed SSE events). The package:
 
+    __init__.py the handler (`responses`)
     parse.py    the request -> `ResponsesSpec`
     tools.py    function tools, the history's call items, the answer's function_call items
     render.py   the response object and the event stream
@@ -27,7 +28,24 @@ are 422 (there is no server-side state to keep or continue), as are built-in too
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
+from server.api.chat import with_tools
+from server.api.launch import ApiContext, Endpoint, Headers, Launch, Params, launch_generation
 from server.api.responses.parse import ResponsesSpec, parse_responses
 from server.api.responses.render import renderer
+from server.http.protocol import Request
 
-__all__ = ["ResponsesSpec", "parse_responses", "renderer"]
+__all__ = ["RESPONSES", "ResponsesSpec", "parse_responses", "renderer", "responses"]
+RESPONSES = Endpoint(route="responses", id_prefix="resp", prompt_param="input")
+
+
+def responses(ctx: ApiContext, request: Request, params: Params, extra: Headers) -> Launch:
+    """The handler: the chat path (tools, template, tokens), the Responses renderer."""
+    spec = parse_responses(request.body, ctx.defaults)
+    ctx.check_model(spec.gen.model)
+    gen, offered = with_tools(ctx, spec.gen)
+    spec = replace(spec, gen=gen)
+    prompt = ctx.served.encode(ctx.served.render(gen.messages, tools=offered))
+    return launch_generation(ctx, request, gen, [prompt], RESPONSES, extra,
+                             lambda header: renderer(spec, header))

@@ -12,7 +12,7 @@ from engine.api import GrammarSpec, SamplingParams, schema_spec
 from server.api.defaults import SamplingDefaults
 from server.api.fields import (bad, boolean, integer, load_json_object, model_name, number,
                                unsupported)
-from server.api.parse import GenSpec
+from server.api.generation import GenSpec
 from server.api.responses.tools import function_call, parse_response_tools, tool_message
 from server.api.structured import Structured
 from server.text.messages import Message, check_content

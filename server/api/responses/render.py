@@ -56,7 +56,7 @@ def message_item(item_id: str, status: str, parts: list[dict]) -> dict:
 
 class _Answer:
     """What both renderers share: the ids, the request's echo, the text and calls so far.
-    With tools offered, the text runs through a `CallSplitter` (server/api/toolcalls.py)."""
+    With tools offered, the text runs through a `CallSplitter` (server/text/toolparse.py)."""
 
     def __init__(self, header: docs.Header, spec: ResponsesSpec):
         self.id, self.item_id = new_id("resp"), new_id("msg")
@@ -86,7 +86,7 @@ class _Answer:
 
     @property
     def cut(self) -> bool:
-        """A call repeated an earlier one: the answer ended there (server/api/toolcalls.py)."""
+        """A call repeated an earlier one: the answer ended there (server/text/toolparse.py)."""
         return self.splitter is not None and self.splitter.cut
 
     @property

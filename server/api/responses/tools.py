@@ -23,8 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from server.api.fields import bad, unsupported
-from server.api.toolcalls import argument_fragments
-from server.api.tools import ToolsSpec, call_arguments, parse_tools
+from server.api.tools import ToolsSpec, argument_fragments, call_arguments, parse_tools
 from server.text.messages import Message, ToolCall, check_content
 from server.text.toolformats import ToolCallFormat
 from server.text.toolparse import CallOut, new_call_id

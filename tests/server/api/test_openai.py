@@ -8,9 +8,11 @@ import pytest
 from server.api import documents as docs
 from server.errors import ApiError
 from server.text.messages import Message
-from server.api.parse import (MAX_CHOICES, MAX_COMPLETION_PROMPTS, MAX_EMBEDDING_INPUTS, parse_chat,
-                           parse_completion, parse_detokenize, parse_embeddings, parse_priority,
-                           parse_tokenize)
+from server.api.chat.parse import MAX_MESSAGES, parse_chat
+from server.api.completions import MAX_COMPLETION_PROMPTS, parse_completion
+from server.api.embeddings import MAX_EMBEDDING_INPUTS, parse_embeddings
+from server.api.generation import MAX_CHOICES, parse_priority
+from server.api.tokenize import parse_detokenize, parse_tokenize
 
 
 def chat(**fields) -> bytes:
@@ -189,7 +191,6 @@ def test_error_bodies_use_the_one_compact_json_encoding():
 
 def test_tokenize_messages_have_the_chat_bounds():
     """/v1/tokenize renders messages like chat does, so it takes the same messages."""
-    from server.api.parse import MAX_MESSAGES
     too_many = [{"role": "user", "content": "x"}] * (MAX_MESSAGES + 1)
     for parse in (parse_chat, parse_tokenize):
         err = refused(parse, json.dumps({"model": "m", "messages": too_many}).encode())

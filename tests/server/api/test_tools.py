@@ -15,10 +15,12 @@ from server.worker.bridge import Ticket
 from server.errors import ApiError
 from server.text.messages import Message, ToolCall, for_template
 from server.text.served import ServedModel
-from server.api.parse import parse_chat, parse_completion
+from server.api.chat.parse import parse_chat
+from server.api.completions import parse_completion
 from server.text.gentext import Piece
 from server.api.streams import GenerationStream, StreamContext
-from server.api.toolcalls import CallScanner, ToolChatChunks, ToolChatDocument, tool_renderer
+from server.api.chat.render import CallScanner, ToolChatChunks, ToolChatDocument
+from server.api.chat.render import renderer as chat_renderer
 from server.api.tools import call_grammar_spec, check_tools_compile, parse_tools
 from server.text.toolformats import GRANITE, HERMES, LLAMA3_JSON, MISTRAL, tool_format
 from server.text.toolparse import CallSplitter, kept_calls, split_calls
@@ -258,7 +260,7 @@ def tool_shell(stream: bool, **fields):
     """A chat stream offering FN under `tool_choice: required`, on a recording bridge."""
     spec = parse_chat(chat(tools=[FN], tool_choice="required", stream=stream, **fields))
     header = docs.Header.new("chatcmpl", "m")
-    return recorded_stream(spec, header, tool_renderer(spec, header), CALL_TOKENS)
+    return recorded_stream(spec, header, chat_renderer(spec, header), CALL_TOKENS)
 
 
 def call_token(token: int) -> TokenOut:

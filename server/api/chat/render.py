@@ -1,15 +1,16 @@
-"""Tool calls as chat answers them: OpenAI's `tool_calls`, whole or as stream deltas.
+"""The chat answer's shapes: `chat.completion` (whole) and `chat.completion.chunk` events
+(streamed), plain or with tool calls, and `renderer(spec, header)`, the chat family's one
+choice among them.
 
-The model's call text is split into content and calls by server/text/toolparse.py
-(`CallSplitter`, `split_calls`); this module renders them. Whole answers: `ToolChatDocument`
+With tools offered, the model's call text is split into content and calls by
+server/text/toolparse.py (`CallSplitter`, `split_calls`). Whole answers: `ToolChatDocument`
 puts `message.tool_calls` (ids from `new_call_id`; `function.arguments` as JSON text) and
 `finish_reason: "tool_calls"`. Streams: `ToolChatChunks` sends content as it comes, held-back
 text once it cannot start a trigger, and each call once its JSON object is complete: first
-`{index, id, type, function: {name, arguments: ""}}`, then the arguments in fragments of
-`ARG_FRAGMENT_CHARS` (openai-python's stream helper concatenates them). Per-token logprobs
-are not sent in tool-call streams. A call repeating an earlier one ends the answer: the
-renderer names the choice in its `cut`, and the stream shell (server/api/streams.py)
-aborts the engine request (finish reason "tool_calls").
+`{index, id, type, function: {name, arguments: ""}}`, then the arguments in fragments
+(server/api/tools.py `argument_fragments`). Per-token logprobs are not sent in tool-call
+streams. A call repeating an earlier one ends the answer: the renderer names the choice in
+its `cut`, and the stream shell (server/api/streams.py) aborts the engine request.
 """
 from __future__ import annotations
 
@@ -17,14 +18,51 @@ import json
 
 from engine.api import FINISH_STOP
 from server.api import documents as docs
-from server.api.parse import GenSpec
-from server.text.gentext import Piece
-from server.api.streams import ChatChunks, ChatDocument
+from server.api.generation import GenSpec
+from server.api.streams import Collected, Renderer, SseRenderer, WholeRenderer
+from server.api.documents import json_bytes
+from server.api.tools import argument_fragments
+from server.text.gentext import Piece, TokenLogprob
 from server.text.toolformats import ToolCallFormat
 from server.text.toolparse import Call, CallOut, CallSplitter, new_call_id, split_calls
+from sse import event
 
-ARG_FRAGMENT_CHARS = 32
 FINISH_TOOL_CALLS = "tool_calls"
+
+
+def _chat_entry(lp: TokenLogprob) -> dict:
+    return docs.chat_logprob_entry(lp.text, lp.raw, lp.logprob, list(lp.top))
+
+
+class ChatChunks(SseRenderer):
+    """chat.completion.chunk events; each choice's first one carries the role."""
+
+    def __init__(self, header: docs.Header, spec: GenSpec):
+        super().__init__(header, spec)
+        self._role_sent: set[int] = set()
+
+    def _frame(self, chunk: dict, index: int) -> bytes:
+        role = b""
+        if index not in self._role_sent:
+            self._role_sent.add(index)
+            role = event(json_bytes(docs.chat_chunk(self.header, {"role": "assistant",
+                                                                  "content": ""}, index=index)))
+        return role + super()._frame(chunk, index)
+
+    def _chunk(self, piece: Piece) -> dict:
+        entries = None if piece.logprob is None else [_chat_entry(piece.logprob)]
+        return docs.chat_chunk(self.header, {"content": piece.text}, piece.finish, entries,
+                               index=piece.index)
+
+    def _usage_chunk(self, usage: dict) -> dict:
+        return docs.chat_usage_chunk(self.header, usage)
+
+
+class ChatDocument(WholeRenderer):
+    def _document(self, index: int, text: str, choice: Collected, usage: dict) -> dict:
+        entries = [_chat_entry(e) for e in choice.entries] if self.logprobs else None
+        return docs.chat_completion(self.header, text, choice.finish, usage, entries,
+                                    index=index)
 
 
 def call_document(call: Call, call_id: str) -> dict:
@@ -35,7 +73,7 @@ def call_document(call: Call, call_id: str) -> dict:
 
 def chat_deltas(outs: list[str | CallOut], fmt: ToolCallFormat) -> list[dict]:
     """Content and calls -> chat `delta`s: a call's id, name and empty arguments first, then
-    its arguments in fragments of ARG_FRAGMENT_CHARS."""
+    its arguments in fragments (`argument_fragments`)."""
     deltas = []
     for out in outs:
         if isinstance(out, str):
@@ -46,10 +84,6 @@ def chat_deltas(outs: list[str | CallOut], fmt: ToolCallFormat) -> list[dict]:
         deltas += [{"tool_calls": [{"index": out.index, "function": {"arguments": fragment}}]}
                    for fragment in argument_fragments(out.arguments_json)]
     return deltas
-
-
-def argument_fragments(arguments: str) -> list[str]:
-    return [arguments[at:at + ARG_FRAGMENT_CHARS] for at in range(0, len(arguments), ARG_FRAGMENT_CHARS)]
 
 
 class CallScanner:
@@ -126,8 +160,8 @@ class ToolChatDocument(ChatDocument):
         return document
 
 
-def tool_renderer(spec: GenSpec, header: docs.Header):
-    """The renderer for a chat that offers tools (None: the plain ones)."""
-    if spec.kind != "chat" or spec.tools is None or not spec.tools.offered:
-        return None
-    return (ToolChatChunks if spec.stream else ToolChatDocument)(header, spec)
+def renderer(spec: GenSpec, header: docs.Header) -> Renderer:
+    """The chat answer's renderer: with tools offered, the tool-call shapes."""
+    if spec.tools is not None and spec.tools.offered:
+        return (ToolChatChunks if spec.stream else ToolChatDocument)(header, spec)
+    return (ChatChunks if spec.stream else ChatDocument)(header, spec)
