@@ -1,6 +1,8 @@
 """What the endpoint handlers share: `ApiContext` (the served model, the sampling defaults,
-the engine bridge, the stream context) and `launch_generation`, the one way a chat,
-completion or Responses request becomes engine requests and a `GenerationStream`.
+the engine bridge, the stream context), `with_tools` (a request's tools in the served
+template's format, their grammar asked for: chat and Responses alike) and
+`launch_generation`, the one way a chat, completion or Responses request becomes engine
+requests and a `GenerationStream`.
 
     worker thread:  priority header -> logit_bias ids -> grammar (compiled once, shared by
                     every choice) -> one GenRequest per choice (the context and KV rules of
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Callable
 
@@ -25,7 +27,8 @@ from server.api.defaults import SamplingDefaults
 from server.api.generation import GenSpec, parse_priority
 from server.api.offloop import OffLoop
 from server.api.streams import Echo, GenerationStream, Renderer, StreamContext
-from server.api.structured import compile_structured
+from server.api.structured import Structured, compile_structured
+from server.api.tools import call_grammar_spec, check_tools_compile, with_format
 from server.errors import ApiError
 from server.http.protocol import Request, Stream
 from server.text.served import ServedModel
@@ -134,3 +137,16 @@ def _gen_request(served: ServedModel, spec: GenSpec, prompt: list[int], prompt_p
                       seed=choice_seed(spec.seed, choice), max_tokens=max_tokens,
                       stop_ids=spec.stop_ids, priority=priority, prompt_logprobs=scored,
                       wait_for_prefix=choice > 0, grammar=grammar)
+
+
+def with_tools(ctx: ApiContext, spec: GenSpec) -> tuple[GenSpec, tuple[dict, ...]]:
+    """Tools validated, compiled, in the template's format, their grammar asked for; and
+    the tools the template is offered (chat and Responses alike)."""
+    if spec.tools is None:
+        return spec, ()
+    check_tools_compile(ctx.served.grammars, spec.tools)
+    spec = replace(spec, tools=with_format(spec.tools, ctx.served.tool_format))
+    grammar = call_grammar_spec(spec.tools)
+    if grammar is not None and spec.structured is None:   # auto + response_format: that one
+        spec = replace(spec, structured=Structured("tool_choice", grammar))
+    return spec, (spec.tools.tools if spec.tools.offered else ())

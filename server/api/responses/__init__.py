@@ -30,8 +30,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from server.api.chat import with_tools
-from server.api.launch import ApiContext, Endpoint, Headers, Launch, Params, launch_generation
+from server.api.launch import (ApiContext, Endpoint, Headers, Launch, Params, launch_generation,
+                               with_tools)
 from server.api.responses.parse import ResponsesSpec, parse_responses
 from server.api.responses.render import renderer
 from server.http.protocol import Request
