@@ -39,10 +39,9 @@ def _message(i: int, m: Any) -> Message:
         calls = check_tool_calls(f"{where}.tool_calls", calls)
     if role == "tool":
         check_tool_message(where, m)
-    return Message(role, content, name=m.get("name"), tool_calls=calls,
-                   tool_call_id=m.get("tool_call_id"),
-                   extra=tuple((k, v) for k, v in m.items()
-                               if k not in MESSAGE_FIELDS and v is not None))
+    extra = () if m.keys() <= MESSAGE_FIELDS else tuple(   # fields a template may read
+        (k, v) for k, v in m.items() if k not in MESSAGE_FIELDS and v is not None)
+    return Message(role, content, m.get("name"), calls, m.get("tool_call_id"), extra)
 
 
 def parse_messages(doc: dict) -> tuple[Message, ...]:
