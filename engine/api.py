@@ -28,23 +28,24 @@ from engine.kv.blocks import PREFIX_CACHE_RULE, check_prefix_cache
 from engine.memory import tune_malloc
 from engine.model.llama import generate as generate_dense
 from engine.model.loader import load_model, model_name
+from engine.model.places import DEFAULT_MODEL_DIR, user_model_dir
 from engine.model.spec import Model, ModelConfig
 from engine.tokenizer.base import Tokenizer
 from engine.types import (FINISH_DEADLINE, FINISH_LENGTH, FINISH_STOP, MAX_TOP_LOGPROBS,
                           PREFIX_CACHE_MODES, SPECULATIVE_METHODS, EngineConfig, EngineStats,
-                          GenRequest, PromptLogprobs, RequestId, SamplingParams,
+                          GenRequest, KvSize, PromptLogprobs, RequestId, SamplingParams,
                           SpeculativeConfig, TokenOut)
 
 __all__ = [
     "BLOCK_CACHED", "BLOCK_FREE", "BLOCK_SHARED", "BLOCK_USED", "CallSyntax", "check_context",
-    "check_prefix_cache", "check_speculative_config", "Engine", "EngineConfig",
+    "check_prefix_cache", "check_speculative_config", "DEFAULT_MODEL_DIR", "Engine", "EngineConfig",
     "EngineSnapshot", "EngineStats", "FINISH_DEADLINE", "FINISH_LENGTH", "FINISH_STOP",
     "generate_dense", "GenRequest", "Grammar", "GrammarCache", "GrammarError", "GrammarInvalid",
-    "GrammarSpec", "GrammarUnsupported", "InvalidConfig", "InvalidRequest", "load_model",
+    "GrammarSpec", "GrammarUnsupported", "InvalidConfig", "InvalidRequest", "KvSize", "load_model",
     "MAX_COMPILE_WORK", "MAX_SCHEMA_DEPTH", "MAX_TOP_LOGPROBS", "Model", "model_name",
     "ModelConfig", "ModelFormatError", "UnsupportedModel",
     "PREFIX_CACHE_MODES", "PREFIX_CACHE_RULE", "PromptLogprobs", "PromptTooLong", "RequestId",
     "RequestRefused", "sample", "SamplingParams", "schema_spec", "SPECULATIVE_METHODS",
     "SPECULATIVE_RULES", "SpeculativeConfig", "StepRecord", "Tokenizer", "TokenOut",
-    "tune_malloc",
+    "tune_malloc", "user_model_dir",
 ]

@@ -3,11 +3,15 @@ tuned (`EngineConfig`) and what it reports (`EngineStats`).
 
 These are plain frozen dataclasses so the server thread and the engine thread can pass
 them across a queue without sharing mutable state. This module imports nothing of the
-engine: reading it costs nothing. The server reaches these through `engine/api.py`.
+engine at run time (the grammar type only for annotations): reading it costs nothing. The server reaches these through `engine/api.py`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:                   # for the annotation only: the grammar's own module
+    from engine.grammar.automaton import Grammar
 
 RequestId = int
 
@@ -48,7 +52,7 @@ class GenRequest:
     stop_ids: tuple[int, ...] = ()  # extra stop token ids (the model's EOS ids always stop unless ignore_eos)
     priority: int = 0              # higher runs first; FCFS within a priority
     deadline_s: float | None = None  # engine-clock time by which it must be scheduled, else FINISH_DEADLINE
-    grammar: object | None = None  # an engine.grammar Grammar (compiled, immutable): constrained decoding
+    grammar: Grammar | None = None  # compiled, immutable (engine/grammar/): constrained decoding
     # Score the prompt: None = off; k = each prompt token's logprob plus the top-k
     # (0..MAX_TOP_LOGPROBS) at every position, as `PromptLogprobs` events. Such a request
     # takes no cached prefix blocks (every position must be computed). With max_tokens 0 it
@@ -125,3 +129,15 @@ class EngineStats:
     spec_draft_tokens: int = 0
     spec_accepted_tokens: int = 0
     steps_total: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class KvSize:
+    """The KV cache's fixed size, chosen at start-up (`Engine.kv_size()`)."""
+    num_blocks: int
+    block_size_tokens: int
+    nbytes: int                             # the pools' bytes (K and V, every layer)
+
+    @property
+    def capacity_tokens(self) -> int:
+        return self.num_blocks * self.block_size_tokens

@@ -28,27 +28,25 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from engine.api import (PREFIX_CACHE_MODES, PREFIX_CACHE_RULE, SPECULATIVE_METHODS,
-                        SPECULATIVE_RULES, EngineConfig, InvalidConfig, SpeculativeConfig,
-                        check_speculative_config, model_name)
+from engine.api import (DEFAULT_MODEL_DIR, PREFIX_CACHE_MODES, PREFIX_CACHE_RULE,
+                        SPECULATIVE_METHODS, SPECULATIVE_RULES, EngineConfig, InvalidConfig,
+                        SpeculativeConfig, check_speculative_config, model_name, user_model_dir)
 
 from server.api import defaults as sampling
 from server.worker.arrivals import DEFAULT_ARRIVAL_WINDOW_MS
 from server.http.connstate import parse_address
 
 ENV_PREFIX = "TL_ENGINE__"
-DEFAULT_MODEL_DIR = "artifacts/models/smol-135m"
-USER_MODEL_SUBDIR = "tl-serve/models/smol-135m"    # under $XDG_DATA_HOME (~/.local/share)
 ACCESS_LOG_STREAMS = ("stdout", "stderr", "off")   # else: a file path
 REDACTED = "<redacted>"
 MAX_ARRIVAL_WINDOW_MS = 1000                       # a longer wait would be a delay, not a window
-
-class ConfigError(ValueError):
-    """A configuration value or key was refused; the message names the key."""
-
 # Prompt-lookup speculation is on unless a config says "none": its outputs are identical by
 # construction and its guards (engine/core/speculative.py) keep it to where it is free.
 DEFAULT_SPECULATIVE = "prompt_lookup"
+
+
+class ConfigError(ValueError):
+    """A configuration value or key was refused; the message names the key."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -129,11 +127,14 @@ class Key:
     check: Callable[[Any], bool]               # a valid value?
     rule: str                                  # what the check means, for the message
 
+
 def _positive(v) -> bool:
     return v >= 1
 
+
 def _non_negative(v) -> bool:
     return v >= 0
+
 
 def _listen_ok(v: str) -> bool:
     try:
@@ -141,6 +142,7 @@ def _listen_ok(v: str) -> bool:
         return True
     except ValueError:
         return False
+
 
 _ANY = Key(str, lambda v: True, "a string")
 KEYS: dict[str, Key] = {
@@ -184,14 +186,14 @@ SPECULATIVE_KEYS: dict[str, Key] = {name: Key(kind, lambda v: True, SPECULATIVE_
                                     for name, kind in SPECULATIVE_KINDS.items()}
 ENGINE_FIELDS = ("prefill_chunk", "block_size", "kv_cache_mib", "num_kv_blocks",
                  "max_num_seqs", "max_batched_tokens", "tokens_beside_decode", "itl_target_ms",
-                 "max_model_len",
-                 "prefix_cache")
+                 "max_model_len", "prefix_cache")
 SERVE_FIELDS = ("model_dir", "model_id", "http_listen", "health_listen", "queue_capacity",
                 "queue_deadline_ms", "step_delay_s", "arrival_window_ms", "drain_timeout_s",
-                "ping_interval_s",
-                "engine_view", "trace_file", "trace_max_mib", "chat_template",
+                "ping_interval_s", "engine_view", "trace_file", "trace_max_mib", "chat_template",
                 "api_key", "cors_allow_origins", "access_log", "default_overrides")
-PATH_KEYS = ("model_dir", "api_key_file", "access_log", "trace_file", "chat_template")   # relative to the config file
+# Relative to the config file's own folder when they come from a file.
+PATH_KEYS = ("model_dir", "api_key_file", "access_log", "trace_file", "chat_template")
+
 
 def _checked(name: str, key: Key, value: Any) -> Any:
     kind_ok = (isinstance(value, key.kind) and not (key.kind is int and isinstance(value, bool))
@@ -270,14 +272,6 @@ def _relative_to(values: dict[str, Any], base_dir: str | os.PathLike | None) -> 
         if value and value not in ACCESS_LOG_STREAMS and not Path(value).is_absolute():
             values[name] = str(Path(base_dir) / value)
     return values
-
-
-def user_model_dir(env: Mapping[str, str] | None = None) -> Path:
-    """The per-user model folder an installed `tlserve` falls back to:
-    `$XDG_DATA_HOME/tl-serve/models/smol-135m` (default `~/.local/share/...`)."""
-    env = os.environ if env is None else env
-    data = env.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(data) / USER_MODEL_SUBDIR
 
 
 def _default_model_dir() -> str:

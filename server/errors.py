@@ -82,9 +82,10 @@ class ApiError(Exception):
 
 
 def error_response(err: ApiError, headers: tuple[tuple[str, str], ...] = ()) -> Response:
-    """Render an ApiError as a complete JSON response."""
+    """Render an ApiError as a complete JSON response (its message noted for the access log)."""
     all_headers = (JSON_CONTENT_TYPE,) + err.headers + tuple(headers)
-    return Response(status=err.status, headers=all_headers, body=json_bytes(err.document()))
+    return Response(status=err.status, headers=all_headers, body=json_bytes(err.document()),
+                    notes=(("error", err.message),))
 
 
 def kind_response(kind: str, message: str, headers: tuple[tuple[str, str], ...] = ()) -> Response:

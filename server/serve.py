@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
-from engine.api import (Engine, EngineConfig, ModelFormatError, UnsupportedModel, load_model,
+from engine.api import (Engine, KvSize, ModelFormatError, UnsupportedModel, load_model,
                         model_name, tune_malloc)
 from server.api import defaults as sampling
 from server.door.access import AccessLog, open_access_log
@@ -45,6 +45,7 @@ from server.config import ConfigError, ServeConfig, settings_changed
 from server.door.cors import CorsPolicy
 from server.observe.engine_view import EngineView
 from server.door.gateway import GatewayApp, LoadingApp, Switch
+from server.door.request_id import StampedApp
 from server.observe.health import HealthApp
 from server.http.connstate import BindError
 from server.http.loop import EventLoop, Listener
@@ -147,7 +148,7 @@ def bind(cfg: ServeConfig) -> ServerHandle:
     keys = {cfg.http_listen: "[engine].http_listen", cfg.health_listen: "[engine].health_listen"}
     try:
         loop = EventLoop([Listener("api", cfg.http_listen, api, True),
-                          Listener("health", cfg.health_listen, health, False)],
+                          Listener("health", cfg.health_listen, StampedApp(health), False)],
                          handle_signals=cfg.handle_signals,
                          drain_timeout_s=cfg.drain_timeout_s, on_drain=on_drain)
     except BindError as exc:
@@ -185,17 +186,17 @@ def load(cfg: ServeConfig, handle: ServerHandle, wrap_engine: EngineWrapper | No
     log.info("sampling defaults: %s", defaults.changed() or "OpenAI's (none set)")
     engine_cfg = cfg.engine
     engine = Engine(model, engine_cfg)
-    _log_kv(engine, engine_cfg)
+    _log_kv(engine.kv_size())
     queue = QueuePolicy(capacity_requests=cfg.queue_capacity, deadline_ms=cfg.queue_deadline_ms,
                         batch_slots=engine_cfg.max_num_seqs)
+    view = EngineView() if cfg.engine_view else None     # observers the worker calls
     bridge = EngineBridge(wrap_engine(engine) if wrap_engine else engine, queue=queue,
                           step_delay_s=cfg.step_delay_s,
                           arrivals=ArrivalWindow(cfg.arrival_window_ms),
-                          view=EngineView() if cfg.engine_view else None,
-                          tracer=_tracer(cfg))
+                          view=view, tracer=_tracer(cfg))
     try:                                 # the model's own template is parsed here
         served = ServedModel(model, cfg.model_id, engine.max_model_len(),
-                             kv_capacity_tokens=engine.kv.num_blocks * engine_cfg.block_size,
+                             kv_capacity_tokens=engine.kv_size().capacity_tokens,
                              chat_template=given_template)
     except ModelFormatError as exc:
         raise StartupError(f"cannot serve the model {exc.path}: {exc.problem}; give a working "
@@ -208,7 +209,7 @@ def load(cfg: ServeConfig, handle: ServerHandle, wrap_engine: EngineWrapper | No
                               ping_interval_s=cfg.ping_interval_s, defaults=defaults,
                               offloop=workers)
     loop = handle.loop
-    handle.health.current = HealthApp(bridge=bridge, state=handle.state,
+    handle.health.current = HealthApp(bridge=bridge, state=handle.state, view=view,
                                       loop_stall_s=lambda: (loop.stall.max_s,
                                                             loop.stall.max_cpu_s))
 
@@ -240,9 +241,9 @@ def log_settings(cfg: ServeConfig) -> None:
         log.info("setting %s", line)
 
 
-def _log_kv(engine: Engine, engine_cfg: EngineConfig) -> None:
-    log.info("KV cache: %d blocks of %d tokens, %.1f MiB", engine.kv.num_blocks,
-             engine_cfg.block_size, engine.kv.nbytes / 2**20)
+def _log_kv(kv: KvSize) -> None:
+    log.info("KV cache: %d blocks of %d tokens, %.1f MiB", kv.num_blocks,
+             kv.block_size_tokens, kv.nbytes / 2**20)
 
 
 def spawn(cfg: ServeConfig, wrap_engine: EngineWrapper | None = None) -> ServerHandle:

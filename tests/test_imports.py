@@ -8,8 +8,14 @@
 - server/ never imports cli/, and nothing imports the entry script;
 - the transport (server/http/) imports nothing of the application (the rest of server/),
   nor the engine, template or sse: the App renders the errors the transport finds;
-- no import cycle between modules anywhere (imports under `if TYPE_CHECKING:` are for type
-  checkers only and do not count; imports inside functions do).
+- the front door (server/door/) imports nothing of the app it wraps (server/api/app.py);
+- server/http/loop.py is the one module that imports socket, select or selectors (the
+  rest of the transport is sans-IO);
+- the engine worker and the text layer (server/worker/, server/text/) import nothing of
+  server/observe/: the trace and the engine view are passed in as observers;
+- no import cycle between modules anywhere, imports under `if TYPE_CHECKING:` and inside
+  functions included (a cycle only type checkers see is still two modules that cannot be
+  read apart); the layer rules above count run-time imports only.
 
 A failure names the module and the import that breaks the rule.
 """
@@ -37,6 +43,12 @@ FACADE = "engine.api"          # the one engine module server/ and cli/ may impo
 # ... besides the start-up hook that must run before numpy loads (engine.api loads it)
 BEFORE_NUMPY = "engine.blas_env"
 TRANSPORT = "server.http"      # sockets and HTTP bytes: knows no OpenAI meaning
+FRONT_DOOR = "server.door"      # request ids, CORS, the key, the access log, loading ...
+WRAPPED_APP = "server.api.app"  # ... in front of this app, which serve.py hands them
+SOCKET_MODULES = frozenset({"socket", "select", "selectors"})
+THE_LOOP = "server.http.loop"   # the one module that does socket I/O
+OBSERVATION = "server.observe"  # metrics, trace, engine view: passed in, never imported by ...
+OBSERVED = ("server.worker", "server.text")     # ... the engine worker and the text layer
 
 
 def module_name(path: Path) -> str:
@@ -60,12 +72,12 @@ def _is_type_checking(node: ast.If) -> bool:
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def _runtime_imports(tree: ast.AST):
-    """Import nodes, skipping the bodies of `if TYPE_CHECKING:` blocks."""
+def _runtime_imports(tree: ast.AST, typing_too: bool = False):
+    """Import nodes, skipping the bodies of `if TYPE_CHECKING:` blocks unless `typing_too`."""
     stack = [tree]
     while stack:
         node = stack.pop()
-        if isinstance(node, ast.If) and _is_type_checking(node):
+        if isinstance(node, ast.If) and _is_type_checking(node) and not typing_too:
             stack.extend(node.orelse)
             continue
         if isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -73,11 +85,13 @@ def _runtime_imports(tree: ast.AST):
         stack.extend(ast.iter_child_nodes(node))
 
 
-def imported_modules(name: str, path: Path, known: dict[str, Path]) -> set[str]:
-    """The project modules `name` imports at run time (`from p import m` names p.m if a module)."""
+def imported_modules(name: str, path: Path, known: dict[str, Path],
+                     typing_too: bool = False) -> set[str]:
+    """The project modules `name` imports at run time, or also for type checkers with
+    `typing_too` (`from p import m` names p.m if a module)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     targets: set[str] = set()
-    for node in _runtime_imports(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in _runtime_imports(ast.parse(path.read_text(encoding="utf-8")), typing_too):
         if isinstance(node, ast.Import):
             bases = [alias.name for alias in node.names]
             targets.update(b for b in bases if b.split(".")[0] in known or b in known)
@@ -127,6 +141,50 @@ def test_the_transport_imports_nothing_of_the_application(graph):
     assert not broken, "server/http/ reaching into the application:\n" + "\n".join(sorted(broken))
 
 
+def stdlib_imports(path: Path) -> set[str]:
+    """The top-level names of the modules `path` imports at run time (an annotation's
+    `if TYPE_CHECKING: import socket` makes no socket call)."""
+    names: set[str] = set()
+    for node in _runtime_imports(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_the_front_door_imports_nothing_of_the_app_it_wraps(graph):
+    broken = [f"{name} imports {target}" for name, targets in graph.items()
+              if name.startswith(FRONT_DOOR) for target in targets if target == WRAPPED_APP]
+    assert not broken, "the front door reaching into the app:\n" + "\n".join(sorted(broken))
+
+
+def test_fetching_a_model_needs_nothing_of_the_server(graph):
+    """`tlserve fetch-model` runs before any server exists (cli/fetch.py)."""
+    reached, todo = set(), ["cli.fetch"]
+    while todo:
+        name = todo.pop()
+        if name not in reached:
+            reached.add(name)
+            todo.extend(graph.get(name, ()))
+    assert not sorted(m for m in reached if m.split(".")[0] == "server")
+
+
+def test_only_the_loop_does_socket_io():
+    broken = [f"{name} imports {sorted(stdlib_imports(path) & SOCKET_MODULES)}"
+              for name, path in source_modules().items()
+              if name != THE_LOOP and stdlib_imports(path) & SOCKET_MODULES]
+    assert not broken, "socket I/O outside server/http/loop.py:\n" + "\n".join(sorted(broken))
+    assert stdlib_imports(source_modules()[THE_LOOP]) >= {"socket", "selectors"}
+
+
+def test_the_worker_and_the_text_layer_take_observers_and_import_none(graph):
+    broken = [f"{name} imports {target}" for name, targets in graph.items()
+              if name.startswith(OBSERVED) for target in targets
+              if target.startswith(OBSERVATION)]
+    assert not broken, "observation imported where it is passed in:\n" + "\n".join(sorted(broken))
+
+
 def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     """A cycle between modules (depth-first search, iterative), or None."""
     WHITE, GREY, BLACK = 0, 1, 2
@@ -150,8 +208,16 @@ def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-def test_no_import_cycles(graph):
-    cycle = _find_cycle(graph)
+@pytest.fixture(scope="module")
+def typed_graph() -> dict[str, set[str]]:
+    """The import graph with the imports under `if TYPE_CHECKING:` counted too."""
+    known = source_modules()
+    return {name: imported_modules(name, path, known, typing_too=True)
+            for name, path in known.items()}
+
+
+def test_no_import_cycles(typed_graph):
+    cycle = _find_cycle(typed_graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
@@ -162,3 +228,12 @@ def test_the_checker_sees_a_cycle_and_a_wrong_way_import():
     sample = ROOT / "engine" / "api.py"
     known = source_modules()
     assert FACADE in known and "engine.core.engine" in imported_modules(FACADE, sample, known)
+
+
+def test_type_checking_imports_count_for_cycles_only(tmp_path):
+    module = tmp_path / "a.py"
+    module.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                      "    from engine.core.chunk import Chunk\n", encoding="utf-8")
+    known = {**source_modules(), "a": module}
+    assert imported_modules("a", module, known) == set()
+    assert imported_modules("a", module, known, typing_too=True) == {"engine.core.chunk"}

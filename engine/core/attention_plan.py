@@ -31,7 +31,7 @@ from engine.kv.pools import blocks_for_tokens
 from engine.model import llama
 
 if TYPE_CHECKING:
-    from engine.core.runner import Chunk
+    from engine.core.chunk import Chunk
     from engine.kv.mirror import DecodeMirror
 
 F32 = np.float32

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.core.runner import Chunk
+from engine.core.chunk import Chunk
 from engine.errors import InvalidRequest, PromptTooLong
 from engine.kv.blocks import BlockManager
 

@@ -35,11 +35,12 @@ from engine.model import llama
 from engine.core import sampler
 from engine.errors import InvalidRequest, PromptTooLong
 from engine.types import (FINISH_DEADLINE, FINISH_LENGTH, FINISH_STOP, EngineConfig,
-                        EngineStats, GenRequest, PromptLogprobs, RequestId, TokenOut)
+                          EngineStats, GenRequest, KvSize, PromptLogprobs, RequestId, TokenOut)
 from engine.kv.blocks import BlockManager
 from engine.kv.pools import KVCache, num_blocks_for_budget
 from engine.model.spec import Model
-from engine.core.runner import Chunk, ModelRunner
+from engine.core.chunk import Chunk
+from engine.core.runner import ModelRunner
 from engine.core.scheduler import Scheduled, Scheduler, StepPlan
 from engine.core.embedding import EmbedDone, EmbeddingQueue, embed_budget_tokens
 from engine.core.sequence import Sequence
@@ -136,6 +137,10 @@ class Engine:
 
     def max_model_len(self) -> int:
         return self._max_model_len
+
+    def kv_size(self) -> KvSize:
+        return KvSize(num_blocks=self.kv.num_blocks, block_size_tokens=self.config.block_size,
+                      nbytes=self.kv.nbytes)
 
     # ----------------------------------------------------------------- the step
 

@@ -30,12 +30,12 @@ What it is not: scheduling or sampling. Chunks in, logits out.
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Callable, TypeVar
 
 import numpy as np
 
 from engine.core.attention_plan import AttentionGroup, AttentionPlanner, GatherGroup, MirrorGroup
+from engine.core.chunk import Chunk
 from engine.kv.mirror import DecodeMirror
 from engine.kv.pools import KVCache, slots_for
 from engine.model import llama
@@ -52,16 +52,6 @@ PARALLEL_MIN_ELEMENTS = 1 << 18
 # elements (rows x heads x keys; 32 rows of 256 keys): below it the hand-off (~0.3 ms to
 # wake the helper) costs more than half the work saves.
 MIRROR_PARALLEL_MIN_ELEMENTS = 1 << 16
-
-
-@dataclass(frozen=True, slots=True)
-class Chunk:
-    """Tokens of one sequence computed in this step, at positions start_pos .. start_pos+n-1."""
-    tokens: tuple[int, ...]
-    start_pos: int
-    block_table: tuple[int, ...]     # covers every position up to start_pos + n - 1
-    num_logits: int                  # the last num_logits rows need logits (0: mid-prefill)
-    seq_id: int = -1                 # identifies the sequence to the decode mirror (-1: none)
 
 
 class ModelRunner:

@@ -21,10 +21,8 @@ sane one). Drain (chapter 2.6) flips `ServerState.is_draining`: new API requests
 from __future__ import annotations
 
 import logging
-import os
-import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Callable
 
@@ -33,13 +31,14 @@ from server.api.completions import completions
 from server.api.defaults import SamplingDefaults
 from server.api.documents import json_response
 from server.api.embeddings import embeddings
-from server.api.launch import ApiContext, Headers, Params, request_id_of
+from server.api.launch import ApiContext, Headers, Params
 from server.api.models import model, models
 from server.api.offloop import Inline, OffLoop, Outcome, outcome_of
 from server.api.responses import responses
 from server.api.streams import StreamContext
 from server.api.tokenize import detokenize, tokenize
-from server.door.routes import API_ROUTES, resolve
+from server.door.request_id import id_header
+from server.door.routes import API_ROUTES, health_ok, resolve
 from server.errors import ApiError, error_response, kind_response
 from server.http.protocol import Request, Response, Stream
 from server.observe.metrics import ServerMetrics
@@ -47,13 +46,10 @@ from server.observe.static import CHAT_PAGE, FAVICON, StaticFiles
 from server.text.served import ServedModel
 from server.worker.bridge import EngineBridge
 
-__all__ = ["ApiApp", "Headers", "OFFLOOP_ROUTES", "Params", "ServerState", "health_ok",
-           "json_response", "request_id"]
+__all__ = ["ApiApp", "Headers", "OFFLOOP_ROUTES", "Params", "ServerState", "json_response"]
 log = logging.getLogger("tlserve.app")
 
 
-MAX_REQUEST_ID_CHARS = 128                      # longer client ids are replaced, not echoed
-REQUEST_ID_OK = re.compile(r"[\x21-\x7e]{1,%d}" % MAX_REQUEST_ID_CHARS)
 # The routes whose handler is the heavy, pure half, run off the loop (server/api/offloop.py):
 # it returns a `Launch` for the loop thread, or a whole Response.
 OFFLOOP_ROUTES = frozenset({"chat", "completions", "responses", "embeddings", "tokenize"})
@@ -64,13 +60,6 @@ class ServerState:
     """Shared, loop-thread-owned flags and counters."""
     is_draining: bool = False
     metrics: ServerMetrics = field(default_factory=ServerMetrics)
-
-
-def request_id(request: Request) -> str:
-    given = request.header("x-request-id")
-    if given and REQUEST_ID_OK.fullmatch(given):
-        return given
-    return f"req-{os.urandom(12).hex()}"
 
 
 class ApiApp:
@@ -104,21 +93,22 @@ class ApiApp:
     error = staticmethod(kind_response)  # App.error: the document of an error the transport found
 
     def handle(self, request: Request) -> Response | Stream:
-        extra = (("X-Request-Id", request_id(request)),)
+        extra = id_header(request)            # the id the front door stamped
         try:
             route, params = resolve(API_ROUTES, request.method, request.path)
         except ApiError as err:
-            return self._answer("unmatched", extra, Outcome(error=err))
+            return self._answer("unmatched", request, extra, Outcome(error=err))
         label = route.handler
         if self.state.is_draining and label != "healthz":
             refusal = ApiError("shutting_down", "The server is shutting down; retry elsewhere.")
-            return self._answer(label, extra, Outcome(error=refusal))
+            return self._answer(label, request, extra, Outcome(error=refusal))
         handler = partial(self.handlers[label], request, params, extra)
         if label in OFFLOOP_ROUTES:     # prepared on a worker; launched back on the loop thread
-            return self.offloop.run(handler, partial(self._answer, label, extra))
-        return self._answer(label, extra, outcome_of(handler))
+            return self.offloop.run(handler, partial(self._answer, label, request, extra))
+        return self._answer(label, request, extra, outcome_of(handler))
 
-    def _answer(self, label: str, extra: Headers, outcome: Outcome) -> Response | Stream:
+    def _answer(self, label: str, request: Request, extra: Headers,
+                outcome: Outcome) -> Response | Stream:
         """A handler's outcome as the answer, on the loop thread: a `Launch` is launched
         (admission), an ApiError becomes its OpenAI error, anything else a logged 500; the
         status of a whole Response is counted here (a stream counts its own)."""
@@ -130,15 +120,10 @@ class ApiApp:
             self.state.metrics.count_request(label, err.status)
             return error_response(err, extra)
         except Exception:                                      # noqa: BLE001
-            log.exception("request %s: handler %s failed", request_id_of(extra), label)
+            log.exception("request %s: handler %s failed", request.request_id, label)
             self.state.metrics.count_request(label, 500)
             return error_response(ApiError("internal_error", "Internal server error."), extra)
         if isinstance(result, Response):
             self.state.metrics.count_request(label, result.status)
-            return Response(status=result.status, headers=result.headers + extra,
-                            body=result.body)
+            return replace(result, headers=result.headers + extra)
         return result
-
-
-def health_ok(request: Request, params: Params, extra: Headers) -> Response:
-    return json_response(200, {"status": "ok"})

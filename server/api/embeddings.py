@@ -17,7 +17,7 @@ from typing import Callable
 from server.api import documents as docs
 from server.api.documents import JSON_CONTENT_TYPE, json_bytes, json_bytes_piecewise
 from server.api.fields import bad, is_int, load_json_object, model_name, token_ids, unsupported
-from server.api.launch import ApiContext, Headers, Launch, Params, request_id_of
+from server.api.launch import ApiContext, Headers, Launch, Params
 from server.worker.embedding_jobs import EmbedTicket
 from server.errors import ApiError
 from server.http.protocol import Request, Response, Stream, StreamPoll
@@ -75,13 +75,13 @@ def embeddings(ctx: ApiContext, request: Request, params: Params, extra: Headers
     inputs = [list(x) if isinstance(x, tuple) else ctx.served.encode(x) for x in spec.inputs]
     for ids in inputs:
         ctx.served.check_input_length(ids, "input")
-    return partial(_launch, ctx, inputs, spec.encoding_format, extra)
+    return partial(_launch, ctx, inputs, spec.encoding_format, extra, request.request_id)
 
 
 def _launch(ctx: ApiContext, inputs: list[list[int]], encoding_format: str,
-            extra: Headers) -> EmbedStream:
+            extra: Headers, request_id: str) -> EmbedStream:
     ticket = ctx.bridge.embed(inputs, encoding_format,    # 429 when the queue is full
-                              request_id=request_id_of(extra))
+                              request_id=request_id)
     return EmbedStream(ticket=ticket, model_id=ctx.served.id,
                        prompt_tokens=sum(map(len, inputs)), headers=extra,
                        on_status=ctx.count_request, offloop=ctx.offloop)

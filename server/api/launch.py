@@ -40,10 +40,6 @@ Launch = Callable[[], Stream]                   # admission -> the stream; loop 
 RenderFor = Callable[[docs.Header], Renderer]   # the endpoint's renderer, given the ids
 
 
-def request_id_of(extra: Headers) -> str:
-    return dict(extra)["X-Request-Id"]
-
-
 @dataclass(frozen=True)
 class Endpoint:
     """How a generation endpoint names itself: its route (metrics), the id prefix of its
@@ -103,19 +99,19 @@ def launch_generation(ctx: ApiContext, request: Request, spec: GenSpec,
                              grammar)
                 for prompt in prompts for j in range(spec.n)]
     return partial(_launch, ctx, requests, spec, sum(map(len, prompts)), endpoint, extra,
-                   echoes, render)
+                   echoes, render, request.request_id)
 
 
 def _launch(ctx: ApiContext, requests: list[GenRequest], spec: GenSpec, prompt_tokens: int,
             endpoint: Endpoint, extra: Headers, echoes: list[Echo] | None,
-            render: RenderFor) -> GenerationStream:
+            render: RenderFor, request_id: str) -> GenerationStream:
     """Admission, on the loop thread: the whole answer or none of it: a refusal or a 429
     on a later choice aborts the earlier ones."""
     now = ctx.clock()
     tickets = []
     try:
         for gen in requests:        # admission: a slot each in the bridge's queue, or 429
-            tickets.append(ctx.bridge.submit(gen, request_id=request_id_of(extra)))
+            tickets.append(ctx.bridge.submit(gen, request_id=request_id))
     except ApiError:
         for ticket in tickets:
             ctx.bridge.abort(ticket)

@@ -10,10 +10,14 @@ the last body byte; `bytes_sent` counts body bytes (before chunked framing); `tt
 the first generated token's delay. A field that does not apply is null. `error` holds the
 message of an error answer (status >= 400, or an SSE error event after a 200 head); a
 stream cut by the client (or a stop) is logged with `"status": 499` when no head was sent.
-A stream may offer `access_fields() -> dict` (model, tokens, finish reason, TTFT, error):
-`GenerationStream` and `EmbedStream` do. A stream that stood for work off the loop and
-turned out to be one whole answer (server/api/offloop.py) offers `whole_response`: its line
-reads as that Response's would.
+
+Every value comes from what the door and the application recorded, never from re-reading
+bodies or headers: `request_id` from the stamped `Request` (server/door/request_id.py); a
+whole `Response`'s `notes` (the error message `server/errors.py` noted, the model when the
+app knew it); a stream's `access_fields() -> dict` (model, tokens, finish reason, TTFT,
+error): `GenerationStream` and `EmbedStream` offer it. A stream that stood for work off the
+loop and turned out to be one whole answer (server/api/offloop.py) offers `whole_response`:
+its line reads as that Response's would.
 
 A stream that raises is logged once, here, with its request id and traceback, then reported
 to the transport as `AppFailure` (which closes the connection without logging it again).
@@ -33,7 +37,6 @@ log = logging.getLogger("tlserve.access")
 errors_log = logging.getLogger("tlserve.app")
 
 STATUS_CLIENT_GONE = 499                    # nginx's code: the client closed first
-MAX_SNIFF_BYTES = 64 * 1024                 # request bodies read for "model" in error lines
 ACCESS_LOGGER = "tlserve.access"
 
 
@@ -58,24 +61,6 @@ def _utc_iso(epoch_s: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(epoch_s)) + f".{millis:03d}Z"
 
 
-def _header(headers: tuple[tuple[str, str], ...], name: str) -> str | None:
-    name = name.lower()
-    return next((v for k, v in headers if k.lower() == name), None)
-
-
-def _json_field(body: bytes, *path: str):
-    """A string field of a JSON body (our own error documents, a client's "model")."""
-    if not body or len(body) > MAX_SNIFF_BYTES or not body.lstrip().startswith(b"{"):
-        return None
-    try:
-        value = json.loads(body)
-        for key in path:
-            value = value.get(key) if isinstance(value, dict) else None
-    except (ValueError, RecursionError):    # not JSON, or nested too deeply to parse
-        return None
-    return value if isinstance(value, str) else None
-
-
 @dataclass
 class Entry:
     """One request's line, filled in as the answer goes out."""
@@ -83,8 +68,11 @@ class Entry:
     started_s: float
     request: Request
     status: int | None = None
-    request_id: str | None = None
     bytes_sent: int = 0
+
+    @property
+    def request_id(self) -> str | None:
+        return self.request.request_id or None
 
     def line(self, now_s: float, fields: dict) -> str:
         r = self.request
@@ -112,21 +100,12 @@ class AccessLog:
 
     def response(self, entry: Entry, response: Response) -> None:
         entry.status = response.status
-        entry.request_id = _header(response.headers, "x-request-id")
         entry.bytes_sent = len(response.body)
-        self.write(entry, response_fields(entry.request, response))
+        self.write(entry, dict(response.notes))
 
     def write(self, entry: Entry, fields: dict) -> None:
         if self.emit is not None:
             self.emit(entry.line(self.clock(), fields))
-
-
-def response_fields(request: Request, response: Response) -> dict:
-    """The line's fields of a whole answer: the model the client named, the error's message."""
-    fields = {"model": _json_field(request.body, "model")}
-    if response.status >= 400:
-        fields["error"] = _json_field(response.body, "error", "message")
-    return fields
 
 
 class LoggedStream:
@@ -149,7 +128,6 @@ class LoggedStream:
         if out.head is not None:
             head = out.head
             self.entry.status = head.status
-            self.entry.request_id = _header(head.headers, "x-request-id")
             if self.extra_headers:
                 out.head = type(head)(status=head.status, content_length=head.content_length,
                                       headers=head.headers + self.extra_headers)
@@ -177,7 +155,7 @@ class LoggedStream:
         fields = dict(fields_of()) if fields_of is not None else {}
         whole = getattr(self.inner, "whole_response", None)
         if whole is not None:
-            fields = {**response_fields(self.entry.request, whole), **fields}
+            fields = {**dict(whole.notes), **fields}
         if extra.get("error") or not fields.get("error"):
             fields.update(extra)
         self.access.write(self.entry, fields)

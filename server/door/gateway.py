@@ -1,6 +1,8 @@
-"""What stands in front of the API application: CORS, the API key, the access log, loading.
+"""What stands in front of the API application: request id, CORS, the API key, the access log,
+loading.
 
-    request -> CORS preflight? (204) -> API key for /v1/*? (401) -> inner app
+    request -> request id stamped (door/request_id.py) -> CORS preflight? (204)
+            -> API key for /v1/*? (401) -> inner app
             -> Response: + CORS headers, one access line
             -> Stream:   wrapped in access.LoggedStream (CORS headers on its head, one line
                          when it ends)
@@ -15,13 +17,15 @@ from __future__ import annotations
 
 import logging
 
+from dataclasses import replace
+
 from server.door.access import AccessLog, LoggedStream
-from server.api.app import health_ok, request_id
 from server.door.auth import ApiKeyCheck
 from server.door.cors import CorsPolicy
+from server.door.request_id import id_header, stamped
+from server.door.routes import Route, health_ok, resolve
 from server.errors import ApiError, error_response, kind_response
 from server.http.protocol import App, Request, Response, Stream
-from server.door.routes import Route, resolve
 
 log = logging.getLogger("tlserve.app")
 
@@ -37,13 +41,12 @@ class LoadingApp:
     error = staticmethod(kind_response)
 
     def handle(self, request: Request) -> Response:
-        extra = (("X-Request-Id", request_id(request)),)
+        extra = id_header(request)
         try:
             route, params = resolve(self.routes, request.method, request.path)
             if route.handler == "healthz":
                 result = health_ok(request, params, extra)
-                return Response(status=result.status, headers=result.headers + extra,
-                                body=result.body)
+                return replace(result, headers=result.headers + extra)
             raise ApiError("model_loading", "The model is still loading; retry shortly.",
                            headers=(("Retry-After", str(LOADING_RETRY_AFTER_S)),))
         except ApiError as err:
@@ -74,19 +77,18 @@ class GatewayApp:
     error = staticmethod(kind_response)
 
     def handle(self, request: Request) -> Response | Stream:
+        request = stamped(request)              # the one id, from here to the access line
         entry = self.access.begin(request)
         preflight = self.cors.preflight(request)
         if preflight is not None:               # complete with its own CORS headers
-            result = Response(status=preflight.status, body=preflight.body, headers=(
-                preflight.headers + (("X-Request-Id", request_id(request)),)))
+            result = replace(preflight, headers=preflight.headers + id_header(request))
             self.access.response(entry, result)
             return result
         cors_headers = self.cors.headers(request)
         result = self._answer(request)
         if isinstance(result, Response):
             if cors_headers:
-                result = Response(status=result.status, headers=result.headers + cors_headers,
-                                  body=result.body)
+                result = replace(result, headers=result.headers + cors_headers)
             self.access.response(entry, result)
             return result
         return LoggedStream(result, entry, self.access, cors_headers)
@@ -94,11 +96,11 @@ class GatewayApp:
     def _answer(self, request: Request) -> Response | Stream:
         refusal = self.auth.refusal(request)
         if refusal is not None:
-            return error_response(refusal, (("X-Request-Id", request_id(request)),))
+            return error_response(refusal, id_header(request))
         try:
             return self.inner.handle(request)
         except Exception:                                       # noqa: BLE001
-            rid = request_id(request)
-            log.exception("request %s: %s %s failed", rid, request.method, request.path)
+            log.exception("request %s: %s %s failed", request.request_id, request.method,
+                          request.path)
             return error_response(ApiError("internal_error", "Internal server error."),
-                                  (("X-Request-Id", rid),))
+                                  id_header(request))

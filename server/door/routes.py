@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from server.api.documents import JSON_CONTENT_TYPE, json_bytes
 from server.errors import ApiError
+from server.http.protocol import Request, Response
 
 
 @dataclass(frozen=True)
@@ -68,3 +70,8 @@ def resolve(routes: tuple[Route, ...], method: str, path: str) -> tuple[Route, d
                        f"Method {method} is not allowed for {path}; use {', '.join(allowed)}.",
                        headers=(("Allow", ", ".join(sorted(set(allowed)))),))
     raise ApiError("route_not_found", f"Unknown request URL: {method} {path}.")
+
+
+def health_ok(request: Request, params: dict[str, str], extra: object) -> Response:
+    """`/healthz` while the process lives: both listeners, loading or loaded, answer it."""
+    return Response(status=200, headers=(JSON_CONTENT_TYPE,), body=json_bytes({"status": "ok"}))

@@ -19,6 +19,10 @@ statuses. The loop has the application render it (`App.error`, through the one t
 `server/errors.py`) and hands the `Response` to `send_error`, which ends the connection
 (RFC 9112 9.6: a server that cannot parse a request cannot find the next one).
 
+The request head's rules (request line, fields, Content-Length, Transfer-Encoding, Expect,
+keep-alive) are pure functions in `server/http/head.py`; this module finds where a head
+ends, reads bodies (Content-Length or chunked) and writes responses.
+
 What is deliberately out: trailers are parsed and dropped, transfer codings other than
 `chunked` are 501, `Upgrade` is ignored, and a request's framing is the only thing checked
 here (what a request means is the application's business).
@@ -29,30 +33,20 @@ import re
 from dataclasses import dataclass
 from http import HTTPStatus
 
+from server.http.head import FIELD_LINE, Rejected, RequestHead, asks_close, interpret_head
 from server.http.limits import HttpLimits
 from server.http.protocol import Request, Response, ResponseHead, StreamPoll
 
-# RFC 9110 5.6.2 token characters (method and header names).
-_TOKEN = rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
-# RFC 9112 3: request-line = method SP request-target SP HTTP-version
-_REQUEST_LINE = re.compile(r"(" + _TOKEN.decode() + r") ([^\x00-\x20\x7f]+) (HTTP/[0-9]\.[0-9])")
-# RFC 9112 5: field-line = field-name ":" OWS field-value OWS. No space before the colon
-# (5.1 requires a 400), no obs-fold (5.2 lets a server reject it with 400), no CR/LF/NUL.
-_FIELD_LINE = re.compile(rb"(" + _TOKEN + rb"):[ \t]*([^\x00-\x08\x0a-\x1f\x7f]*?)[ \t]*")
-# The same, for every line of a decoded header block at once (findall; one match per line).
-_FIELD_LINES = re.compile(r"^(" + _TOKEN.decode() + r"):[ \t]*([^\x00-\x08\x0a-\x1f\x7f]*?)[ \t]*\r?$",
-                          re.MULTILINE)
 # RFC 9112 7.1: chunk-size = 1*HEXDIG, then optional BWS and extensions after ';'.
 _CHUNK_SIZE = re.compile(rb"([0-9A-Fa-f]{1,16})[ \t]*(?:;.*)?")
-_DIGITS = re.compile(r"[0-9]{1,18}")
 _HEAD_END = re.compile(rb"\r?\n\r?\n")
 
-SUPPORTED_VERSIONS = ("HTTP/1.1", "HTTP/1.0")
 CONTINUE_BYTES = b"HTTP/1.1 100 Continue\r\n\r\n"
 # Headers whose framing meaning belongs to this module: the app's copies are dropped.
 _FRAMING_HEADERS = frozenset({"content-length", "transfer-encoding", "connection", "keep-alive"})
-# Request fields that decide framing, continue and keep-alive (the rest pass through).
-_FRAMING_FIELDS = frozenset({"host", "content-length", "transfer-encoding", "expect", "connection"})
+_UNSAFE_FIELD = re.compile(r"[\r\n\x00]")      # would split a header line: never sent
+# RFC 9110 15: the reason phrase of each status (an unknown code gets an empty phrase).
+_REASONS = {status.value: status.phrase for status in HTTPStatus}
 
 
 @dataclass(frozen=True)
@@ -61,11 +55,6 @@ class HttpError:
     ("malformed_http", "body_too_large", ...) to a status and document (`App.error`)."""
     kind: str
     message: str
-
-
-class _Rejected(Exception):
-    """_Rejected(kind, message), raised deep in the parser; `next_event` returns it as an
-    `HttpError` event."""
 
 
 class ProtocolMisuse(RuntimeError):
@@ -79,20 +68,6 @@ class Interim:
 
 
 IDLE, BODY, HANDLING, STREAMING, CLOSING = "IDLE", "BODY", "HANDLING", "STREAMING", "CLOSING"
-
-
-@dataclass(frozen=True)
-class _Head:
-    """A parsed request head: everything of a Request but its body, plus its framing."""
-    method: str
-    target_path: str
-    query: str
-    version: str
-    headers: tuple[tuple[str, str], ...]
-    content_length: int | None      # None with is_chunked, or no body
-    is_chunked: bool
-    expects_continue: bool
-    keep_alive: bool
 
 
 class Connection:
@@ -109,7 +84,7 @@ class Connection:
         self.state = IDLE
         self._buf = bytearray()        # received, not yet consumed (del from the front is O(1))
         self._scan_from = 0            # where the search for the end of the head resumes
-        self._head: _Head | None = None
+        self._head: RequestHead | None = None
         self._body = bytearray()
         self._chunk_left = 0           # data bytes left in the current chunk
         self._chunk_phase = "size"     # "size" | "data" | "crlf" | "trailers"
@@ -146,7 +121,7 @@ class Connection:
         can never be accepted (answer it with `send_error`), or None (need more bytes / busy)."""
         try:
             return self._next_event()
-        except _Rejected as exc:
+        except Rejected as exc:
             return HttpError(*exc.args)
 
     def _next_event(self) -> Request | Interim | None:
@@ -154,7 +129,7 @@ class Connection:
             head = self._parse_head()
             if head is None:
                 if self.is_eof and self._buf:
-                    raise _Rejected("malformed_http", "connection closed inside a request head")
+                    raise Rejected("malformed_http", "connection closed inside a request head")
                 return None
             self._start_body(head)
             if head.expects_continue and not self._buf and self._body_expected(head):
@@ -163,14 +138,14 @@ class Connection:
             body = self._read_body()
             if body is None:
                 if self.is_eof:
-                    raise _Rejected("malformed_http", "connection closed inside a request body")
+                    raise Rejected("malformed_http", "connection closed inside a request body")
                 return None
             return self._finish_request(body)
         return None
 
     # ---- the head ---------------------------------------------------------------------
 
-    def _parse_head(self) -> _Head | None:
+    def _parse_head(self) -> RequestHead | None:
         buf = self._buf
         while buf[:2] == b"\r\n" or buf[:1] == b"\n":   # RFC 9112 2.2: skip leading blank lines
             del buf[:2 if buf[:1] == b"\r" else 1]
@@ -180,26 +155,26 @@ class Connection:
         if match is None:
             self._scan_from = len(buf)
             if len(buf) > self.limits.max_header_bytes:
-                raise _Rejected("headers_too_large", "request header block too large")
+                raise Rejected("headers_too_large", "request header block too large")
             return None
         if match.end() > self.limits.max_header_bytes:
-            raise _Rejected("headers_too_large", "request header block too large")
+            raise Rejected("headers_too_large", "request header block too large")
         raw = bytes(buf[:match.start()])
         del buf[:match.end()]
         self._scan_from = 0
-        return _interpret_head(raw, self.limits)
+        return interpret_head(raw, self.limits)
 
-    def _start_body(self, head: _Head) -> None:
+    def _start_body(self, head: RequestHead) -> None:
         limit = self.limits.max_body_bytes
         if head.content_length is not None and head.content_length > limit:
-            raise _Rejected("body_too_large", f"request body exceeds {limit} bytes")
+            raise Rejected("body_too_large", f"request body exceeds {limit} bytes")
         self._head = head
         self._body = bytearray()
         self._chunk_phase, self._chunk_left, self._trailer_bytes = "size", 0, 0
         self.state = BODY
 
     @staticmethod
-    def _body_expected(head: _Head) -> bool:
+    def _body_expected(head: RequestHead) -> bool:
         return head.is_chunked or bool(head.content_length)
 
     # ---- the body ---------------------------------------------------------------------
@@ -225,10 +200,10 @@ class Connection:
                     return None
                 match = _CHUNK_SIZE.fullmatch(line)
                 if match is None:
-                    raise _Rejected("malformed_http", "invalid chunk size line")
+                    raise Rejected("malformed_http", "invalid chunk size line")
                 self._chunk_left = int(match.group(1), 16)
                 if len(self._body) + self._chunk_left > self.limits.max_body_bytes:
-                    raise _Rejected("body_too_large",
+                    raise Rejected("body_too_large",
                                     f"request body exceeds {self.limits.max_body_bytes} bytes")
                 self._chunk_phase = "data" if self._chunk_left else "trailers"
             elif self._chunk_phase == "data":
@@ -243,10 +218,10 @@ class Connection:
             elif self._chunk_phase == "crlf":
                 if len(buf) < 2:
                     if buf[:1] not in (b"", b"\r"):
-                        raise _Rejected("malformed_http", "chunk data not followed by CRLF")
+                        raise Rejected("malformed_http", "chunk data not followed by CRLF")
                     return None
                 if buf[:2] != b"\r\n":
-                    raise _Rejected("malformed_http", "chunk data not followed by CRLF")
+                    raise Rejected("malformed_http", "chunk data not followed by CRLF")
                 del buf[:2]
                 self._chunk_phase = "size"
             else:
@@ -261,15 +236,15 @@ class Connection:
                 return bytes(self._body)
             self._trailer_bytes += len(line) + 2
             if self._trailer_bytes > self.limits.max_header_bytes:
-                raise _Rejected("headers_too_large", "trailer section too large")
-            if _FIELD_LINE.fullmatch(line) is None:
-                raise _Rejected("malformed_http", "invalid trailer field")
+                raise Rejected("headers_too_large", "trailer section too large")
+            if FIELD_LINE.fullmatch(line) is None:
+                raise Rejected("malformed_http", "invalid trailer field")
 
     def _take_line(self, max_bytes: int, what: str) -> bytes | None:
         end = self._buf.find(b"\n", 0, max_bytes + 2)
         if end < 0:
             if len(self._buf) > max_bytes + 1:
-                raise _Rejected("malformed_http", f"{what} too long")
+                raise Rejected("malformed_http", f"{what} too long")
             return None
         line = bytes(self._buf[:end])
         del self._buf[:end + 1]
@@ -298,7 +273,7 @@ class Connection:
     def send_response(self, response: Response) -> bytes:
         """A whole response to the request just returned by next_event (Content-Length framed)."""
         self._expect_state(HANDLING, "send_response")
-        if _asks_close(response.headers):
+        if asks_close(response.headers):
             self._keep_alive = False
         body = b"" if self._is_head_request else response.body
         head = self._head_bytes(response.status, response.headers,
@@ -309,7 +284,7 @@ class Connection:
     def send_head(self, head: ResponseHead) -> bytes:
         """The head of a response whose body follows in send_data calls, then send_end."""
         self._expect_state(HANDLING, "send_head")
-        if _asks_close(head.headers):
+        if asks_close(head.headers):
             self._keep_alive = False
         self._out_left = head.content_length
         if head.content_length is not None:
@@ -384,115 +359,3 @@ class Connection:
         lines.append("Connection: keep-alive\r\n\r\n" if self._keep_alive
                      else "Connection: close\r\n\r\n")
         return "".join(lines).encode("latin-1", "replace")
-
-
-# ---- helpers (pure functions) ------------------------------------------------------------
-
-_UNSAFE_FIELD = re.compile(r"[\r\n\x00]")      # would split a header line: never sent
-# RFC 9110 15: the reason phrase of each status (an unknown code gets an empty phrase).
-_REASONS = {status.value: status.phrase for status in HTTPStatus}
-
-
-def _asks_close(headers) -> bool:
-    return any(name.lower() == "connection" and "close" in _tokens(value)
-               for name, value in headers)
-
-
-def _tokens(value: str) -> list[str]:
-    return [part.strip().lower() for part in value.split(",") if part.strip()]
-
-
-def _interpret_head(raw: bytes, limits: HttpLimits) -> _Head:
-    """Request line + fields -> _Head, checking every framing rule of RFC 9112."""
-    line_end = raw.find(b"\n")
-    first = raw if line_end < 0 else raw[:line_end]
-    method, path, query, version = _parse_request_line(first[:-1] if first.endswith(b"\r") else first)
-    block = b"" if line_end < 0 else raw[line_end + 1:]
-    pairs = _FIELD_LINES.findall(block.decode("latin-1")) if block else []
-    num_lines = block.count(b"\n") + 1 if block else 0
-    if num_lines > limits.max_header_count:
-        raise _Rejected("headers_too_large", f"more than {limits.max_header_count} header fields")
-    if len(pairs) != num_lines:                      # some line did not match the grammar
-        raise _Rejected("malformed_http", "invalid header field line")
-    headers = tuple((name.lower(), value) for name, value in pairs)
-    return _framing(method, path, query, version, headers)
-
-
-def _parse_request_line(line: bytes) -> tuple[str, str, str, str]:
-    match = _REQUEST_LINE.fullmatch(line.decode("latin-1"))
-    if match is None:
-        raise _Rejected("malformed_http", "invalid request line")
-    method, target, version = match.groups()
-    if version not in SUPPORTED_VERSIONS:
-        raise _Rejected("http_version_not_supported", f"{version} is not supported")
-    path, query = _split_target(target)
-    return method, path, query, version
-
-
-def _split_target(target: str) -> tuple[str, str]:
-    """RFC 9112 3.2: origin-form "/p?q", absolute-form "http://h/p?q", asterisk-form "*"."""
-    if target == "*":
-        return "*", ""
-    lowered = target[:8].lower()
-    if lowered.startswith("http://") or lowered.startswith("https://"):
-        rest = target.split("//", 1)[1]
-        slash, qmark = rest.find("/"), rest.find("?")
-        if slash < 0 or 0 <= qmark < slash:         # "http://host" or "http://host?q"
-            target = "/" + (rest[qmark:] if qmark >= 0 else "")
-        else:
-            target = rest[slash:]
-    if not target.startswith("/"):
-        raise _Rejected("malformed_http", "invalid request target")
-    target = target.split("#", 1)[0]
-    path, _, query = target.partition("?")
-    return path, query
-
-
-def _framing(method, path, query, version, headers) -> _Head:
-    """Body length, continue and keep-alive from the fields (RFC 9112 6, 9.3; RFC 9110 10.1.1)."""
-    fields: dict[str, list[str]] = {}
-    for name, value in headers:
-        if name in _FRAMING_FIELDS:
-            fields.setdefault(name, []).append(value)
-    if len(fields.get("host", ())) > 1:
-        raise _Rejected("malformed_http", "more than one Host header")
-    content_length = _content_length(fields.get("content-length"))
-    is_chunked = False
-    if "transfer-encoding" in fields:
-        if content_length is not None:
-            raise _Rejected("malformed_http", "both Content-Length and Transfer-Encoding")
-        if version == "HTTP/1.0":
-            raise _Rejected("malformed_http", "Transfer-Encoding in an HTTP/1.0 request")
-        codings = _tokens(",".join(fields["transfer-encoding"]))
-        if codings == ["chunked"]:
-            is_chunked = True
-        elif "chunked" in codings[:-1]:
-            raise _Rejected("malformed_http", "chunked is not the final transfer coding")
-        else:
-            raise _Rejected("not_implemented", "only the chunked transfer coding is supported")
-    expects_continue = False
-    if "expect" in fields and version == "HTTP/1.1":
-        if _tokens(",".join(fields["expect"])) != ["100-continue"]:
-            raise _Rejected("expectation_failed", "only Expect: 100-continue is supported")
-        expects_continue = True
-    connection = _tokens(",".join(fields.get("connection", ())))
-    if version == "HTTP/1.1":
-        keep_alive = "close" not in connection
-    else:
-        keep_alive = "keep-alive" in connection and "close" not in connection
-    return _Head(method=method, target_path=path, query=query, version=version,
-                 headers=headers, content_length=content_length, is_chunked=is_chunked,
-                 expects_continue=expects_continue, keep_alive=keep_alive)
-
-
-def _content_length(values: list[str] | None) -> int | None:
-    """RFC 9112 6.3: a list of identical decimal values is one value; anything else is 400."""
-    if values is None:
-        return None
-    parts = {part.strip() for value in values for part in value.split(",")}
-    if len(parts) != 1:
-        raise _Rejected("malformed_http", "conflicting Content-Length values")
-    (text,) = parts
-    if _DIGITS.fullmatch(text) is None:
-        raise _Rejected("malformed_http", "invalid Content-Length")
-    return int(text)

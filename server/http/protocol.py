@@ -27,6 +27,7 @@ class Request:
     body: bytes = b""
     version: str = "HTTP/1.1"                    # "HTTP/1.1" or "HTTP/1.0"
     peer: str = ""                               # "host:port" of the client
+    request_id: str = ""                         # stamped once at the front door (server/door/)
 
     def header(self, name: str, default: str | None = None) -> str | None:
         """The first value of a header (name case-insensitive)."""
@@ -42,6 +43,9 @@ class Response:
     status: int
     headers: tuple[tuple[str, str], ...] = ()    # the loop adds Content-Length and Connection
     body: bytes = b""
+    # What the application records about this answer for the access log, never sent:
+    # ("error", message) on an error answer (server/errors.py), ("model", id) when known.
+    notes: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -6,16 +6,18 @@ loop's worst stall when serve.py hands over the meter. It stays up during a drai
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable
 
-from server.api.app import Headers, Params, ServerState, health_ok, json_response, request_id
+from server.api.app import Headers, Params, ServerState, json_response
 from server.worker.bridge import EngineBridge
 from server.observe.engine_view import EngineView, snapshot_document
 from server.errors import ApiError, error_response, kind_response
 from server.http.protocol import Request, Response
 from server.observe.metrics import CONTENT_TYPE as METRICS_TYPE
 from server.observe.metrics import metrics_text
-from server.door.routes import HEALTH_ROUTES, resolve
+from server.door.request_id import id_header
+from server.door.routes import HEALTH_ROUTES, health_ok, resolve
 from server.observe.static import ENGINE_PAGE, FAVICON, StaticFiles
 
 
@@ -23,9 +25,10 @@ class HealthApp:
     """The health listener: liveness, readiness, metrics. Stays up during a drain."""
 
     def __init__(self, *, bridge: EngineBridge, state: ServerState,
-                 web: StaticFiles | None = None,
+                 web: StaticFiles | None = None, view: EngineView | None = None,
                  loop_stall_s: Callable[[], tuple[float, float]] | None = None):
         self.bridge, self.state = bridge, state
+        self.view = view                         # the engine view, None when turned off
         self.loop_stall_s = loop_stall_s         # the loop's worst (wall, CPU), if measured
         self.web = web or StaticFiles.load()
         self.handlers = {"healthz": self.healthz, "readyz": self.readyz, "metrics": self.metrics,
@@ -36,14 +39,13 @@ class HealthApp:
     error = staticmethod(kind_response)  # App.error: the document of an error the transport found
 
     def handle(self, request: Request) -> Response:
-        rid = request_id(request)
-        extra = (("X-Request-Id", rid),)
+        extra = id_header(request)            # stamped by the door (StampedApp in serve.py)
         try:
             route, params = resolve(HEALTH_ROUTES, request.method, request.path)
             result = self.handlers[route.handler](request, params, extra)
         except ApiError as err:
             return error_response(err, extra)
-        return Response(status=result.status, headers=result.headers + extra, body=result.body)
+        return replace(result, headers=result.headers + extra)
 
     def healthz(self, request: Request, params: Params, extra: Headers) -> Response:
         """Liveness: fails once the engine thread has died, so an orchestrator restarts us."""
@@ -64,10 +66,10 @@ class HealthApp:
                         body=text.encode("utf-8"))
 
     def _view(self) -> EngineView:
-        if self.bridge.view is None:
+        if self.view is None:
             raise ApiError("engine_view_off", "The engine view is turned off on this server "
                                               "([engine].engine_view = false).")
-        return self.bridge.view
+        return self.view
 
     def engine_page(self, request: Request, params: Params, extra: Headers) -> Response:
         self._view()

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from engine.api import FINISH_LENGTH, FINISH_STOP, PromptLogprobs, TokenOut, Tokenizer
-from server.worker.bridge import Event
+from server.worker.events import Event
 from server.errors import ApiError
 from sse import TextStream
 

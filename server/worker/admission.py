@@ -67,6 +67,22 @@ def queue_full_error(capacity: int, retry_s: int = RETRY_AFTER_S) -> ApiError:
                     headers=(("Retry-After", str(retry_s)),))
 
 
+def reserve_or_refusal(gate: AdmissionGate, wait_s: float, deadline_ms: int,
+                       retry_s: int) -> ApiError | None:
+    """Reserve a slot for a request that would wait `wait_s`, or the 429 to raise at once
+    (nothing reserved): past the queue deadline, or the gate full."""
+    if wait_s * 1000.0 > deadline_ms:
+        return wait_too_long_error(wait_s, deadline_ms, retry_s)
+    if not gate.try_reserve():
+        return queue_full_error(gate.capacity, retry_s)
+    return None
+
+
+def engine_down_error() -> ApiError:
+    return ApiError("engine_unavailable", "The engine thread has stopped; this server "
+                                          "cannot serve requests until it is restarted.")
+
+
 def wait_too_long_error(wait_s: float, deadline_ms: int, retry_s: int) -> ApiError:
     return ApiError("rate_limit_exceeded",
                     f"The server is busy: a new request would wait about {wait_s:.1f} s for a "

@@ -26,10 +26,9 @@ The engine's waiting list is fed only through here. A request still unscheduled
 `QueuePolicy.deadline_ms` after admission is expired by `Engine.step()` (`FINISH_DEADLINE`);
 the bridge delivers that as `Expired` (503 no_capacity).
 
-Each outcome crosses the thread boundary as its own event type: `TokenOut` (a token and/or
-the finish), `TooLong` and `Invalid` (the engine refused the request: 400s), `Failed` (a
-server error: 500, logged with the request id), `Expired` (the queue deadline: 503). Every
-non-token event knows its `ApiError`; the status comes from server/errors.py's one table.
+Each outcome crosses the thread boundary as its own event type (server/worker/events.py).
+The step trace and the engine view are observers passed in (server/worker/observers.py);
+the refusals (429, 503) are built on the admission side (server/worker/admission.py).
 
 The engine thread never formats text; the loop thread never touches numpy (embeddings
 are engine jobs packed into the steps; server/worker/embedding_jobs.py hands their vectors back
@@ -42,75 +41,20 @@ import threading
 import time
 import traceback
 from collections import deque
-from dataclasses import dataclass, replace
-from typing import Callable, ClassVar, Union
+from dataclasses import replace
+from typing import Callable
 
 from engine.api import (FINISH_DEADLINE, Engine, EngineStats, GenRequest, PromptLogprobs,
                         PromptTooLong, RequestRefused, TokenOut)
-from server.worker.admission import RETRY_AFTER_S, AdmissionGate, QueuePolicy, wait_too_long_error
+from server.worker.admission import (AdmissionGate, QueuePolicy, engine_down_error,
+                                     reserve_or_refusal)
 from server.worker.arrivals import ArrivalWindow
 from server.worker.embedding_jobs import EmbedTicket, EmbeddingJobs
-from server.observe.engine_view import EngineView
-from server.errors import ApiError
-from server.observe.trace import TraceWriter
+from server.worker.events import Event, Failed, Invalid, TooLong, expired_event
+from server.worker.observers import EngineWatcher, StepTracer
 from server.worker.waiting import RefusedClients, WaitEstimator, WaitInputs, retry_after_s
 
 log = logging.getLogger("tlserve.bridge")
-
-
-# ---- events: one type per outcome ---------------------------------------------------------
-
-@dataclass(frozen=True)
-class _Ending:
-    """An event that ends a request with an error; `KIND` is a key of server.errors.ERROR_KINDS."""
-    message: str
-    KIND: ClassVar[str] = "internal_error"
-
-    def error(self) -> ApiError:
-        return ApiError(self.KIND, self.message)
-
-
-@dataclass(frozen=True)
-class TooLong(_Ending):
-    """Refused by the engine: the prompt cannot fit (`engine.api.PromptTooLong`)."""
-    KIND: ClassVar[str] = "context_length_exceeded"
-
-
-@dataclass(frozen=True)
-class Invalid(_Ending):
-    """Refused by the engine: the request is invalid as it is (any other RequestRefused)."""
-    KIND: ClassVar[str] = "invalid_request"
-
-
-@dataclass(frozen=True)
-class Failed(_Ending):
-    """The engine raised while serving this request (a bug, never the client's fault): 500."""
-    KIND: ClassVar[str] = "internal_error"
-
-
-@dataclass(frozen=True)
-class Expired(_Ending):
-    """The request waited past the queue deadline without being scheduled: 503 (always
-    before the response head: a streamed head waits for the first token)."""
-    retry_after_s: int = RETRY_AFTER_S
-    KIND: ClassVar[str] = "no_capacity"
-
-    def error(self) -> ApiError:
-        return ApiError(self.KIND, self.message,
-                        headers=(("Retry-After", str(self.retry_after_s)),))
-
-
-Event = Union[TokenOut, PromptLogprobs, TooLong, Invalid, Failed, Expired]
-
-
-def expired_event(deadline_ms: int, retry_s: int = RETRY_AFTER_S) -> Expired:
-    return Expired(f"The request waited longer than {deadline_ms} ms for the engine to "
-                   "schedule it; try again later.", retry_s)
-
-
-def engine_down_error() -> ApiError:
-    return ApiError("engine_unavailable", "The engine thread has stopped; this server "
-                                          "cannot serve requests until it is restarted.")
 
 
 # ---- tickets --------------------------------------------------------------------------------
@@ -142,8 +86,8 @@ class EngineBridge:
     """Owns the engine thread. Public methods are thread-safe unless noted."""
 
     def __init__(self, engine: Engine, *, queue: QueuePolicy, step_delay_s: float = 0.0,
-                 clock: Callable[[], float] = time.monotonic, view: EngineView | None = None,
-                 tracer: TraceWriter | None = None, arrivals: ArrivalWindow = ArrivalWindow(0)):
+                 clock: Callable[[], float] = time.monotonic, view: EngineWatcher | None = None,
+                 tracer: StepTracer | None = None, arrivals: ArrivalWindow = ArrivalWindow(0)):
         self._engine = engine
         self._arrivals = arrivals               # an idle engine's wait for the rest of a burst
         self._clock = clock                     # the engine's clock: deadlines are compared there
@@ -231,13 +175,10 @@ class EngineBridge:
         inputs = self._wait_inputs()
         wait_s = self.estimator.wait_s(inputs)          # who is queued now decides ...
         retry_s = retry_after_s(self.estimator.retry_wait_s(inputs))   # ... the refused spread
-        try:
-            if wait_s * 1000.0 > self.queue.deadline_ms:
-                raise wait_too_long_error(wait_s, self.queue.deadline_ms, retry_s)
-            self.gate.reserve_or_raise(retry_s)
-        except ApiError:
+        refusal = reserve_or_refusal(self.gate, wait_s, self.queue.deadline_ms, retry_s)
+        if refusal is not None:
             self.refused.refused(self._clock(), retry_s)
-            raise
+            raise refusal
 
     def stop(self, timeout_s: float = 10.0) -> None:
         with self._cond:

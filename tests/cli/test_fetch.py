@@ -151,7 +151,8 @@ def test_default_model_is_present_and_verified(real_model_dir):
 def test_user_folder_is_where_the_server_falls_back_to(fake, monkeypatch, tmp_path):
     """`fetch-model --user` writes the per-user folder; a server started in a directory
     without artifacts/ (an installed command) finds the model there."""
-    from server.config import ServeConfig, user_model_dir
+    from engine.api import user_model_dir
+    from server.config import ServeConfig
     gguf, _, _ = fake
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
     monkeypatch.chdir(tmp_path)

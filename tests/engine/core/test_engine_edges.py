@@ -60,3 +60,14 @@ def test_a_prompt_of_exactly_n_cached_full_blocks_still_computes_its_last_token(
     assert engine.stats().prefix_hit_tokens == len(prompt) - 1
     assert engine.stats().kv_blocks_used == 0
 
+
+
+def test_kv_size_names_the_pools_the_engine_built():
+    model = random_model()
+    engine = Engine(model, EngineConfig(block_size=4, num_kv_blocks=6))
+    size = engine.kv_size()
+    mc = model.config
+    # K and V pools per layer, each [blocks, block_size, kv_heads, head_dim] of float32
+    pool_bytes = 6 * 4 * mc.num_kv_heads * mc.head_dim * 4
+    assert (size.num_blocks, size.block_size_tokens, size.capacity_tokens) == (6, 4, 24)
+    assert size.nbytes == 2 * mc.num_layers * pool_bytes

@@ -11,7 +11,8 @@ from engine.core import engine as engine_mod
 from engine.api import EngineConfig, GenRequest, SamplingParams
 from engine.kv.pools import KVCache
 from engine.core.attention_plan import Member, MirrorGroup
-from engine.core.runner import Chunk, ModelRunner
+from engine.core.chunk import Chunk
+from engine.core.runner import ModelRunner
 from tests.engine.core.engine_models import GREEDY, logits_of, dense_greedy, random_model, run_to_completion, tokens_of
 
 BS = 4

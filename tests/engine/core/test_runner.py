@@ -4,7 +4,8 @@ import pytest
 
 from engine.model import llama as model_mod
 from engine.kv.pools import KVCache
-from engine.core.runner import Chunk, ModelRunner
+from engine.core.chunk import Chunk
+from engine.core.runner import ModelRunner
 from tests.engine.core.engine_models import logits_of, random_model
 
 BS = 4

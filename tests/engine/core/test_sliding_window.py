@@ -96,7 +96,8 @@ def test_paged_engine_matches_dense_with_sliding_windows():
 def test_runner_logits_match_dense_logits_with_sliding_windows(chunk):
     """Logits, not only tokens: every prompt position through the runner in chunks of
     `chunk` tokens over 4-token blocks equals the dense forward's row."""
-    from engine.core.runner import Chunk, ModelRunner
+    from engine.core.chunk import Chunk
+    from engine.core.runner import ModelRunner
     from engine.kv.pools import KVCache
     model = _gemma_like()
     prompt = PROMPTS[1]

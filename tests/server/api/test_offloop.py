@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import json
 import threading
+from dataclasses import replace
 
 import pytest
 
@@ -215,8 +216,7 @@ class RecordingIdleBridge(IdleBridge):
 
 
 def post(app: ApiApp, path: str, body: bytes, rid: str = "rid-1"):
-    return app.handle(Request(method="POST", path=path, body=body,
-                              headers=(("x-request-id", rid),)))
+    return app.handle(Request(method="POST", path=path, body=body, request_id=rid))
 
 
 def answer(stream, woken):
@@ -273,9 +273,10 @@ def test_small_routes_answer_at_once(app):
 def test_the_access_line_of_an_off_loop_error_names_the_model_and_the_error():
     lines = []
     access = AccessLog(lines.append)
-    request = Request(method="POST", path="/v1/chat/completions", body=b'{"model": "succ"}')
-    inner = Inline().run(lambda: None, lambda outcome: error_response(
-        ApiError("invalid_request", "bad messages", param="messages"), ()))
+    request = Request(method="POST", path="/v1/chat/completions", body=b"")
+    error = error_response(ApiError("invalid_request", "bad messages", param="messages"), ())
+    noted = replace(error, notes=error.notes + (("model", "succ"),))   # what the app recorded
+    inner = Inline().run(lambda: None, lambda outcome: noted)
     stream = LoggedStream(inner, access.begin(request), access)
     assert stream.poll(0.0).done
     line = json.loads(lines[0])

@@ -11,7 +11,8 @@ from openai.types.responses import Response, ResponseStreamEvent
 
 from engine.api import FINISH_LENGTH, FINISH_STOP, GenRequest, GrammarSpec, TokenOut
 from server.api import documents as docs
-from server.worker.bridge import Failed, Ticket
+from server.worker.bridge import Ticket
+from server.worker.events import Failed
 from server.api.defaults import SamplingDefaults
 from server.errors import ApiError
 from server.api.responses import parse_responses, renderer

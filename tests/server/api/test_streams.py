@@ -6,7 +6,8 @@ import json
 
 from engine.api import FINISH_LENGTH, FINISH_STOP, GenRequest, TokenOut
 from server.api import documents as docs
-from server.worker.bridge import Expired, Failed, Invalid, Ticket, TooLong
+from server.worker.bridge import Ticket
+from server.worker.events import Expired, Failed, Invalid, TooLong
 from server.errors import ApiError
 from server.api.chat.render import ChatChunks, ChatDocument
 from server.api.chat.render import renderer as chat_renderer

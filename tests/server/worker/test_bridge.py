@@ -13,7 +13,8 @@ from engine.api import (FINISH_DEADLINE, FINISH_LENGTH, EngineStats, GenRequest,
                         TokenOut)
 from engine.core.embedding import EmbedDone
 from server.worker.admission import QueuePolicy
-from server.worker.bridge import EngineBridge, Expired, Failed, TooLong, expired_event
+from server.worker.bridge import EngineBridge
+from server.worker.events import Expired, Failed, TooLong, expired_event
 from server.errors import ApiError
 from tests.polling import wait_for
 
