@@ -26,7 +26,6 @@ from engine.grammar.errors import GrammarError, GrammarInvalid, GrammarUnsupport
 from engine.grammar.json_schema import MAX_SCHEMA_DEPTH
 from engine.kv.blocks import PREFIX_CACHE_RULE, check_prefix_cache
 from engine.memory import tune_malloc
-from engine.model.llama import generate as generate_dense
 from engine.model.loader import load_model, model_name
 from engine.model.places import DEFAULT_MODEL_DIR, user_model_dir
 from engine.model.spec import Model, ModelConfig
@@ -40,7 +39,7 @@ __all__ = [
     "BLOCK_CACHED", "BLOCK_FREE", "BLOCK_SHARED", "BLOCK_USED", "CallSyntax", "check_context",
     "check_prefix_cache", "check_speculative_config", "DEFAULT_MODEL_DIR", "Engine", "EngineConfig",
     "EngineSnapshot", "EngineStats", "FINISH_DEADLINE", "FINISH_LENGTH", "FINISH_STOP",
-    "generate_dense", "GenRequest", "Grammar", "GrammarCache", "GrammarError", "GrammarInvalid",
+    "GenRequest", "Grammar", "GrammarCache", "GrammarError", "GrammarInvalid",
     "GrammarSpec", "GrammarUnsupported", "InvalidConfig", "InvalidRequest", "KvSize", "load_model",
     "MAX_COMPILE_WORK", "MAX_SCHEMA_DEPTH", "MAX_TOP_LOGPROBS", "Model", "model_name",
     "ModelConfig", "ModelFormatError", "UnsupportedModel",
