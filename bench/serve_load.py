@@ -102,12 +102,13 @@ def stream_client(host: str, port: int, concurrency: int, max_tokens: int) -> di
 
 
 def offline(model, engine_cfg: EngineConfig, concurrency: int, max_tokens: int) -> dict:
-    from server.api.app import ServedModel
+    from server.text.messages import Message
+    from server.text.served import ServedModel
     served = ServedModel(model, "smol-135m", model.config.max_position_embeddings)
     engine = Engine(model, engine_cfg)
     params = SamplingParams(temperature=0.0, ignore_eos=True)
     for i in range(concurrency):
-        ids = served.encode(served.render([{"role": "user", "content": prompt_for(i)}]))
+        ids = served.encode(served.render((Message("user", prompt_for(i)),)))
         engine.add_request(GenRequest(prompt=tuple(ids), params=params, max_tokens=max_tokens))
     start, tokens = time.perf_counter(), 0
     while engine.has_work():

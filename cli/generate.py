@@ -1,32 +1,35 @@
 """The offline generator: `python tlserve.py generate --model-dir DIR --prompt "..."`.
 
-What it is: a person's way to talk to a model without a server. It loads the model,
-renders the prompt as one user message through the model's chat template (or uses the
-text as is with `--raw`), runs the dense reference model (`engine/model/llama.py`) with its
-contiguous K/V cache and the request sampler (`engine/core/sampler.py`), and prints the answer
-as it is produced.
+What it is: a person's way to talk to a model without a server, on the serving path's own
+pieces. It loads the model, and the text layer (server/text/) does what it does for the
+API: `ServedModel` renders the prompt as one user message through the model's chat
+template (or takes the text as is with `--raw`) and encodes it, the paged engine
+(`engine.api.Engine`) generates, and `GenerationText` turns its events into text:
+incremental UTF-8 (a token may end in the middle of a character), `--stop` strings (the
+text stops before them and the engine request is aborted), the EOS token never printed.
+The answer is printed as it is produced.
 
-What it is not: the serving path. No batching, no paged cache, no HTTP.
-
-Text streams at token granularity, but a token may end in the middle of a UTF-8
-character (an emoji is often three tokens), so bytes go through the server's
-`sse.TextStream` (no stop strings), which holds an incomplete tail back until the next
-token completes it; invalid bytes become U+FFFD.
+What it is not: a server. One request, no HTTP, no admission queue.
 """
 from __future__ import annotations
 
 import argparse
+import math
 import sys
-from typing import Iterable, Iterator, TextIO
+from typing import Iterator, TextIO
 
-from engine.api import (ModelFormatError, SamplingParams, generate_dense, load_model,
-                        sample)
-from sse import TextStream
-from template import ChatFormat, TemplateSyntaxError
+from engine.api import (Engine, EngineConfig, GenRequest, Model, ModelFormatError,
+                        SamplingParams, load_model)
+from server.errors import ApiError
+from server.text.gentext import GenerationText
+from server.text.messages import Message
+from server.text.served import ServedModel
 
 DEFAULT_MAX_TOKENS = 256
 DEFAULT_TEMPERATURE = 0.7
 DEFAULT_SEED = 0
+MODEL_ID = "offline"            # the served model's name (no client asks for it)
+SPARE_BLOCKS = 1                # KV blocks beyond the sequence's own (the engine's reserve)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -41,6 +44,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="0 = greedy")
     parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    parser.add_argument("--stop", action="append", default=[], metavar="TEXT",
+                        help="stop before this text (may be given more than once)")
     args = parser.parse_args(argv)
     if args.max_tokens < 1:
         parser.error("--max-tokens must be at least 1")
@@ -51,64 +56,46 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def render_prompt(loaded, prompt: str, *, raw: bool) -> str:
-    """The text the model reads: the prompt itself (raw) or one chat-templated user turn.
-
-    The model's template is parsed here (TemplateSyntaxError for a broken one)."""
-    if raw:
-        return prompt
-    tok = loaded.tokenizer
-    chat = ChatFormat.from_source(loaded.chat_template, bos_token=tok.bos_token,
-                                  eos_token=tok.eos_token)
-    return chat.render([{"role": "user", "content": prompt}], add_generation_prompt=True)
+def served_model(model: Model) -> ServedModel:
+    """The text layer over `model` (its chat template parsed: ModelFormatError if broken)."""
+    return ServedModel(model, MODEL_ID, model.config.max_position_embeddings)
 
 
-def make_sample_fn(params: SamplingParams, *, seed: int, prompt_ids: Iterable[int]):
-    """A stateful `sample_fn(logits_row) -> id` for `engine.api.generate_dense`.
-
-    It numbers its draws (sample_index 0, 1, ...) and counts the tokens it returned, so
-    penalties and the seeded stream behave as in the server.
-    """
-    counts: dict[int, int] = {}
-    prompt_set = frozenset(int(t) for t in prompt_ids)
-    index = [0]
-
-    def sample_fn(logits_row) -> int:
-        result = sample(logits_row, params, seed=seed, sample_index=index[0],
-                                output_counts=counts, prompt_tokens=prompt_set)
-        index[0] += 1
-        counts[result.token] = counts.get(result.token, 0) + 1
-        return result.token
-
-    return sample_fn
+def render_prompt(served: ServedModel, prompt: str, *, raw: bool) -> str:
+    """The text the model reads: the prompt itself (raw) or one chat-templated user turn."""
+    return prompt if raw else served.render((Message("user", prompt),))
 
 
-def stream_text(pieces: Iterable[bytes]) -> Iterator[str]:
-    """Token bytes in -> text pieces out, holding back incomplete UTF-8 sequences."""
-    stream = TextStream()
-    for chunk in pieces:
-        text = stream.push(chunk)
-        if text:
-            yield text
-    tail = stream.finish()
-    if tail:
-        yield tail
+def engine_for(served: ServedModel, needed_tokens: int) -> Engine:
+    """A paged engine with room for one sequence of `needed_tokens`."""
+    block_tokens = EngineConfig().block_size
+    return Engine(served.model, EngineConfig(
+        max_num_seqs=1, prefix_cache="none", max_model_len=served.max_model_len,
+        num_kv_blocks=math.ceil(needed_tokens / block_tokens) + SPARE_BLOCKS))
 
 
-def generate_text(loaded, prompt_text: str, *, max_tokens: int, params: SamplingParams,
-                  seed: int) -> Iterator[str]:
-    """Encode, generate with the dense model and yield the answer's text as it grows.
-
-    End-of-sequence tokens (the config's, which the loader merged with the tokenizer's)
-    stop the generation and are not printed.
-    """
-    tok = loaded.tokenizer
-    ids = tok.encode(prompt_text)
-    stops = frozenset(loaded.config.eos_token_ids)
-    sample_fn = make_sample_fn(params, seed=seed, prompt_ids=ids)
-    tokens = generate_dense(loaded.config, loaded.weights, ids, max_new_tokens=max_tokens,
-                            stop_ids=stops, sample_fn=sample_fn)
-    yield from stream_text(tok.token_bytes(t) for t in tokens if t not in stops)
+def generate_text(served: ServedModel, prompt_text: str, *, max_tokens: int,
+                  params: SamplingParams, seed: int, stop: tuple[str, ...] = ()) -> Iterator[str]:
+    """Encode, generate on the paged engine and yield the answer's text as it grows
+    (ApiError when the prompt and `max_tokens` do not fit the context)."""
+    ids = served.encode(prompt_text)
+    budget_tokens = served.max_tokens_for(len(ids), max_tokens, "prompt")
+    engine = engine_for(served, len(ids) + budget_tokens)
+    request_id = engine.add_request(GenRequest(prompt=tuple(ids), params=params, seed=seed,
+                                               max_tokens=budget_tokens))
+    text = GenerationText(tokenizer=served.tokenizer, stop=stop, logprobs=False,
+                          top_logprobs=0, on_stop=lambda: engine.abort(request_id))
+    while engine.has_work():
+        for event in engine.step():
+            piece = text.feed(event)
+            if isinstance(piece, ApiError):
+                raise piece
+            if piece is None:
+                continue
+            if piece.text:
+                yield piece.text
+            if piece.finish is not None:
+                return
 
 
 def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
@@ -116,16 +103,16 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     out = out or sys.stdout
     try:
-        loaded = load_model(args.model_dir)
-        prompt_text = render_prompt(loaded, args.prompt, raw=args.raw)
-    except (ModelFormatError, TemplateSyntaxError) as e:
+        served = served_model(load_model(args.model_dir))
+        prompt_text = render_prompt(served, args.prompt, raw=args.raw)
+        params = SamplingParams(temperature=args.temperature, top_p=args.top_p)
+        for piece in generate_text(served, prompt_text, max_tokens=args.max_tokens,
+                                   params=params, seed=args.seed, stop=tuple(args.stop)):
+            out.write(piece)
+            out.flush()
+    except (ModelFormatError, ApiError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    params = SamplingParams(temperature=args.temperature, top_p=args.top_p)
-    for piece in generate_text(loaded, prompt_text, max_tokens=args.max_tokens,
-                               params=params, seed=args.seed):
-        out.write(piece)
-        out.flush()
     out.write("\n")
     out.flush()
     return 0

@@ -25,12 +25,11 @@ from engine.errors import (InputTooLong, InvalidConfig, InvalidRequest, ModelFor
                            PromptTooLong, RequestRefused, UnsupportedModel)
 from engine.grammar.automaton import Grammar
 from engine.grammar.budget import MAX_COMPILE_WORK
-from engine.grammar.compile import GrammarCache, GrammarSpec, ToolCallFormat, schema_spec
+from engine.grammar.compile import CallSyntax, GrammarCache, GrammarSpec, schema_spec
 from engine.grammar.errors import GrammarError, GrammarInvalid, GrammarUnsupported
 from engine.grammar.json_schema import MAX_SCHEMA_DEPTH
 from engine.kv.blocks import PREFIX_CACHE_RULE, check_prefix_cache
 from engine.memory import tune_malloc
-from engine.model.llama import generate as generate_dense
 from engine.model.loader import KIND_CHAT, KIND_EMBEDDING, load_model, model_kind, model_name
 from engine.model.places import DEFAULT_MODEL_DIR, user_model_dir
 from engine.model.spec import Model, ModelConfig
@@ -41,10 +40,10 @@ from engine.types import (FINISH_DEADLINE, FINISH_LENGTH, FINISH_STOP, MAX_TOP_L
                           SpeculativeConfig, TokenOut)
 
 __all__ = [
-    "BLOCK_CACHED", "BLOCK_FREE", "BLOCK_SHARED", "BLOCK_USED", "check_context",
+    "BLOCK_CACHED", "BLOCK_FREE", "BLOCK_SHARED", "BLOCK_USED", "CallSyntax", "check_context",
     "check_prefix_cache", "check_speculative_config", "DEFAULT_MODEL_DIR", "Encoder", "Engine",
     "EngineConfig", "EngineSnapshot", "EngineStats", "FINISH_DEADLINE", "FINISH_LENGTH",
-    "FINISH_STOP", "generate_dense", "GenRequest", "Grammar", "GrammarCache", "GrammarError",
+    "FINISH_STOP", "GenRequest", "Grammar", "GrammarCache", "GrammarError",
     "GrammarInvalid", "GrammarSpec", "GrammarUnsupported", "InputTooLong", "InvalidConfig",
     "InvalidRequest", "KIND_CHAT", "KIND_EMBEDDING", "KvSize", "load_encoder", "load_model",
     "model_kind",
@@ -53,5 +52,5 @@ __all__ = [
     "PREFIX_CACHE_MODES", "PREFIX_CACHE_RULE", "PromptLogprobs", "PromptTooLong", "RequestId",
     "RequestRefused", "sample", "SamplingParams", "schema_spec", "SPECULATIVE_METHODS",
     "SPECULATIVE_RULES", "SpeculativeConfig", "StepRecord", "Tokenizer", "TokenOut",
-    "ToolCallFormat", "tune_malloc", "user_model_dir",
+    "tune_malloc", "user_model_dir",
 ]

@@ -92,3 +92,13 @@ def kind_response(kind: str, message: str, headers: tuple[tuple[str, str], ...] 
     """The document for an error kind the transport found (`App.error`): a framing error
     kind from server/http/http11.py, or "internal_error" when the application raised."""
     return error_response(ApiError(kind, message), headers)
+
+
+def bad(param: str, message: str) -> ApiError:
+    """A field's value is wrong: 400 naming the field (the one constructor every room uses)."""
+    return ApiError("invalid_request", message, param=param)
+
+
+def unsupported(param: str, message: str) -> ApiError:
+    """A real OpenAI field this server does not serve: 422 naming it."""
+    return ApiError("unsupported_parameter", message, param=param)

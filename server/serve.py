@@ -36,7 +36,7 @@ from engine.api import (Engine, KvSize, ModelFormatError, UnsupportedModel, load
                         model_name, tune_malloc)
 from server.api import defaults as sampling
 from server.door.access import AccessLog, open_access_log
-from server.api.app import ApiApp, ServedModel, ServerState
+from server.api.app import ApiApp, ServerState
 from server.worker.arrivals import ArrivalWindow
 from server.door.auth import ApiKeyCheck
 from server.worker.admission import QueuePolicy
@@ -50,9 +50,9 @@ from server.observe.health import HealthApp
 from server.http.connstate import BindError
 from server.http.loop import EventLoop, Listener
 from server.api.offloop import WorkerPool
+from server.text.served import ServedModel, TemplateFileError, read_chat_template
 from server.door.routes import API_ROUTES, HEALTH_ROUTES
 from server.observe.trace import TraceWriter
-from template import Template, TemplateSyntaxError
 
 log = logging.getLogger("tlserve")
 PACKAGE = "tl-serve"
@@ -166,7 +166,10 @@ def load(cfg: ServeConfig, handle: ServerHandle, wrap_engine: EngineWrapper | No
     `wrap_engine` is the tests' fault seam: it may wrap the Engine the bridge drives."""
     tuned = tune_malloc()                # process-wide: numpy's big temporaries stay on the heap
     log.info("malloc tuned for numpy temporaries: %s", "yes" if tuned else "no (not glibc)")
-    given_template = read_chat_template(cfg.chat_template) if cfg.chat_template else None
+    try:
+        given_template = read_chat_template(cfg.chat_template) if cfg.chat_template else None
+    except TemplateFileError as exc:
+        raise StartupError(str(exc)) from None
     t0 = time.perf_counter()
     try:
         model = load_model(cfg.model_dir)
@@ -215,24 +218,6 @@ def build(cfg: ServeConfig, wrap_engine: EngineWrapper | None = None) -> ServerH
     handle = bind(cfg)
     load(cfg, handle, wrap_engine)
     return handle
-
-
-def read_chat_template(path: str) -> str:
-    """The text of a `[engine].chat_template` file, parsed once to refuse a broken one now."""
-    try:
-        source = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
-        raise StartupError(f"cannot read the chat template {path} ([engine].chat_template): "
-                           f"{why}") from None
-    if not source.strip():
-        raise StartupError(f"the chat template {path} ([engine].chat_template) is empty")
-    try:
-        Template.parse(source)
-    except TemplateSyntaxError as err:
-        raise StartupError(f"the chat template {path} ([engine].chat_template) does not parse: "
-                           f"{err}") from None
-    return source
 
 
 def _log_chat_template(cfg: ServeConfig, model_template: str | None, given: str | None) -> None:

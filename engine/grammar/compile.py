@@ -1,7 +1,7 @@
 """What a request may ask for, compiled to a `Grammar`, and the cache that compiles it once.
 
 `GrammarSpec` is the request's side (a frozen value the server builds): a JSON Schema, any
-JSON object, a regex, a list of choices, tool calls in a family's format, or free text.
+JSON object, a regex, a list of choices, tool calls in a given `CallSyntax`, or free text.
 `compile_spec(spec, budget)` compiles it, every stage spending from one `WorkBudget`
 (budget.py). `GrammarCache.get(spec)` compiles it once per canonical text (LRU-bounded) and
 remembers a refusal like a success, so a schema that is too large or unsupported costs one
@@ -28,19 +28,21 @@ CHOICE_WORK = 4                 # budget units per character of a regex or a cho
 
 
 @dataclass(frozen=True)
-class ToolCallFormat:
-    """How a model family writes tool calls.
-
-    Hermes/Qwen: `<tool_call>{"name": .., "arguments": ..}</tool_call>` per call;
-    Mistral: `[TOOL_CALLS][{..}, {..}]`; Granite: `<|tool_call|>[{..}]`; Llama 3.1: one bare
-    `{"name": .., "parameters": ..}`."""
-    name: str
-    prefix: str = ""            # once, before all calls
-    as_list: bool = False       # the calls are one JSON array
-    begin: str = ""             # around each call
+class CallSyntax:
+    """The literal text around tool calls, as a grammar needs it (which model family writes
+    it is the server's business): `prefix` once before all calls, `begin`/`end` around each
+    call, the calls as one JSON array when `as_list`, each call's arguments under `args_key`.
+    E.g. prefix="" begin="<tool_call>" end="</tool_call>": one tagged object per call."""
+    prefix: str = ""
+    begin: str = ""
     end: str = ""
+    as_list: bool = False
     args_key: str = "arguments"
-    parallel_ok: bool = True    # the format can carry more than one call
+
+    @property
+    def trigger(self) -> str:
+        """The text that starts the calls (a bare JSON object when there are no markers)."""
+        return self.prefix or self.begin or "{"
 
 
 @dataclass(frozen=True)
@@ -48,13 +50,13 @@ class GrammarSpec:
     kind: str                   # json_schema | json_object | regex | choice | tool_calls | text
     text: str = ""              # canonical: schema JSON, the regex, the choices as JSON
     tools: tuple[tuple[str, str], ...] = ()   # tool_calls: (name, parameters schema JSON)
-    tool_format: ToolCallFormat | None = None
-    parallel: bool = True
+    call_syntax: CallSyntax | None = None     # tool_calls: the text around the calls
+    parallel: bool = True       # tool_calls: more than one call
     auto: bool = False          # tool_calls: text or calls, the model chooses
 
     @property
     def key(self) -> str:
-        return json.dumps([self.kind, self.text, self.tools, repr(self.tool_format), self.parallel,
+        return json.dumps([self.kind, self.text, self.tools, repr(self.call_syntax), self.parallel,
                            self.auto])
 
 
@@ -96,7 +98,7 @@ def _compile(spec: GrammarSpec, budget: WorkBudget) -> Grammar:
 
 
 def _tool_calls(spec: GrammarSpec, budget: WorkBudget) -> Grammar:
-    fmt = spec.tool_format
+    fmt = spec.call_syntax
     compiler = SchemaCompiler({}, budget)
     calls = []
     for name, params_text in spec.tools:
@@ -108,12 +110,11 @@ def _tool_calls(spec: GrammarSpec, budget: WorkBudget) -> Grammar:
                             args, jt.WS, ex.lit("}")))
     one = ex.seq(ex.lit(fmt.begin), ex.alt(*calls), ex.lit(fmt.end))
     sep = ex.seq(jt.WS, ex.lit(","), jt.WS) if fmt.as_list else jt.WS
-    many = ex.seq(one, ex.star(ex.seq(sep, one))) if spec.parallel and fmt.parallel_ok else one
+    many = ex.seq(one, ex.star(ex.seq(sep, one))) if spec.parallel else one
     body = ex.seq(ex.lit("["), many, ex.lit("]")) if fmt.as_list else many
     root = ex.seq(ex.lit(fmt.prefix), body)
     if spec.auto:
-        trigger = fmt.prefix or fmt.begin or "{"
-        root = ex.alt(root, ex.not_starting_with(trigger, ex.chars(charset.ANY)))
+        root = ex.alt(root, ex.not_starting_with(fmt.trigger, ex.chars(charset.ANY)))
     compiler.rules["root"] = root
     return compile_grammar(compiler.rules, "root", spec.key, budget=budget)
 

@@ -48,7 +48,7 @@ class SamplingDefaults:
                 if getattr(self, f.name) != getattr(base, f.name)}
 
 
-# key -> (kind, lowest, highest, lowest excluded?): the API's own ranges (server/api/parse.py)
+# key -> (kind, lowest, highest, lowest excluded?): the API's own ranges (server/api/generation.py)
 RANGES: dict[str, tuple[type, float, float, bool]] = {
     "temperature": (float, 0.0, 2.0, False),
     "top_p": (float, 0.0, 1.0, True),

@@ -15,6 +15,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from server.http.protocol import Response
+
 # The header of every JSON body (documents and errors); bodies come from json_bytes.
 JSON_CONTENT_TYPE = ("Content-Type", "application/json")
 # json_bytes_piecewise: a list of more items than this is split: containers member by
@@ -186,3 +188,10 @@ def tokenized(tokens: list[int], max_model_len: int) -> dict:
 
 def detokenized(text: str) -> dict:
     return {"prompt": text}
+
+
+def json_response(status: int, document: dict,
+                  headers: tuple[tuple[str, str], ...] = ()) -> Response:
+    """A whole JSON answer."""
+    return Response(status=status, headers=(JSON_CONTENT_TYPE,) + tuple(headers),
+                    body=json_bytes(document))

@@ -1,4 +1,6 @@
-"""The answer of `/v1/embeddings`: wait for the engine thread's job, then one JSON document.
+"""Embeddings, `POST /v1/embeddings`: the request (`parse_embeddings`), the handler (inputs ->
+token ids -> one job for the engine thread) and the answer: wait for the job, then one JSON
+document.
 
 The engine thread runs the inputs (packed into its steps, server/worker/embedding_jobs.py) and
 hands back the vectors already in the asked encoding. The document is then built once: on
@@ -8,19 +10,81 @@ and then piece by piece (`json_bytes_piecewise`), so the encoder never holds the
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from functools import partial
 from typing import Callable
 
 from server.api import documents as docs
 from server.api.documents import JSON_CONTENT_TYPE, json_bytes, json_bytes_piecewise
+from server.api.fields import bad, is_int, load_json_object, model_name, token_ids, unsupported
+from server.api.launch import ApiContext, Headers, Launch, Params
 from server.worker.embedding_jobs import EmbedTicket
 from server.errors import ApiError
-from server.http.protocol import Response, Stream, StreamPoll
+from server.http.protocol import Request, Response, Stream, StreamPoll
 from server.api.offloop import Inline, OffLoop, ResponseStream
+
+MAX_EMBEDDING_INPUTS = 2048     # inputs in one call (OpenAI's limit)
 
 # A document of more values than this is built off the loop. `json.dumps` takes ~0.4 us a
 # float: 8,192 of them ~3 ms. A base64 vector counts its characters (cheaper per value:
 # so the count errs on the side of the worker).
 INLINE_DOCUMENT_MAX_VALUES = 8192
+
+
+@dataclass(frozen=True, kw_only=True)
+class EmbedSpec:
+    model: str
+    inputs: tuple[str | tuple[int, ...], ...]   # texts or token-id lists, in input order
+    encoding_format: str = "float"              # "float" | "base64"
+
+
+def parse_embeddings(body: bytes) -> EmbedSpec:
+    doc = load_json_object(body)
+    model = model_name(doc)
+    v = doc.get("input")
+    if isinstance(v, str):
+        inputs: tuple = (v,)
+    elif isinstance(v, list) and v and all(is_int(t) for t in v):
+        inputs = (token_ids(v, "input"),)
+    elif isinstance(v, list) and v and all(isinstance(x, (str, list)) for x in v):
+        inputs = tuple(x if isinstance(x, str) else token_ids(x, "input") for x in v)
+    else:
+        raise bad("input", "'input' must be a string, a list of strings, or token ids.")
+    if any(len(x) == 0 for x in inputs):
+        raise bad("input", "'input' cannot contain an empty string or an empty token list.")
+    if len(inputs) > MAX_EMBEDDING_INPUTS:
+        raise bad("input", f"'input' allows at most {MAX_EMBEDDING_INPUTS} entries.")
+    fmt = doc.get("encoding_format") or "float"
+    if fmt not in ("float", "base64"):
+        raise bad("encoding_format", f"{fmt!r} is not valid for 'encoding_format': "
+                                     "expected 'float' or 'base64'.")
+    if doc.get("dimensions") is not None:
+        raise unsupported("dimensions", "'dimensions' is not supported: the served model was "
+                                        "not trained for reduced dimensions (Matryoshka "
+                                        "representation learning), so a shortened embedding "
+                                        "would not keep its meaning.")
+    return EmbedSpec(model=model, inputs=inputs, encoding_format=fmt)
+
+
+def embeddings(ctx: ApiContext, request: Request, params: Params, extra: Headers) -> Launch:
+    spec = parse_embeddings(request.body)
+    ctx.check_model(spec.model)
+    for x in spec.inputs:
+        if isinstance(x, tuple):
+            ctx.served.check_token_ids(x, "input")
+    inputs = [list(x) if isinstance(x, tuple) else ctx.served.encode(x) for x in spec.inputs]
+    for ids in inputs:
+        ctx.served.check_input_length(ids, "input")
+    return partial(_launch, ctx, inputs, spec.encoding_format, extra, request.request_id)
+
+
+def _launch(ctx: ApiContext, inputs: list[list[int]], encoding_format: str,
+            extra: Headers, request_id: str) -> EmbedStream:
+    ticket = ctx.bridge.embed(inputs, encoding_format,    # 429 when the queue is full
+                              request_id=request_id)
+    return EmbedStream(ticket=ticket, model_id=ctx.served.id,
+                       prompt_tokens=sum(map(len, inputs)), headers=extra,
+                       on_status=ctx.count_request, offloop=ctx.offloop)
 
 
 def document_values(vectors: list) -> int:

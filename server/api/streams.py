@@ -4,14 +4,14 @@ A generation is three small parts, read top to bottom:
 
 1. `GenerationText` (server/text/gentext.py) — engine events in, text `Piece`s out: UTF-8,
    stop strings, logprob entries, the finish reason; a refusal comes out as its `ApiError`.
-2. A renderer per output shape — `ChatChunks`, `ChatDocument`, `CompletionChunks`,
-   `CompletionDocument` — all with the same interface: `piece(Piece) -> bytes`,
-   `finish(usage) -> bytes`, `error(ApiError) -> bytes`. Streamed ones return SSE bytes from
-   every call; whole ones collect and return one JSON document from `finish`. A new shape
-   (several choices, tool-call deltas) is a new renderer in `RENDERERS`, not a new branch;
-   another API's renderer is handed to the shell (server/api/responses.py's typed events).
-   A renderer may end a choice itself (its `cut`: a tool call repeating an earlier one,
-   server/api/toolcalls.py): the shell aborts that engine request and hands it the finish.
+2. A renderer per output shape, each in its endpoint's module (server/api/chat/render.py,
+   server/api/completions.py, server/api/responses/render.py), all with the `Renderer`
+   interface: `piece(Piece) -> bytes`, `finish(usage) -> bytes`, `error(ApiError) -> bytes`.
+   Streamed ones return SSE bytes from every call (`SseRenderer`); whole ones collect and
+   return one JSON document from `finish` (`WholeRenderer`). The endpoint chooses its
+   renderer and hands it in; the shell never chooses. A renderer may end a choice itself
+   (its `cut`: a tool call repeating an earlier one): the shell aborts that engine request
+   and hands it the finish.
 3. `GenerationStream` — the thin `server.http.protocol.Stream` shell the loop polls whenever the
    engine thread wakes it, and at `next_deadline_s()` (SSE pings). It does head timing,
    pings and metrics; a large whole document (many logprobs) is built off the loop
@@ -33,7 +33,7 @@ from server.api import documents as docs
 from server.worker.bridge import EngineBridge, Ticket
 from server.errors import ApiError
 from server.text.gentext import Echo, GenerationText, Piece, TokenLogprob
-from server.api.parse import GenSpec
+from server.api.generation import GenSpec
 from server.api.documents import JSON_CONTENT_TYPE, json_bytes, json_bytes_piecewise
 from server.http.protocol import Response, ResponseHead, Stream, StreamPoll
 from server.api.offloop import Inline, OffLoop, Outcome
@@ -57,7 +57,7 @@ class StreamContext:
     offloop: OffLoop = Inline()               # where a large whole document is built
 
 
-# ---- 2. renderers: one per output shape ------------------------------------------------------
+# ---- 2. the renderers' interface and their two bases ----------------------------------------
 
 class Renderer(Protocol):
     streamed: bool                # SSE bytes from every call, or one document at the end
@@ -70,15 +70,7 @@ class Renderer(Protocol):
     def error(self, err: ApiError) -> bytes: ...
 
 
-def _chat_entry(lp: TokenLogprob) -> dict:
-    return docs.chat_logprob_entry(lp.text, lp.raw, lp.logprob, list(lp.top))
-
-
-def _completion_entry(lp: TokenLogprob) -> tuple:
-    return (lp.text, lp.logprob, None if lp.top is None else list(lp.top))
-
-
-class _SseRenderer:
+class SseRenderer:
     """Chunks as SSE events, each naming its choice's `index`; the usage chunk when asked;
     `[DONE]` at the end. Choices interleave in the order their tokens arrive."""
     streamed, cut = True, frozenset()
@@ -106,71 +98,24 @@ class _SseRenderer:
         raise NotImplementedError
 
 
-class ChatChunks(_SseRenderer):
-    """chat.completion.chunk events; each choice's first one carries the role."""
-
-    def __init__(self, header: docs.Header, spec: GenSpec):
-        super().__init__(header, spec)
-        self._role_sent: set[int] = set()
-
-    def _frame(self, chunk: dict, index: int) -> bytes:
-        role = b""
-        if index not in self._role_sent:
-            self._role_sent.add(index)
-            role = event(json_bytes(docs.chat_chunk(self.header, {"role": "assistant",
-                                                                  "content": ""}, index=index)))
-        return role + super()._frame(chunk, index)
-
-    def _chunk(self, piece: Piece) -> dict:
-        entries = None if piece.logprob is None else [_chat_entry(piece.logprob)]
-        return docs.chat_chunk(self.header, {"content": piece.text}, piece.finish, entries,
-                               index=piece.index)
-
-    def _usage_chunk(self, usage: dict) -> dict:
-        return docs.chat_usage_chunk(self.header, usage)
-
-
-class CompletionChunks(_SseRenderer):
-    """text_completion events; logprobs' text_offset runs on across a choice's chunks (an
-    echoed prompt's tokens first), as in one answer."""
-
-    def __init__(self, header: docs.Header, spec: GenSpec):
-        super().__init__(header, spec)
-        self._text_offset_chars: dict[int, int] = {}
-
-    def _chunk(self, piece: Piece) -> dict:
-        entries = list(piece.prompt) + ([] if piece.logprob is None else [piece.logprob])
-        logprobs = None
-        if entries:
-            start = self._text_offset_chars.get(piece.index, 0)
-            logprobs = docs.completion_logprobs([_completion_entry(e) for e in entries],
-                                                start_offset=start)
-            self._text_offset_chars[piece.index] = start + sum(len(e.text) for e in entries)
-        return docs.completion(self.header, piece.text, piece.finish, None, logprobs,
-                               index=piece.index)
-
-    def _usage_chunk(self, usage: dict) -> dict:
-        return docs.completion_usage_chunk(self.header, usage)
-
-
 @dataclass
-class _Collected:
+class Collected:
     """One choice's pieces, for a whole document."""
     parts: list[str] = field(default_factory=list)
     entries: list[TokenLogprob] = field(default_factory=list)
     finish: str = FINISH_STOP
 
 
-class _WholeRenderer:
+class WholeRenderer:
     """Collects each choice's pieces; `finish` returns the one JSON document."""
     streamed, cut = False, frozenset()
 
     def __init__(self, header: docs.Header, spec: GenSpec):
         self.header, self.logprobs = header, spec.logprobs
-        self._choices: dict[int, _Collected] = {}
+        self._choices: dict[int, Collected] = {}
 
     def piece(self, piece: Piece) -> bytes:
-        choice = self._choices.setdefault(piece.index, _Collected())
+        choice = self._choices.setdefault(piece.index, Collected())
         choice.parts.append(piece.text)
         choice.entries.extend(piece.prompt)
         if piece.logprob is not None:
@@ -187,34 +132,8 @@ class _WholeRenderer:
     def error(self, err: ApiError) -> bytes:
         return json_bytes(err.document())
 
-    def _document(self, index: int, text: str, choice: _Collected, usage: dict) -> dict:
+    def _document(self, index: int, text: str, choice: Collected, usage: dict) -> dict:
         raise NotImplementedError
-
-
-class ChatDocument(_WholeRenderer):
-    def _document(self, index: int, text: str, choice: _Collected, usage: dict) -> dict:
-        entries = [_chat_entry(e) for e in choice.entries] if self.logprobs else None
-        return docs.chat_completion(self.header, text, choice.finish, usage, entries,
-                                    index=index)
-
-
-class CompletionDocument(_WholeRenderer):
-    def _document(self, index: int, text: str, choice: _Collected, usage: dict) -> dict:
-        logprobs = None
-        if self.logprobs:
-            logprobs = docs.completion_logprobs([_completion_entry(e) for e in choice.entries])
-        return docs.completion(self.header, text, choice.finish, usage, logprobs, index=index)
-
-
-# (GenSpec.kind, GenSpec.stream) -> renderer class
-RENDERERS: dict[tuple[str, bool], type] = {
-    ("chat", True): ChatChunks, ("chat", False): ChatDocument,
-    ("completion", True): CompletionChunks, ("completion", False): CompletionDocument,
-}
-
-
-def renderer_for(spec: GenSpec, header: docs.Header) -> Renderer:
-    return RENDERERS[spec.kind, spec.stream](header, spec)
 
 
 # ---- 3. the shell: head timing, pings, metrics ----------------------------------------------
@@ -233,7 +152,7 @@ class GenerationStream:
     def __init__(self, *, ctx: StreamContext, tickets: list[Ticket], spec: GenSpec,
                  header: docs.Header, prompt_tokens: int, route: str,
                  headers: tuple[tuple[str, str], ...], arrival_s: float,
-                 echoes: list[Echo | None] | None = None, renderer: Renderer | None = None):
+                 renderer: Renderer, echoes: list[Echo | None] | None = None):
         self.ctx = ctx
         self.prompt_tokens, self.route, self.headers = prompt_tokens, route, headers
         self.arrival_s = arrival_s
@@ -241,7 +160,7 @@ class GenerationStream:
                                                   echoes[index] if echoes else None))
                         for index, ticket in enumerate(tickets)]
         self.ticket = tickets[0]                # the timings of the first choice are observed
-        self.render = renderer or renderer_for(spec, header)    # given: another API's shape or tool calls
+        self.render = renderer                  # the endpoint's choice (server/api/launch.py)
         self.entries_per_token = 1 + spec.top_logprobs if spec.logprobs else 0
         self.echoed_tokens = prompt_tokens * spec.n if spec.echo and spec.logprobs else 0
         self.tail: Stream | None = None         # the whole document, being built off the loop

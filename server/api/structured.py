@@ -20,7 +20,7 @@ import json
 from dataclasses import dataclass
 
 from engine.api import GrammarCache, GrammarInvalid, GrammarSpec, GrammarUnsupported, schema_spec
-from server.errors import ApiError
+from server.errors import ApiError, bad
 
 GUIDED_FIELDS = ("guided_json", "guided_regex", "guided_choice")
 MAX_CHOICES = 256
@@ -32,50 +32,46 @@ class Structured:
     spec: GrammarSpec
 
 
-def _bad(param: str, message: str) -> ApiError:
-    return ApiError("invalid_request", message, param=param)
-
-
 def _schema(value, param: str) -> GrammarSpec:
     if isinstance(value, str):
         try:
             value = json.loads(value)
         except (ValueError, RecursionError):        # not JSON, or nested too deeply
-            raise _bad(param, f"'{param}' must be a JSON Schema (an object, or its JSON text).") from None
+            raise bad(param, f"'{param}' must be a JSON Schema (an object, or its JSON text).") from None
     if not isinstance(value, (dict, bool)):
-        raise _bad(param, f"'{param}' must be a JSON Schema object.")
+        raise bad(param, f"'{param}' must be a JSON Schema object.")
     return schema_spec(value)
 
 
 def _regex(value, param: str) -> GrammarSpec:
     if not isinstance(value, str) or not value:
-        raise _bad(param, f"'{param}' must be a non-empty regular expression string.")
+        raise bad(param, f"'{param}' must be a non-empty regular expression string.")
     return GrammarSpec("regex", value)
 
 
 def _choice(value, param: str) -> GrammarSpec:
     if not isinstance(value, list) or not value or len(value) > MAX_CHOICES \
             or not all(isinstance(c, str) and c for c in value):
-        raise _bad(param, f"'{param}' must be a list of 1..{MAX_CHOICES} non-empty strings.")
+        raise bad(param, f"'{param}' must be a list of 1..{MAX_CHOICES} non-empty strings.")
     return GrammarSpec("choice", json.dumps(value, ensure_ascii=False))
 
 
 def _response_format(rf) -> Structured | None:
     param = "response_format"
     if not isinstance(rf, dict) or rf.get("type") not in ("text", "json_object", "json_schema"):
-        raise _bad(param, "'response_format.type' must be 'text', 'json_object' or 'json_schema'.")
+        raise bad(param, "'response_format.type' must be 'text', 'json_object' or 'json_schema'.")
     if rf["type"] == "text":
         return None
     if rf["type"] == "json_object":
         return Structured(param, GrammarSpec("json_object"))
     js = rf.get("json_schema")
     if not isinstance(js, dict) or not isinstance(js.get("name"), str):
-        raise _bad(f"{param}.json_schema", "'response_format.json_schema' must be an object with a "
+        raise bad(f"{param}.json_schema", "'response_format.json_schema' must be an object with a "
                                            "'name' and a 'schema'.")
     if "schema" not in js:
         return Structured(param, GrammarSpec("json_object"))       # OpenAI: no schema, any object
     if js.get("strict") is not None and not isinstance(js["strict"], bool):
-        raise _bad(f"{param}.json_schema.strict", "'strict' must be a boolean.")
+        raise bad(f"{param}.json_schema.strict", "'strict' must be a boolean.")
     return Structured(f"{param}.json_schema.schema", _schema(js["schema"], f"{param}.json_schema.schema"))
 
 
@@ -97,7 +93,7 @@ def parse_structured(doc: dict) -> Structured | None:
     if so is not None:
         keys = [k for k in _MAKERS if isinstance(so, dict) and so.get(k) is not None]
         if len(keys) != 1:
-            raise _bad("structured_outputs", "'structured_outputs' must hold exactly one of "
+            raise bad("structured_outputs", "'structured_outputs' must hold exactly one of "
                                              "'json', 'regex', 'choice'.")
         param = f"structured_outputs.{keys[0]}"
         found.append(Structured(param, _MAKERS[keys[0]](so[keys[0]], param)))
@@ -116,5 +112,5 @@ def compile_structured(cache: GrammarCache, structured: Structured):
         raise ApiError("unsupported_parameter", f"{exc.message} (path {exc.path}, in '{structured.param}').",
                        param=structured.param) from None
     except GrammarInvalid as exc:
-        raise _bad(structured.param, f"Invalid schema or pattern in '{structured.param}': {exc.message}.") \
+        raise bad(structured.param, f"Invalid schema or pattern in '{structured.param}': {exc.message}.") \
             from None

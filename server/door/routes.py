@@ -32,7 +32,7 @@ class Route:
 API_ROUTES: tuple[Route, ...] = (
     Route("POST", "/v1/chat/completions", "chat"),
     Route("POST", "/v1/completions", "completions"),
-    Route("POST", "/v1/responses", "responses"),        # stateless (server/api/responses.py)
+    Route("POST", "/v1/responses", "responses"),        # stateless (server/api/responses/)
     Route("POST", "/v1/embeddings", "embeddings"),
     Route("POST", "/v1/tokenize", "tokenize"),
     Route("POST", "/v1/detokenize", "detokenize"),

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from server.api.app import choice_seed
+from server.api.launch import choice_seed
 from tests.e2e.helpers import post, running_server, sse_events, openai_client
 
 PROMPT = "the quick brown fox jumps over the lazy dog " * 3

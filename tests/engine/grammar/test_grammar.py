@@ -8,7 +8,7 @@ import pytest
 
 from engine.grammar import charset
 from engine.grammar.automaton import DEAD, Matcher
-from engine.grammar.compile import GrammarCache, GrammarSpec, ToolCallFormat, schema_spec
+from engine.grammar.compile import GrammarCache, GrammarSpec, CallSyntax, schema_spec
 from engine.grammar.jsontext import MAX_WS_CHARS
 from engine.grammar.errors import GrammarInvalid, GrammarUnsupported
 from engine.grammar.vocab import allowed_tokens, build_table
@@ -101,17 +101,17 @@ def test_regex_choice_and_text_grammars():
 
 
 def test_tool_call_grammar_required_and_auto():
-    hermes = ToolCallFormat("hermes", begin="<tool_call>", end="</tool_call>")
+    hermes = CallSyntax(begin="<tool_call>", end="</tool_call>")
     tools = (("get_weather", json.dumps({"type": "object", "properties": {"city": {"type": "string"}},
                                          "required": ["city"]})),)
     call = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
-    required = GrammarSpec("tool_calls", tools=tools, tool_format=hermes)
+    required = GrammarSpec("tool_calls", tools=tools, call_syntax=hermes)
     assert accepts(required, call) and accepts(required, call + "\n" + call)
     assert not accepts(required, "hello")
     assert not accepts(required, call.replace("get_weather", "other"))
-    single = GrammarSpec("tool_calls", tools=tools, tool_format=hermes, parallel=False)
+    single = GrammarSpec("tool_calls", tools=tools, call_syntax=hermes, parallel=False)
     assert not accepts(single, call + call)
-    auto = GrammarSpec("tool_calls", tools=tools, tool_format=hermes, auto=True)
+    auto = GrammarSpec("tool_calls", tools=tools, call_syntax=hermes, auto=True)
     assert accepts(auto, "plain text") and accepts(auto, call) and accepts(auto, "<b>")
     assert not accepts(auto, "<tool_call>{\"name\": \"nope\"")
 

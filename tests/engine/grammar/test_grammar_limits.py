@@ -101,10 +101,10 @@ def test_the_depth_limit_counts_refs_and_tool_parameters():
     schema, _ = nested_optional_models(MAX_SCHEMA_DEPTH + 3)
     with pytest.raises(GrammarInvalid, match="MAX_SCHEMA_DEPTH"):
         compiled(schema)
-    from engine.grammar.compile import ToolCallFormat
+    from engine.grammar.compile import CallSyntax
     deep, _ = nested_arrays(MAX_SCHEMA_DEPTH + 1)
     spec = GrammarSpec("tool_calls", tools=(("f", json.dumps({"type": "object", "properties": {"x": deep}})),),
-                       tool_format=ToolCallFormat("hermes", begin="<tool_call>", end="</tool_call>"))
+                       call_syntax=CallSyntax(begin="<tool_call>", end="</tool_call>"))
     with pytest.raises(GrammarInvalid) as err:
         GrammarCache().get(spec)
     assert err.value.path.startswith("$.tools[f].parameters.properties.x.items")

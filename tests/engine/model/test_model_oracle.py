@@ -74,11 +74,12 @@ def test_mean_pooled_embedding_matches_the_oracle(smol, case):
 @pytest.mark.parametrize("index", [0, 4])
 def test_offline_generator_prints_the_hugging_face_answer(smol, index):
     from engine.api import SamplingParams
-    from cli.generate import generate_text
+    from cli.generate import generate_text, served_model
     case = GREEDY_CASES[index]
     assert case["finish"] == "eos"
     assert smol.tokenizer.encode(case["prompt_text"]) == case["prompt_ids"]
-    pieces = list(generate_text(smol, case["prompt_text"], max_tokens=GREEDY_MAX_NEW_TOKENS,
+    pieces = list(generate_text(served_model(smol), case["prompt_text"],
+                                max_tokens=GREEDY_MAX_NEW_TOKENS,
                                 params=SamplingParams(temperature=0.0), seed=0))
     assert "".join(pieces) == case["output_text"]
 

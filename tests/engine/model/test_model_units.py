@@ -9,8 +9,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-
-from engine.model.loader import load_model
 import pytest
 
 from engine.model import llama as model
@@ -284,63 +282,3 @@ def test_generate_respects_max_tokens_context_limit_and_sample_fn():
 
     out = list(model.generate(config, weights, [1, 2], max_new_tokens=4, sample_fn=always_seven))
     assert out == [7, 7, 7, 7] and seen == [(config.vocab_size,)] * 4
-
-
-# --------------------------------------------------------------------------- offline generator
-
-def test_generator_streams_utf8_split_across_tokens_without_breaking_characters():
-    from cli.generate import stream_text
-    smile = "😀".encode()                                  # f0 9f 98 80
-    pieces = list(stream_text([b"a", smile[:1], smile[1:3], smile[3:], b"b"]))
-    assert "".join(pieces) == "a😀b"
-    assert all("\ufffd" not in p for p in pieces)          # never a half character
-    assert pieces[0] == "a" and "😀" in pieces[1]
-
-
-def test_generator_turns_invalid_and_dangling_bytes_into_replacement_chars():
-    from cli.generate import stream_text
-    assert "".join(stream_text([b"x", b"\x80", b"y"])) == "x\ufffdy"
-    assert "".join(stream_text([b"z", "😀".encode()[:2]])) == "z\ufffd"
-
-
-def test_generator_sample_fn_numbers_draws_and_counts_outputs():
-    from engine.api import SamplingParams
-    from cli.generate import make_sample_fn
-    logits = np.array([0.0, 5.0, 4.9, 0.0], dtype=np.float32)
-    greedy_penalised = make_sample_fn(SamplingParams(temperature=0.0, frequency_penalty=0.2),
-                                      seed=0, prompt_ids=[0])
-    assert [greedy_penalised(logits) for _ in range(3)] == [1, 2, 1]   # counts feed the penalty
-    a = make_sample_fn(SamplingParams(temperature=3.0), seed=5, prompt_ids=[])
-    b = make_sample_fn(SamplingParams(temperature=3.0), seed=5, prompt_ids=[])
-    draws = [a(logits) for _ in range(30)]
-    assert draws == [b(logits) for _ in range(30)] and len(set(draws)) > 1
-
-
-def test_generator_uses_the_plain_default_prompt_when_no_template(tiny_llama_dir):
-    from cli.generate import render_prompt
-    loaded = load_model(tiny_llama_dir)
-    assert render_prompt(loaded, "Hi", raw=False) == "<|user|>\nHi\n<|assistant|>\n"
-    assert render_prompt(loaded, "Hi", raw=True) == "Hi"
-
-
-def test_generate_command_is_reproducible_by_seed_on_the_tiny_llama(tiny_llama_dir):
-    import io
-    from cli.generate import main
-
-    def once(seed, *extra):
-        out = io.StringIO()
-        argv = ["--model-dir", str(tiny_llama_dir), "--prompt", "hello there", "--raw",
-                "--max-tokens", "12", "--temperature", "1.0", "--seed", str(seed), *extra]
-        assert main(argv, out=out) == 0
-        return out.getvalue()
-
-    first = once(1)
-    assert first == once(1) and first.endswith("\n")
-    assert len({once(s) for s in range(2, 6)} | {first}) > 1      # seeds matter
-
-
-def test_generate_command_rejects_bad_arguments(tiny_llama_dir, capsys):
-    from cli.generate import main
-    with pytest.raises(SystemExit):
-        main(["--model-dir", str(tiny_llama_dir), "--prompt", "x", "--max-tokens", "0"])
-    assert "--max-tokens" in capsys.readouterr().err

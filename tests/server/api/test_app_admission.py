@@ -4,7 +4,11 @@ from __future__ import annotations
 import json
 
 from engine.model.loader import load_model
-from server.api.app import ApiApp, ServedModel, ServerState
+from engine.api import EngineStats
+from server.api.app import ApiApp, ServerState
+from server.text.served import ServedModel
+from server.worker.admission import QueuePolicy
+from server.worker.bridge import EngineBridge
 from server.http.protocol import Request
 from tests.fakes import IdleBridge
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 import json
 
 from server.api import documents as docs
-from server.api.parse import GenSpec
-from server.api.streams import (ChatChunks, CompletionDocument, Piece, TokenLogprob,
-                            CompletionChunks)
+from server.api.chat.render import ChatChunks
+from server.api.completions import CompletionChunks, CompletionDocument
+from server.api.generation import GenSpec
+from server.api.streams import Piece, TokenLogprob
 
 HEADER = docs.Header("id-1", 0, "m")
 USAGE = docs.usage(3, 2)

@@ -13,7 +13,8 @@ import pytest
 from engine.api import GenRequest
 from engine.model.loader import load_model
 from server.api import documents as docs
-from server.api.app import ApiApp, ServedModel, ServerState
+from server.api.app import ApiApp, ServerState
+from server.text.served import ServedModel
 from server.worker.bridge import Ticket
 from server.api.embeddings import INLINE_DOCUMENT_MAX_VALUES, EmbedStream
 from server.worker.embedding_jobs import EmbedTicket
@@ -22,7 +23,8 @@ from server.errors import ApiError, error_response
 from server.http.protocol import Request, Response
 from server.api.offloop import (CollectorPause, Inline, OffLoopStream, Outcome, WorkerPool,
                             outcome_of)
-from server.api.parse import GenSpec
+from server.api.chat.render import renderer as chat_renderer
+from server.api.generation import GenSpec
 from server.api.streams import INLINE_DOCUMENT_MAX_ENTRIES, GenerationStream, StreamContext
 from tests.fakes import FakeTokenizer, IdleBridge, RecordingBridge, tok
 
@@ -108,9 +110,10 @@ def test_a_stream_answer_takes_over_poll_deadline_and_cancel():
     made = []
 
     def then(outcome):                          # the continuation creates the ticket's stream
-        made.append(GenerationStream(ctx=ctx, tickets=[ticket], spec=GenSpec(kind="chat",
-                                     model="m", stream=True), header=docs.Header("i", 0, "m"),
-                                     prompt_tokens=1, route="chat", headers=(), arrival_s=0.0))
+        spec, header = GenSpec(kind="chat", model="m", stream=True), docs.Header("i", 0, "m")
+        made.append(GenerationStream(ctx=ctx, tickets=[ticket], spec=spec, header=header,
+                                     prompt_tokens=1, route="chat", headers=(), arrival_s=0.0,
+                                     renderer=chat_renderer(spec, header)))
         return made[0]
 
     stream = offloop.run(lambda: None, then)
@@ -288,9 +291,10 @@ def test_a_large_whole_document_is_built_off_the_loop_then_counted():
                         on_finish=lambda **kw: finished.append(kw), offloop=offloop)
     ticket = Ticket(GenRequest(prompt=(1,)), None)
     spec = GenSpec(kind="chat", model="m", logprobs=True, top_logprobs=2)
+    header = docs.Header("i", 0, "m")
     stream = GenerationStream(ctx=ctx, tickets=[ticket], spec=spec,
-                              header=docs.Header("i", 0, "m"), prompt_tokens=1, route="chat",
-                              headers=(), arrival_s=0.0)
+                              header=header, prompt_tokens=1, route="chat",
+                              headers=(), arrival_s=0.0, renderer=chat_renderer(spec, header))
     tokens = INLINE_DOCUMENT_MAX_ENTRIES // 3 + 1          # 3 entries a token: just over
     for _ in range(tokens - 1):
         ticket.events.append(tok(1, top=((1, -0.1), (2, -0.2))))

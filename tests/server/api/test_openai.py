@@ -7,9 +7,12 @@ import pytest
 
 from server.api import documents as docs
 from server.errors import ApiError
-from server.api.parse import (MAX_CHOICES, MAX_COMPLETION_PROMPTS, MAX_EMBEDDING_INPUTS, parse_chat,
-                           parse_completion, parse_detokenize, parse_embeddings, parse_priority,
-                           parse_tokenize)
+from server.text.messages import Message
+from server.api.chat.parse import MAX_MESSAGES, parse_chat
+from server.api.completions import MAX_COMPLETION_PROMPTS, parse_completion
+from server.api.embeddings import MAX_EMBEDDING_INPUTS, parse_embeddings
+from server.api.generation import MAX_CHOICES, parse_priority
+from server.api.tokenize import parse_detokenize, parse_tokenize
 
 
 def chat(**fields) -> bytes:
@@ -87,7 +90,7 @@ def test_valid_chat_maps_every_sampling_field():
     assert p.ignore_eos and p.min_tokens == 3
     assert spec.seed == 7 and spec.stop == ("END",) and spec.max_tokens == 9
     assert spec.stop_ids == (5,) and spec.stream and spec.include_usage
-    assert spec.messages == ({"role": "user", "content": "hi"},)
+    assert spec.messages == (Message("user", "hi"),)
     assert parse_chat(chat()).max_tokens is None
     assert parse_chat(chat(top_k=-1)).params.top_k == 0
 
@@ -148,7 +151,7 @@ def test_embeddings_tokenize_priority():
                    ).param == "encoding_format"
     assert parse_tokenize(b'{"model": "m", "prompt": "x"}').prompt == "x"
     assert parse_tokenize(b'{"model": "m", "messages": [{"role": "user", "content": "x"}]}'
-                          ).messages[0]["content"] == "x"
+                          ).messages[0].content == "x"
     assert parse_detokenize(b'{"model": "m", "tokens": [1]}').tokens == (1,)
     assert parse_priority(None) == 0 and parse_priority("-100") == -100
     for bad_value in ("101", "x", "1.5"):
@@ -188,7 +191,6 @@ def test_error_bodies_use_the_one_compact_json_encoding():
 
 def test_tokenize_messages_have_the_chat_bounds():
     """/v1/tokenize renders messages like chat does, so it takes the same messages."""
-    from server.api.parse import MAX_MESSAGES
     too_many = [{"role": "user", "content": "x"}] * (MAX_MESSAGES + 1)
     for parse in (parse_chat, parse_tokenize):
         err = refused(parse, json.dumps({"model": "m", "messages": too_many}).encode())

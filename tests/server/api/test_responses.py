@@ -15,6 +15,7 @@ from server.worker.events import Failed
 from server.api.defaults import SamplingDefaults
 from server.errors import ApiError
 from server.api.responses import parse_responses, renderer
+from server.text.messages import Message, TextPart
 from server.api.streams import GenerationStream, StreamContext
 from tests.fakes import FakeTokenizer, RecordingBridge, tok
 from tests.server.api.stream_helpers import named_events
@@ -41,8 +42,7 @@ def refusal(**fields) -> ApiError:
 def test_a_string_input_is_one_user_message_and_instructions_the_system_message():
     spec = parse(input="hi", instructions="be brief", max_output_tokens=7, temperature=0.5,
                  top_p=0.9)
-    assert spec.gen.messages == ({"role": "system", "content": "be brief"},
-                                 {"role": "user", "content": "hi"})
+    assert spec.gen.messages == (Message("system", "be brief"), Message("user", "hi"))
     assert spec.gen.max_tokens == 7 and spec.max_output_tokens == 7
     assert (spec.gen.params.temperature, spec.gen.params.top_p) == (0.5, 0.9)
     assert spec.gen.structured is None and not spec.gen.stream
@@ -55,9 +55,9 @@ def test_message_items_take_input_text_parts_plain_strings_and_earlier_output_te
                                      {"type": "input_text", "text": "b"}]},
         {"role": "assistant", "content": [{"type": "output_text", "text": "c"}]}], stream=True)
     assert spec.gen.messages == (
-        {"role": "developer", "content": "rules"},
-        {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
-        {"role": "assistant", "content": [{"type": "text", "text": "c"}]})
+        Message("developer", "rules"),
+        Message("user", (TextPart("a"), TextPart("b"))),
+        Message("assistant", (TextPart("c"),)))
     assert spec.gen.stream and spec.instructions is None
 
 
@@ -224,4 +224,4 @@ def test_content_parts_are_checked_by_the_chat_rule_with_the_responses_part_type
     assert (err.status, err.param) == (400, "input[0].content[0].text")
     ok = parse(input=[{"role": "user", "content": [{"type": "input_text", "text": "a"},
                                                      {"type": "output_text", "text": "b"}]}])
-    assert ok.gen.messages[0]["content"] == [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]
+    assert ok.gen.messages[0].content == (TextPart("a"), TextPart("b"))

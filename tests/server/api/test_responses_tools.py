@@ -15,6 +15,7 @@ from server.api import documents as docs
 from server.errors import ApiError
 from server.api.responses import parse_responses, renderer
 from server.api.tools import check_tools_compile
+from server.text.messages import Message, TextPart, ToolCall
 from tests.fakes import tok
 from tests.server.api.stream_helpers import named_events, recorded_stream
 
@@ -101,15 +102,13 @@ def test_call_items_become_an_assistant_turn_and_tool_messages():
          "output": [{"type": "input_text", "text": "rain"}]},
         {"type": "function_call", "call_id": "call_3", "name": "get_weather", "arguments": "{}"}])
     messages = spec.gen.messages
-    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "tool", "assistant"]
-    assert messages[1]["content"] == [{"type": "text", "text": "ok"}]
-    assert messages[1]["tool_calls"] == [
-        {"id": "call_1", "type": "function",
-         "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}},
-        {"id": "call_2", "type": "function", "function": {"name": "get_weather", "arguments": {}}}]
-    assert messages[2] == {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}
-    assert messages[3]["content"] == [{"type": "text", "text": "rain"}]
-    assert messages[4]["content"] == "" and messages[4]["tool_calls"][0]["id"] == "call_3"
+    assert [m.role for m in messages] == ["user", "assistant", "tool", "tool", "assistant"]
+    assert messages[1].content == (TextPart("ok"),)
+    assert messages[1].tool_calls == (ToolCall("get_weather", {"city": "Oslo"}, "call_1"),
+                                      ToolCall("get_weather", {}, "call_2"))
+    assert messages[2] == Message("tool", "sunny", tool_call_id="call_1")
+    assert messages[3].content == (TextPart("rain"),)
+    assert messages[4].content == "" and messages[4].tool_calls[0].id == "call_3"
 
 
 @pytest.mark.parametrize("item, param", [

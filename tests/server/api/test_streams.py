@@ -9,10 +9,13 @@ from server.api import documents as docs
 from server.worker.bridge import Ticket
 from server.worker.events import Expired, Failed, Invalid, TooLong
 from server.errors import ApiError
-from server.api.parse import GenSpec
-from server.api.streams import (ChatChunks, ChatDocument, CompletionChunks, CompletionDocument,
-                            GenerationStream, GenerationText, Piece, StreamContext, TokenLogprob,
-                            renderer_for)
+from server.api.chat.render import ChatChunks, ChatDocument
+from server.api.chat.render import renderer as chat_renderer
+from server.api.completions import CompletionChunks, CompletionDocument
+from server.api.completions import renderer as completion_renderer
+from server.api.generation import GenSpec
+from server.api.streams import (GenerationStream, GenerationText, Piece, StreamContext,
+                                TokenLogprob)
 from sse import PING
 from tests.fakes import FakeTokenizer, RecordingBridge, tok
 
@@ -22,9 +25,10 @@ def make_stream(ticket: Ticket) -> GenerationStream:
     ctx = StreamContext(bridge=RecordingBridge(), tokenizer=None, ping_interval_s=15.0,
                         on_status=lambda route, status: statuses.append(status),
                         on_finish=lambda **kw: None)
-    return GenerationStream(ctx=ctx, tickets=[ticket], spec=GenSpec(kind="completion", model="m"),
-                            header=docs.Header("cmpl-1", 0, "m"), prompt_tokens=1,
-                            route="completions", headers=(), arrival_s=0.0)
+    spec, header = GenSpec(kind="completion", model="m"), docs.Header("cmpl-1", 0, "m")
+    return GenerationStream(ctx=ctx, tickets=[ticket], spec=spec, header=header,
+                            prompt_tokens=1, route="completions", headers=(), arrival_s=0.0,
+                            renderer=completion_renderer(spec, header))
 
 
 def _answer(event) -> tuple[int, dict]:
@@ -187,10 +191,11 @@ def test_completion_document_collects_text_and_legacy_logprobs():
 
 
 def test_renderers_are_chosen_by_kind_and_stream():
-    for kind, stream, cls in [("chat", True, ChatChunks), ("chat", False, ChatDocument),
-                              ("completion", True, CompletionChunks),
-                              ("completion", False, CompletionDocument)]:
-        assert type(renderer_for(GenSpec(kind=kind, model="m", stream=stream), HEADER)) is cls
+    for choose, kind, stream, cls in [(chat_renderer, "chat", True, ChatChunks),
+                                      (chat_renderer, "chat", False, ChatDocument),
+                                      (completion_renderer, "completion", True, CompletionChunks),
+                                      (completion_renderer, "completion", False, CompletionDocument)]:
+        assert type(choose(GenSpec(kind=kind, model="m", stream=stream), HEADER)) is cls
 
 
 # ---- 3. the shell: head timing, pings, errors before and after the head -------------------
@@ -202,10 +207,11 @@ def shell(kind="chat", stream=True, ping_interval_s=15.0):
                         on_status=lambda route, status: statuses.append(status),
                         on_finish=lambda **kw: finished.append(kw))
     ticket = Ticket(GenRequest(prompt=(1,)), None)
-    stream_ = GenerationStream(ctx=ctx, tickets=[ticket],
-                               spec=GenSpec(kind=kind, model="m", stream=stream),
+    spec = GenSpec(kind=kind, model="m", stream=stream)
+    choose = chat_renderer if kind == "chat" else completion_renderer
+    stream_ = GenerationStream(ctx=ctx, tickets=[ticket], spec=spec,
                                header=HEADER, prompt_tokens=1, route=kind, headers=(),
-                               arrival_s=0.0)
+                               arrival_s=0.0, renderer=choose(spec, HEADER))
     return stream_, ticket, bridge, statuses, finished
 
 

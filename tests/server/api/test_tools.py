@@ -1,6 +1,6 @@
 """Tool calling at the edge: validation (server/api/tools.py via parse_chat), rendering (the
 oracle's tool families byte-exact from client-shaped messages; the default tool prompt),
-parsing each family's call text (server/api/toolcalls.py) and the streamed deltas."""
+parsing each family's call text (server/text/toolparse.py) and the streamed deltas."""
 from __future__ import annotations
 
 import json
@@ -11,15 +11,20 @@ import pytest
 
 from engine.api import GrammarCache, TokenOut, load_model
 from server.api import documents as docs
-from server.api.app import ServedModel
+from server.text.served import ServedModel
+from server.worker.bridge import Ticket
 from server.errors import ApiError
-from server.text.messages import for_template
-from server.api.parse import parse_chat, parse_completion
+from server.text.messages import Message, ToolCall, for_template
+from server.text.served import ServedModel
+from server.api.chat.parse import parse_chat
+from server.api.completions import parse_completion
 from server.text.gentext import Piece
-from server.api.toolcalls import (CallScanner, CallSplitter, ToolChatChunks, ToolChatDocument, kept_calls,
-                              split_calls, tool_renderer)
-from server.api.tools import (GRANITE, HERMES, LLAMA3_JSON, MISTRAL, call_grammar_spec,
-                          check_tools_compile, parse_tools, tool_format)
+from server.api.streams import GenerationStream, StreamContext
+from server.api.chat.render import CallScanner, ToolChatChunks, ToolChatDocument
+from server.api.chat.render import renderer as chat_renderer
+from server.api.tools import call_grammar_spec, check_tools_compile, parse_tools
+from server.text.toolformats import GRANITE, HERMES, LLAMA3_JSON, MISTRAL, tool_format
+from server.text.toolparse import CallSplitter, kept_calls, split_calls
 from template import Template
 from tests.oracle import read_jsonl
 from tests.server.api.stream_helpers import recorded_stream
@@ -97,8 +102,9 @@ def test_assistant_tool_calls_history_is_accepted_with_arguments_parsed():
                     {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}]},
                 {"role": "tool", "tool_call_id": "call_1", "content": "42"}]
     spec = parse_chat(json.dumps({"model": "m", "messages": messages}).encode())
-    assert spec.messages[1]["tool_calls"] == []
-    assert spec.messages[2]["tool_calls"][0]["function"]["arguments"] == {"a": 1}
+    assert spec.messages[1].tool_calls == ()
+    assert spec.messages[2].tool_calls == (ToolCall("f", {"a": 1}, "call_1"),)
+    assert spec.messages[3] == Message("tool", "42", tool_call_id="call_1")
 
 
 # --- rendering ---------------------------------------------------------------------------------
@@ -146,10 +152,9 @@ def test_template_without_tools_gets_the_default_prompt(tiny_llama_dir, tmp_path
     (directory / "chat_template.jinja").write_text(smol["template_source"])
     served = ServedModel(load_model(directory), "tiny", 2048)
     assert served.reads_tools is False and served.tool_format == HERMES
-    history = ({"role": "user", "content": "Weather?"},
-               {"role": "assistant", "content": "", "tool_calls": [
-                   {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}]},
-               {"role": "tool", "tool_call_id": "c1", "content": "3 C"})
+    history = (Message("user", "Weather?"),
+               Message("assistant", "", tool_calls=(ToolCall("get_weather", {"city": "Oslo"}, "c1"),)),
+               Message("tool", "3 C", tool_call_id="c1"))
     prompt = served.render(history, tools=(FN,))
     assert prompt.startswith("<|im_start|>system\nYou can call functions.")
     assert json.dumps(FN["function"]) in prompt
@@ -230,7 +235,7 @@ def tool_shell(stream: bool, **fields):
     """A chat stream offering FN under `tool_choice: required`, on a recording bridge."""
     spec = parse_chat(chat(tools=[FN], tool_choice="required", stream=stream, **fields))
     header = docs.Header.new("chatcmpl", "m")
-    return recorded_stream(spec, header, tool_renderer(spec, header), CALL_TOKENS)
+    return recorded_stream(spec, header, chat_renderer(spec, header), CALL_TOKENS)
 
 
 def call_token(token: int) -> TokenOut:

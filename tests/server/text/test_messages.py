@@ -8,14 +8,15 @@ from datetime import datetime
 import pytest
 
 from engine.api import load_model
-from server.api.app import ServedModel
 from server.errors import ApiError
-from server.text.messages import check_content, for_template
-from server.api.parse import parse_chat
+from server.text.messages import Message, TextPart, check_content, for_template
+from server.text.served import ServedModel
+from server.api.chat.parse import parse_chat
 from template import Template
 from tests.oracle import read_jsonl
 
 TEXT = [{"type": "text", "text": "one"}, {"type": "text", "text": "two"}]
+PARTS = (TextPart("one"), TextPart("two"))                  # TEXT as the parser types it
 
 
 def refused(body: dict) -> ApiError:
@@ -28,7 +29,7 @@ def refused(body: dict) -> ApiError:
 def test_every_role_accepts_text_parts(role):
     spec = parse_chat(json.dumps({"model": "m", "messages": [
         {"role": role, "content": TEXT}]}).encode())
-    assert spec.messages[0]["content"] == TEXT
+    assert spec.messages[0].content == (TextPart("one"), TextPart("two"))
 
 
 @pytest.mark.parametrize("kind", ["image_url", "input_audio", "file"])
@@ -57,14 +58,14 @@ def test_content_neither_string_nor_list_is_400():
 
 
 def test_plain_templates_get_parts_joined_with_newlines_and_developer_as_system():
-    messages = ({"role": "developer", "content": TEXT}, {"role": "user", "content": "hi"})
+    messages = (Message("developer", PARTS), Message("user", "hi"))
     assert for_template(messages, iterates_parts=False) == [
         {"role": "system", "content": "one\ntwo"}, {"role": "user", "content": "hi"}]
-    assert messages[0]["role"] == "developer"                     # the spec is not changed
+    assert messages[0].role == "developer"                        # the spec is not changed
 
 
 def test_parts_templates_get_the_parts_as_given():
-    messages = ({"role": "user", "content": TEXT},)
+    messages = (Message("user", PARTS),)
     assert for_template(messages, iterates_parts=True) == [{"role": "user", "content": TEXT}]
 
 
@@ -83,7 +84,8 @@ def test_developer_and_parts_render_as_hugging_face_renders_system_and_strings()
     assert len(cases) > 200
     for case in cases:
         template = Template.parse(case["template_source"])
-        messages = tuple(_as_client_sends(m) for m in case["messages"])
+        messages = parse_chat(json.dumps({"model": "m", "messages": [
+            _as_client_sends(m) for m in case["messages"]]}).encode()).messages
         rendered = template.render_chat(
             for_template(messages, template.iterates_content_parts),
             add_generation_prompt=case["add_generation_prompt"], tools=case["tools"],
@@ -93,5 +95,5 @@ def test_developer_and_parts_render_as_hugging_face_renders_system_and_strings()
 
 def test_served_model_renders_developer_as_system(tiny_llama_dir):
     served = ServedModel(load_model(tiny_llama_dir), "tiny", 64)     # the plain default template
-    as_developer = served.render(({"role": "developer", "content": TEXT},))
+    as_developer = served.render((Message("developer", PARTS),))
     assert as_developer == "<|system|>\none\ntwo\n<|assistant|>\n"

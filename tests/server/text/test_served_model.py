@@ -1,6 +1,6 @@
 """The served model's chat format: parsed once at server start-up from the loader's source text.
 
-The engine hands the template over as text (`Model.chat_template`); `server.api.app.ServedModel`
+The engine hands the template over as text (`Model.chat_template`); `server.text.served.ServedModel`
 parses it, so a broken template stops start-up naming the model file and the template's
 line, and the plain default stands in when the model ships none (or an empty one).
 """
@@ -11,7 +11,8 @@ import shutil
 import pytest
 
 from engine.api import ModelFormatError, load_model
-from server.api.app import ServedModel
+from server.text.messages import Message
+from server.text.served import ServedModel
 
 MAX_LEN = 2048
 
@@ -27,14 +28,14 @@ def served(directory) -> ServedModel:
 
 def test_template_is_parsed_at_load_and_defaults_when_absent(tiny_copy):
     assert load_model(tiny_copy).chat_template is None
-    assert served(tiny_copy).render([{"role": "user", "content": "Hi"}]) == "<|user|>\nHi\n<|assistant|>\n"
+    assert served(tiny_copy).render((Message("user", "Hi"),)) == "<|user|>\nHi\n<|assistant|>\n"
     (tiny_copy / "chat_template.jinja").write_text("{{ messages[0]['content'] | upper }}")
-    assert served(tiny_copy).render([{"role": "user", "content": "hi"}]) == "HI"
+    assert served(tiny_copy).render((Message("user", "hi"),)) == "HI"
 
 
 def test_empty_template_file_means_the_plain_default(tiny_copy):
     (tiny_copy / "chat_template.jinja").write_text("  \n")
-    prompt = served(tiny_copy).render([{"role": "user", "content": "Hi"}])
+    prompt = served(tiny_copy).render((Message("user", "Hi"),))
     assert prompt == "<|user|>\nHi\n<|assistant|>\n"
 
 
@@ -48,7 +49,7 @@ def test_broken_template_fails_at_load_naming_the_file(tiny_copy):
 def test_the_real_chat_prompt_ends_with_the_generation_prompt(real_model):
     """The chat route renders with the default: the model's turn is opened for it."""
     served_real = ServedModel(real_model, "smol-135m", MAX_LEN)
-    messages = [{"role": "system", "content": "S"}, {"role": "user", "content": "Hi"}]
+    messages = (Message("system", "S"), Message("user", "Hi"))
     prompt = served_real.render(messages)
     assert prompt.endswith("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
     closed = served_real.render(messages, add_generation_prompt=False)

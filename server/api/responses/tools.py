@@ -1,5 +1,5 @@
 """Function tools in the Responses API, on chat's tool machinery (server/api/tools.py validates
-and builds the call grammar, server/api/toolcalls.py splits the model's text into calls).
+and builds the call grammar, server/text/toolparse.py splits the model's text into calls).
 
     tools:        [{"type": "function", "name", "description"?, "parameters"?, "strict"?}]
                   -> chat's {"type": "function", "function": {...}}; any other type is a
@@ -7,7 +7,7 @@ and builds the call grammar, server/api/toolcalls.py splits the model's text int
                   runs on OpenAI's side: this server has none, 422 naming `tools[i].type`
     tool_choice:  "none" | "auto" | "required" | {"type": "function", "name"}
     input items:  function_call {call_id, name, arguments} -> a call of an assistant turn
-                  (responses.py joins consecutive calls, and an assistant message just
+                  (parse.py joins consecutive calls, and an assistant message just
                   before them, into one turn, as the answer that made them was);
                   function_call_output {call_id, output} -> a `tool` message
     output items: after the message item (only when the answer has text), each call as
@@ -22,11 +22,11 @@ import os
 from dataclasses import dataclass, replace
 from typing import Any
 
-from engine.api import ToolCallFormat
-from server.text.messages import check_content
-from server.api.parse import bad, unsupported
-from server.api.toolcalls import CallOut, argument_fragments, new_call_id
-from server.api.tools import ToolsSpec, call_arguments, parse_tools
+from server.api.fields import bad, unsupported
+from server.api.tools import ToolsSpec, argument_fragments, call_arguments, parse_tools
+from server.text.messages import Message, ToolCall, check_content
+from server.text.toolformats import ToolCallFormat
+from server.text.toolparse import CallOut, new_call_id
 
 FUNCTION = "function"
 TOOL_CHOICE_MODES = ("none", "auto", "required")
@@ -104,23 +104,22 @@ def _text(where: str, item: dict, name: str) -> str:
     return item[name]
 
 
-def function_call(where: str, item: dict) -> dict:
+def function_call(where: str, item: dict) -> ToolCall:
     """A `function_call` input item -> one chat tool call (arguments parsed, as chat's are)."""
     call_id, name = _text(where, item, "call_id"), _text(where, item, "name")
     arguments = call_arguments(f"{where}.arguments", item.get("arguments", "{}"))
-    return {"id": call_id, "type": FUNCTION, "function": {"name": name, "arguments": arguments}}
+    return ToolCall(name, arguments, call_id)
 
 
-def tool_message(where: str, item: dict) -> dict:
+def tool_message(where: str, item: dict) -> Message:
     """A `function_call_output` input item -> the `tool` message that answers its call."""
     call_id, output = _text(where, item, "call_id"), item.get("output")
     if isinstance(output, list):
-        parts = check_content(f"{where}.output", output, OUTPUT_PARTS)
-        output = [{"type": "text", "text": part["text"]} for part in parts]
+        output = check_content(f"{where}.output", output, OUTPUT_PARTS)
     elif not isinstance(output, str):
         raise bad(f"{where}.output", f"'{where}.output' must be a string or a list of "
                                      "input_text parts.")
-    return {"role": "tool", "tool_call_id": call_id, "content": output}
+    return Message("tool", output, tool_call_id=call_id)
 
 
 # ---- the answer: function_call items and their events ---------------------------------------

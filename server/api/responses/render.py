@@ -1,12 +1,4 @@
-"""The Responses API, `POST /v1/responses`, stateless: its request and its two renderers.
-
-A Responses request is a chat in other clothes, so it runs on the chat path unchanged:
-
-    input (a string, or message items with `input_text` parts) + instructions (the system
-    message) -> `parse_responses` -> a `GenSpec` (kind "responses") + the settings the
-    answer echoes -> the chat template -> one engine sequence -> `GenerationStream`
-
-Only the output shape differs, so it is two renderers with the shell's interface
+"""The Responses answer: two renderers with the stream shell's interface
 (server/api/streams.py): `ResponseDocument` (one `response` object) and `ResponseEvents` (the
 typed SSE events, each `event: <type>` + `data: <json>` with a `sequence_number`):
 
@@ -15,202 +7,26 @@ typed SSE events, each `event: <type>` + `data: <json>` with a `sequence_number`
     response.output_text.done, response.content_part.done, response.output_item.done,
     response.completed | response.incomplete (max_output_tokens cut it) | response.failed
 
-With function `tools` (server/api/responses_tools.py maps them, and the `function_call` /
-`function_call_output` items of the history, onto chat's tool machinery), the answer's
-calls become `function_call` output items after the message item (which is left out when
-the answer is calls only); streamed, each call is output_item.added,
-function_call_arguments.delta..., function_call_arguments.done, output_item.done.
-
-Nothing is stored: `store: true`, `previous_response_id`, `conversation` and `background`
-are 422 (there is no server-side state to keep or continue), as are built-in tools.
-`text.format` json_schema / json_object go through the structured-outputs machinery
-(server/api/structured.py's `Structured`, compiled per request).
+With tools offered, the text runs through a `CallSplitter` (server/text/toolparse.py): the
+answer's calls become `function_call` output items after the message item (left out when
+the answer is calls only), their events from server/api/responses/tools.py.
 """
 from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
-from typing import Any
 
-from engine.api import FINISH_LENGTH, GrammarSpec, SamplingParams, schema_spec
+from engine.api import FINISH_LENGTH
 from server.api import documents as docs
-from server.api.defaults import SamplingDefaults
+from server.api.responses.parse import ResponsesSpec
+from server.api.responses.tools import FunctionCall, call_events, function_call_item, tools_echo
 from server.errors import ApiError
-from server.text.messages import check_content
-from server.api.parse import (GenSpec, bad, boolean, integer, load_json_object, model_name,
-                           number, unsupported)
 from server.text.gentext import Piece
-from server.api.responses_tools import (FunctionCall, call_events, function_call,
-                                    function_call_item, parse_response_tools, tool_message,
-                                    tools_echo)
-from server.api.structured import Structured
-from server.api.toolcalls import CallSplitter
+from server.text.toolparse import CallSplitter
 from sse import event
 
-MAX_INPUT_ITEMS = 4096          # as many as chat's MAX_MESSAGES
-INPUT_ROLES = frozenset({"user", "assistant", "system", "developer"})
-TEXT_PARTS = ("input_text", "output_text")  # output_text: an earlier answer sent back
-# Items a stateful server or one with reasoning or custom (grammar) tools would take.
-UNSERVED_ITEMS = frozenset({"reasoning", "item_reference", "custom_tool_call",
-                            "custom_tool_call_output"})
-# Request fields that need server-side state: refused when set (not when false / null).
-STATEFUL_FIELDS = ("previous_response_id", "conversation")
-NO_STATE = ("This server is stateless: it stores no responses, so '{name}' is not supported; "
-            "send the whole conversation in 'input'.")
-FORCED_CHOICES = ("required", "named")
 STATUS_COMPLETED, STATUS_INCOMPLETE, STATUS_FAILED = "completed", "incomplete", "failed"
 MESSAGE_NONE, MESSAGE_OPEN, MESSAGE_CLOSED = "none", "open", "closed"   # the message item's state
-
-
-@dataclass(frozen=True, kw_only=True)
-class ResponsesSpec:
-    """A validated Responses request: the generation and what the answer echoes."""
-    gen: GenSpec
-    instructions: str | None = None
-    max_output_tokens: int | None = None
-    text_format: dict = field(default_factory=lambda: {"type": "text"})
-    tool_choice: str | dict = "auto"
-    parallel_tool_calls: bool = True
-    metadata: dict = field(default_factory=dict)
-    user: str | None = None
-
-
-# ---- parsing -------------------------------------------------------------------------------
-
-def _content(where: str, content: Any) -> str | list[dict]:
-    """A message item's content: a string, or text parts (the chat check, with the
-    Responses API's part types) -> chat text parts."""
-    checked = check_content(where, content, TEXT_PARTS)
-    if isinstance(checked, str):
-        return checked
-    return [{"type": "text", "text": part["text"]} for part in checked]
-
-
-def _item(i: int, item: Any) -> dict:
-    where = f"input[{i}]"
-    if not isinstance(item, dict):
-        raise bad(where, f"'{where}' must be a message item with 'role' and 'content'.")
-    kind = item.get("type", "message")
-    if kind in UNSERVED_ITEMS:
-        raise unsupported(f"{where}.type", f"Input items of type {kind!r} are not supported "
-                                           "(no stored state, reasoning or custom tools).")
-    if kind != "message":
-        raise bad(f"{where}.type", f"{kind!r} is not a valid input item type; expected "
-                                   "'message', 'function_call' or 'function_call_output'.")
-    role = item.get("role")
-    if role not in INPUT_ROLES:
-        raise bad(f"{where}.role", f"{role!r} is not a valid role; expected one of "
-                                   f"{', '.join(sorted(INPUT_ROLES))}.")
-    return {"role": role, "content": _content(f"{where}.content", item.get("content"))}
-
-
-def _turns(items: list) -> list[dict]:
-    """Input items -> chat messages; `function_call` items join the assistant turn before
-    them (a message item or earlier calls), else start one; outputs are `tool` messages."""
-    turns: list[dict] = []
-    for i, item in enumerate(items):
-        kind = item.get("type") if isinstance(item, dict) else None
-        if kind == "function_call":
-            call = function_call(f"input[{i}]", item)
-            if turns and turns[-1]["role"] == "assistant":
-                turns[-1] = dict(turns[-1], tool_calls=turns[-1].get("tool_calls", []) + [call])
-            else:
-                turns.append({"role": "assistant", "content": "", "tool_calls": [call]})
-        elif kind == "function_call_output":
-            turns.append(tool_message(f"input[{i}]", item))
-        else:
-            turns.append(_item(i, item))
-    return turns
-
-
-def _messages(doc: dict, instructions: str | None) -> tuple[dict, ...]:
-    """`instructions` as the system message, then `input`'s messages in order."""
-    given = doc.get("input")
-    if isinstance(given, str):
-        items = [{"role": "user", "content": given}]
-    elif isinstance(given, list) and given:
-        if len(given) > MAX_INPUT_ITEMS:
-            raise bad("input", f"'input' allows at most {MAX_INPUT_ITEMS} items.")
-        items = _turns(given)
-    else:
-        raise bad("input", "'input' must be a string or a non-empty list of message items.")
-    head = [] if instructions is None else [{"role": "system", "content": instructions}]
-    return tuple(head + items)
-
-
-def _text_format(doc: dict) -> tuple[dict, Structured | None]:
-    """`text.format` -> (its echo, the grammar it asks for). `text` is a no-op."""
-    text = doc.get("text")
-    if text is None:
-        return {"type": "text"}, None
-    if not isinstance(text, dict):
-        raise bad("text", "'text' must be an object with a 'format'.")
-    fmt = text.get("format")
-    if fmt is None:
-        return {"type": "text"}, None
-    kind = fmt.get("type") if isinstance(fmt, dict) else None
-    if kind == "text":
-        return fmt, None
-    if kind == "json_object":
-        return fmt, Structured("text.format", GrammarSpec("json_object"))
-    if kind != "json_schema":
-        raise bad("text.format.type", "'text.format.type' must be 'text', 'json_object' or "
-                                      "'json_schema'.")
-    if not isinstance(fmt.get("name"), str):
-        raise bad("text.format.name", "'text.format' json_schema needs a 'name' string.")
-    if not isinstance(fmt.get("schema"), (dict, bool)):
-        raise bad("text.format.schema", "'text.format.schema' must be a JSON Schema object.")
-    if fmt.get("strict") is not None and not isinstance(fmt["strict"], bool):
-        raise bad("text.format.strict", "'strict' must be a boolean.")
-    return fmt, Structured("text.format.schema", schema_spec(fmt["schema"]))
-
-
-def _refuse_unserved(doc: dict) -> None:
-    if doc.get("store") is True:
-        raise unsupported("store", NO_STATE.format(name="store") + " Send 'store': false.")
-    for name in STATEFUL_FIELDS:
-        if doc.get(name) is not None:
-            raise unsupported(name, NO_STATE.format(name=name))
-    if doc.get("background") is True:
-        raise unsupported("background", NO_STATE.format(name="background"))
-
-
-def _optional_str(doc: dict, name: str) -> str | None:
-    v = doc.get(name)
-    if v is not None and not isinstance(v, str):
-        raise bad(name, f"'{name}' must be a string.")
-    return v
-
-
-def parse_responses(body: bytes, defaults: SamplingDefaults = SamplingDefaults()) -> ResponsesSpec:
-    doc = load_json_object(body)
-    _refuse_unserved(doc)
-    model = model_name(doc)
-    instructions = _optional_str(doc, "instructions")
-    messages = _messages(doc, instructions)
-    max_output = integer(doc, "max_output_tokens", None, 1)
-    fmt, structured = _text_format(doc)
-    tools = parse_response_tools(doc)
-    if tools is not None and tools.choice in FORCED_CHOICES and structured is not None:
-        raise unsupported("tool_choice", "A forced 'tool_choice' cannot be combined with "
-                                         "'text.format'.")
-    metadata = doc.get("metadata")
-    if metadata is not None and not isinstance(metadata, dict):
-        raise bad("metadata", "'metadata' must be an object.")
-    params = SamplingParams(
-        temperature=number(doc, "temperature", defaults.temperature, 0.0, 2.0),
-        top_p=number(doc, "top_p", defaults.top_p, 0.0, 1.0, lo_open=True),
-        top_k=defaults.top_k, min_p=defaults.min_p,
-        repetition_penalty=defaults.repetition_penalty)
-    gen = GenSpec(kind="responses", model=model, messages=messages,
-                  max_tokens=defaults.max_tokens if max_output is None else max_output,
-                  params=params, stream=boolean(doc, "stream"), structured=structured,
-                  tools=tools)
-    return ResponsesSpec(gen=gen, instructions=instructions, max_output_tokens=max_output,
-                         text_format=fmt, tool_choice=doc.get("tool_choice") or "auto",
-                         parallel_tool_calls=boolean(doc, "parallel_tool_calls", True),
-                         metadata=metadata or {}, user=_optional_str(doc, "user"))
 
 
 # ---- documents -----------------------------------------------------------------------------
@@ -240,7 +56,7 @@ def message_item(item_id: str, status: str, parts: list[dict]) -> dict:
 
 class _Answer:
     """What both renderers share: the ids, the request's echo, the text and calls so far.
-    With tools offered, the text runs through a `CallSplitter` (server/api/toolcalls.py)."""
+    With tools offered, the text runs through a `CallSplitter` (server/text/toolparse.py)."""
 
     def __init__(self, header: docs.Header, spec: ResponsesSpec):
         self.id, self.item_id = new_id("resp"), new_id("msg")
@@ -270,7 +86,7 @@ class _Answer:
 
     @property
     def cut(self) -> bool:
-        """A call repeated an earlier one: the answer ended there (server/api/toolcalls.py)."""
+        """A call repeated an earlier one: the answer ended there (server/text/toolparse.py)."""
         return self.splitter is not None and self.splitter.cut
 
     @property

@@ -1,24 +1,16 @@
-"""The model's tool-call text -> OpenAI's `tool_calls`, whole or as stream deltas.
+"""The model's tool-call text -> calls: whole answers (`split_calls`) or text as it streams
+(`CallSplitter`), in a family's `ToolCallFormat` (server/text/toolformats.py).
 
 A call starts at the format's trigger (`<tool_call>`, `[TOOL_CALLS]`, `<|tool_call|>`, or
 for Llama 3.1's bare JSON a `{` as the answer's first character); the text before it is
-the message's `content`. After the trigger the calls are JSON objects, separated by the
+the message's content. After the trigger the calls are JSON objects, separated by the
 format's markers, commas or whitespace, each `{"name": .., "arguments" (or "parameters"): {..}}`.
-Text that does not parse as a call stays content (finish reason unchanged).
-
-Whole answers: `ToolChatDocument` puts `message.tool_calls` (ids `call_<hex>`, Mistral's
-9-character ids for that family; `function.arguments` as JSON text) and
-`finish_reason: "tool_calls"`. Streams: `ToolChatChunks` sends content as it comes, holds
-back text that may be the start of a trigger, and sends each call once its JSON object is
-complete: first `{index, id, type, function: {name, arguments: ""}}`, then the arguments in
-fragments of `ARG_FRAGMENT_CHARS` (openai-python's stream helper concatenates them).
-Per-token logprobs are not sent in tool-call streams. Both run on `CallSplitter` (text in;
-content text and complete `CallOut`s out), which the Responses API's renderers use too.
+Text that does not parse as a call stays content.
 
 With parallel calls, a call identical (name and arguments) to an earlier one in the same
-answer ends it and is dropped (`kept_calls`); the renderer then names the choice in its
-`cut`, and the stream shell (server/api/streams.py) aborts the engine request: finish reason
-"tool_calls" instead of a small model's loop of the same call until `max_tokens`.
+answer ends it and is dropped (`kept_calls`, the splitter's `cut`): a small model forced to
+call repeats its call until `max_tokens` otherwise. `new_call_id` mints a call's id
+(`call_<hex>`; Mistral's templates take 9 alphanumerics only).
 """
 from __future__ import annotations
 
@@ -26,15 +18,8 @@ import json
 import os
 from dataclasses import dataclass
 
-from engine.api import FINISH_STOP
-from server.api import documents as docs
-from server.api.parse import GenSpec
-from server.text.gentext import Piece
-from server.api.streams import ChatChunks, ChatDocument
-from server.api.tools import MISTRAL, ToolCallFormat
+from server.text.toolformats import MISTRAL, ToolCallFormat
 
-ARG_FRAGMENT_CHARS = 32
-FINISH_TOOL_CALLS = "tool_calls"
 SEPARATORS = (",", ";", "<|python_tag|>")       # between calls, besides the format's markers
 MISTRAL_ID_CHARS = 9                             # Mistral's templates require 9 alphanumerics
 _DECODER = json.JSONDecoder()
@@ -48,13 +33,9 @@ def new_call_id(fmt: ToolCallFormat) -> str:
     return "call_" + os.urandom(12).hex()
 
 
-def _trigger(fmt: ToolCallFormat) -> str:
-    return fmt.prefix or fmt.begin or "{"
-
-
 def trigger_at(text: str, fmt: ToolCallFormat) -> int | None:
     """Where the calls start, or None. Bare JSON counts only as the answer's first character."""
-    trigger = _trigger(fmt)
+    trigger = fmt.trigger
     if trigger == "{":
         stripped = text.lstrip()
         for lead in ("<|python_tag|>", "{"):
@@ -105,8 +86,7 @@ def parse_calls(body: str, fmt: ToolCallFormat) -> list[Call]:
 
 def kept_calls(calls: list[Call], parallel: bool) -> list[Call]:
     """The calls an answer keeps: the first alone without parallel calls; with them, those
-    before the first call that repeats an earlier one (name and arguments): a small model
-    forced to call (`required`) repeats its call until `max_tokens`, so a repeat ends it."""
+    before the first call that repeats an earlier one (name and arguments)."""
     if not parallel:
         return calls[:1]
     repeat = next((k for k in range(1, len(calls)) if calls[k] in calls[:k]), len(calls))
@@ -120,12 +100,6 @@ def split_calls(text: str, fmt: ToolCallFormat, parallel: bool = True) -> tuple[
     if not calls:
         return text, []
     return (text[:start].strip() or None), kept_calls(calls, parallel)
-
-
-def call_document(call: Call, call_id: str) -> dict:
-    name, args = call
-    return {"id": call_id, "type": "function",
-            "function": {"name": name, "arguments": json.dumps(args, ensure_ascii=False)}}
 
 
 @dataclass(frozen=True)
@@ -169,7 +143,7 @@ class CallSplitter:
         return self._release()
 
     def _release(self) -> list[str | CallOut]:
-        trigger = _trigger(self.fmt)
+        trigger = self.fmt.trigger
         if trigger == "{":
             if not self.pending.strip():
                 return []                 # only whitespace yet: a call may still start
@@ -194,103 +168,3 @@ class CallSplitter:
         rest = self.pending if self.body is None else (self.body if self.sent == 0 else "")
         self.pending = ""
         return [rest] if rest else []
-
-
-def chat_deltas(outs: list[str | CallOut], fmt: ToolCallFormat) -> list[dict]:
-    """Content and calls -> chat `delta`s: a call's id, name and empty arguments first, then
-    its arguments in fragments of ARG_FRAGMENT_CHARS."""
-    deltas = []
-    for out in outs:
-        if isinstance(out, str):
-            deltas.append({"content": out})
-            continue
-        deltas.append({"tool_calls": [{"index": out.index, "id": new_call_id(fmt), "type": "function",
-                                       "function": {"name": out.name, "arguments": ""}}]})
-        deltas += [{"tool_calls": [{"index": out.index, "function": {"arguments": fragment}}]}
-                   for fragment in argument_fragments(out.arguments_json)]
-    return deltas
-
-
-def argument_fragments(arguments: str) -> list[str]:
-    return [arguments[at:at + ARG_FRAGMENT_CHARS] for at in range(0, len(arguments), ARG_FRAGMENT_CHARS)]
-
-
-class CallScanner:
-    """One choice's stream: text in, chat deltas out (content, then tool-call parts)."""
-
-    def __init__(self, fmt: ToolCallFormat, parallel: bool):
-        self.split = CallSplitter(fmt, parallel)
-
-    @property
-    def sent(self) -> int:
-        return self.split.sent
-
-    @property
-    def cut(self) -> bool:
-        return self.split.cut
-
-    def push(self, text: str) -> list[dict]:
-        return chat_deltas(self.split.push(text), self.split.fmt)
-
-    def finish(self) -> list[dict]:
-        return chat_deltas(self.split.finish(), self.split.fmt)
-
-
-class ToolChatChunks(ChatChunks):
-    """chat.completion.chunk events with `delta.tool_calls`; finish_reason "tool_calls"."""
-
-    def __init__(self, header: docs.Header, spec: GenSpec):
-        super().__init__(header, spec)
-        self.fmt, self.parallel = spec.tools.fmt, spec.tools.parallel
-        self._scanners: dict[int, CallScanner] = {}
-        self.cut: set[int] = set()
-
-    def piece(self, piece: Piece) -> bytes:
-        scanner = self._scanners.setdefault(piece.index, CallScanner(self.fmt, self.parallel))
-        deltas = scanner.push(piece.text)
-        if scanner.cut:
-            self.cut.add(piece.index)
-        if piece.finish is not None:
-            deltas += scanner.finish()
-        out = b"".join(self._frame(docs.chat_chunk(self.header, d, index=piece.index), piece.index)
-                       for d in deltas)
-        if piece.finish is not None:
-            finish = FINISH_TOOL_CALLS if scanner.sent and piece.finish == FINISH_STOP else piece.finish
-            out += self._frame(docs.chat_chunk(self.header, {}, finish, index=piece.index), piece.index)
-        return out
-
-
-class ToolChatDocument(ChatDocument):
-    """chat.completion with `message.tool_calls` when the answer holds calls; each choice's
-    text also runs through a `CallSplitter` as it comes, to see a repeated call (`cut`)."""
-
-    def __init__(self, header: docs.Header, spec: GenSpec):
-        super().__init__(header, spec)
-        self.fmt, self.parallel = spec.tools.fmt, spec.tools.parallel
-        self._splitters: dict[int, CallSplitter] = {}
-        self.cut: set[int] = set()
-
-    def piece(self, piece: Piece) -> bytes:
-        splitter = self._splitters.setdefault(piece.index, CallSplitter(self.fmt, self.parallel))
-        splitter.push(piece.text)
-        if splitter.cut:
-            self.cut.add(piece.index)
-        return super().piece(piece)
-
-    def _document(self, index: int, text: str, choice, usage: dict) -> dict:
-        document = super()._document(index, text, choice, usage)
-        content, calls = split_calls(text, self.fmt, self.parallel)
-        if calls:
-            out = document["choices"][0]
-            out["message"] = {"role": "assistant", "content": content,
-                              "tool_calls": [call_document(c, new_call_id(self.fmt)) for c in calls]}
-            if out["finish_reason"] == FINISH_STOP:
-                out["finish_reason"] = FINISH_TOOL_CALLS
-        return document
-
-
-def tool_renderer(spec: GenSpec, header: docs.Header):
-    """The renderer for a chat that offers tools (None: the plain ones)."""
-    if spec.kind != "chat" or spec.tools is None or not spec.tools.offered:
-        return None
-    return (ToolChatChunks if spec.stream else ToolChatDocument)(header, spec)

@@ -1,0 +1,23 @@
+"""Chat completions, `POST /v1/chat/completions`: parse.py reads the request (typed messages,
+tools), render.py writes the answer (whole or streamed, plain or with tool calls); `chat`
+below is the handler: served model -> tools -> chat template -> tokens -> the launch
+(server/api/launch.py).
+"""
+from __future__ import annotations
+
+from server.api.chat.parse import parse_chat
+from server.api.chat.render import renderer
+from server.api.launch import (ApiContext, Endpoint, Headers, Launch, Params, launch_generation,
+                               with_tools)
+from server.http.protocol import Request
+
+CHAT = Endpoint(route="chat", id_prefix="chatcmpl", prompt_param="messages")
+
+
+def chat(ctx: ApiContext, request: Request, params: Params, extra: Headers) -> Launch:
+    spec = parse_chat(request.body, ctx.defaults)
+    ctx.check_model(spec.model)
+    spec, offered = with_tools(ctx, spec)
+    prompt = ctx.served.encode(ctx.served.render(spec.messages, tools=offered))
+    return launch_generation(ctx, request, spec, [prompt], CHAT, extra,
+                             lambda header: renderer(spec, header))

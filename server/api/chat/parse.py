@@ -1,0 +1,70 @@
+"""The chat request: `parse_chat(body)` -> `GenSpec` (kind "chat") with the conversation as
+typed `Message`s (server/text/messages.py), built once here from the JSON. Content parts are
+checked by the text layer; `tools`, `tool_choice`, `parallel_tool_calls` and the history's
+`tool_calls` by server/api/tools.py; the shared sampling fields by server/api/generation.py.
+`parse_messages` serves /tokenize too.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from engine.api import MAX_TOP_LOGPROBS
+from server.api.defaults import SamplingDefaults
+from server.api.fields import bad, boolean, integer, load_json_object, unsupported
+from server.api.generation import GenSpec, common_fields
+from server.api.tools import check_tool_calls, check_tool_message, parse_tools
+from server.text.messages import Message, check_content
+
+MAX_MESSAGES = 4096             # a conversation longer than this is abuse, not chat
+ROLES = frozenset({"system", "user", "assistant", "developer", "tool"})
+FORCED_CHOICES = ("required", "named")      # tool choices a grammar enforces
+MESSAGE_FIELDS = frozenset({"role", "content", "name", "tool_calls", "tool_call_id"})
+
+
+def _message(i: int, m: Any) -> Message:
+    where = f"messages[{i}]"
+    if not isinstance(m, dict):
+        raise bad(where, f"'{where}' must be an object with 'role' and 'content'.")
+    role = m.get("role")
+    if role not in ROLES:
+        raise bad(f"{where}.role", f"{role!r} is not a valid role; expected one of "
+                                   f"{', '.join(sorted(ROLES))}.")
+    content = m.get("content")
+    if content is None and role == "assistant":
+        content = ""
+    content = check_content(f"{where}.content", content)     # a string or text parts
+    calls = m.get("tool_calls")
+    if calls is not None:
+        calls = check_tool_calls(f"{where}.tool_calls", calls)
+    if role == "tool":
+        check_tool_message(where, m)
+    extra = () if m.keys() <= MESSAGE_FIELDS else tuple(   # fields a template may read
+        (k, v) for k, v in m.items() if k not in MESSAGE_FIELDS and v is not None)
+    return Message(role, content, m.get("name"), calls, m.get("tool_call_id"), extra)
+
+
+def parse_messages(doc: dict) -> tuple[Message, ...]:
+    """`messages` for the chat template: 1..MAX_MESSAGES checked messages (chat, tokenize)."""
+    messages = doc.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise bad("messages", "'messages' must be a non-empty list of messages.")
+    if len(messages) > MAX_MESSAGES:
+        raise bad("messages", f"'messages' allows at most {MAX_MESSAGES} entries.")
+    return tuple(_message(i, m) for i, m in enumerate(messages))
+
+
+def parse_chat(body: bytes, defaults: SamplingDefaults = SamplingDefaults()) -> GenSpec:
+    doc = load_json_object(body)
+    checked = parse_messages(doc)
+    logprobs = boolean(doc, "logprobs")
+    top = integer(doc, "top_logprobs", 0, 0, MAX_TOP_LOGPROBS)
+    if top and not logprobs:
+        raise bad("top_logprobs", "'top_logprobs' requires 'logprobs' to be true.")
+    common = common_fields(doc, "chat", default_max=defaults.max_tokens, logprobs=logprobs,
+                           top_logprobs=top, defaults=defaults)
+    tools = parse_tools(doc)
+    if tools is not None and tools.choice in FORCED_CHOICES and common.structured:
+        raise unsupported("tool_choice", f"A forced 'tool_choice' cannot be combined with "
+                                         f"'{common.structured.param}'.")
+    return replace(common, messages=checked, tools=tools)

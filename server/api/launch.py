@@ -1,0 +1,148 @@
+"""What the endpoint handlers share: `ApiContext` (the served model, the sampling defaults,
+the engine bridge, the stream context), `with_tools` (a request's tools in the served
+template's format, their grammar asked for: chat and Responses alike) and
+`launch_generation`, the one way a chat, completion or Responses request becomes engine
+requests and a `GenerationStream`.
+
+    worker thread:  priority header -> logit_bias ids -> grammar (compiled once, shared by
+                    every choice) -> one GenRequest per choice (the context and KV rules of
+                    server/text/served.py) => a `Launch`
+    loop thread:    the Launch: admission (a slot per choice in the bridge's queue, or 429;
+                    all or none) -> GenerationStream with the renderer the endpoint chose
+
+The endpoint chooses its renderer (server/api/chat/render.py, completions.py,
+responses/render.py) and hands it in as `render(header)`: the shell never chooses.
+"""
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, replace
+from functools import partial
+from typing import Callable
+
+from engine.api import GenRequest, Grammar
+from server.api import documents as docs
+from server.api.defaults import SamplingDefaults
+from server.api.generation import GenSpec, parse_priority
+from server.api.offloop import OffLoop
+from server.api.streams import Echo, GenerationStream, Renderer, StreamContext
+from server.api.structured import Structured, compile_structured
+from server.api.tools import call_grammar_spec, check_tools_compile, with_format
+from server.errors import ApiError
+from server.http.protocol import Request, Stream
+from server.text.served import ServedModel
+from server.worker.bridge import EngineBridge
+
+Headers = tuple[tuple[str, str], ...]           # extra response headers (X-Request-Id)
+Params = dict[str, str]                         # path parameters from the route table
+Launch = Callable[[], Stream]                   # admission -> the stream; loop thread only
+RenderFor = Callable[[docs.Header], Renderer]   # the endpoint's renderer, given the ids
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """How a generation endpoint names itself: its route (metrics), the id prefix of its
+    answers, and the request field its prompt came from (errors name it)."""
+    route: str
+    id_prefix: str
+    prompt_param: str
+
+
+@dataclass(frozen=True)
+class ApiContext:
+    """What every endpoint handler is given (no globals)."""
+    served: ServedModel
+    defaults: SamplingDefaults                  # server-side sampling defaults
+    bridge: EngineBridge
+    stream_ctx: StreamContext
+    offloop: OffLoop
+    count_request: Callable[[str, int], None]   # (route, status) -> the request counter
+    clock: Callable[[], float] = time.monotonic
+
+    def check_model(self, model: str) -> None:
+        if model != self.served.id:
+            raise ApiError("model_not_found", f"The model '{model}' does not exist; this "
+                                              f"server serves '{self.served.id}'.", param="model")
+
+
+def choice_seed(seed: int | None, choice: int) -> int | None:
+    """The sample stream of choice `choice` of a request seeded `seed`: choice 0 keeps the
+    seed (so it is the n = 1 answer), choice j > 0 takes the first 63 bits of
+    sha256(f"{seed}/{j}"), reproducible and unrelated to the neighbouring seeds. Unseeded
+    requests stay unseeded (the engine draws one seed per choice)."""
+    if seed is None or choice == 0:
+        return seed
+    digest = hashlib.sha256(f"{seed}/{choice}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
+
+
+def priority_of(request: Request) -> int:
+    """The request's scheduling priority (`X-TL-Priority`); a KV handle is refused (404)."""
+    if request.header("x-tl-kv-handle") is not None:
+        raise ApiError("kv_handle_not_found", "Unknown KV handle (KV handles are not "
+                                              "served by this engine).", param="X-TL-KV-Handle")
+    return parse_priority(request.header("x-tl-priority"))
+
+
+def launch_generation(ctx: ApiContext, request: Request, spec: GenSpec,
+                      prompts: list[list[int]], endpoint: Endpoint, extra: Headers,
+                      render: RenderFor, echoes: list[Echo] | None = None) -> Launch:
+    """One engine request per choice (`n` per prompt; choice index = prompt * n + j, as
+    OpenAI numbers them), prepared here (worker thread: the grammar, the context rule);
+    the launch admits them on the loop thread."""
+    priority = priority_of(request)
+    ctx.served.check_token_ids(tuple(t for t, _ in spec.params.logit_bias), "logit_bias")
+    grammar = (compile_structured(ctx.served.grammars, spec.structured)
+               if spec.structured else None)        # compiled once, shared by every choice
+    requests = [_gen_request(ctx.served, spec, prompt, endpoint.prompt_param, priority, j,
+                             grammar)
+                for prompt in prompts for j in range(spec.n)]
+    return partial(_launch, ctx, requests, spec, sum(map(len, prompts)), endpoint, extra,
+                   echoes, render, request.request_id)
+
+
+def _launch(ctx: ApiContext, requests: list[GenRequest], spec: GenSpec, prompt_tokens: int,
+            endpoint: Endpoint, extra: Headers, echoes: list[Echo] | None,
+            render: RenderFor, request_id: str) -> GenerationStream:
+    """Admission, on the loop thread: the whole answer or none of it: a refusal or a 429
+    on a later choice aborts the earlier ones."""
+    now = ctx.clock()
+    tickets = []
+    try:
+        for gen in requests:        # admission: a slot each in the bridge's queue, or 429
+            tickets.append(ctx.bridge.submit(gen, request_id=request_id))
+    except ApiError:
+        for ticket in tickets:
+            ctx.bridge.abort(ticket)
+        raise
+    header = docs.Header.new(endpoint.id_prefix, ctx.served.id)
+    return GenerationStream(ctx=ctx.stream_ctx, tickets=tickets, spec=spec, header=header,
+                            prompt_tokens=prompt_tokens, route=endpoint.route,
+                            headers=extra, arrival_s=now, echoes=echoes,
+                            renderer=render(header))
+
+
+def _gen_request(served: ServedModel, spec: GenSpec, prompt: list[int], prompt_param: str,
+                 priority: int, choice: int, grammar: Grammar | None) -> GenRequest:
+    """Choice 0 is exactly the n = 1 request; the others are forks of it: their own
+    seed (`choice_seed`) and they wait to share the prompt's KV blocks."""
+    max_tokens = served.max_tokens_for(len(prompt), spec.max_tokens, prompt_param)
+    scored = spec.top_logprobs if spec.echo and spec.logprobs else None
+    return GenRequest(prompt=tuple(prompt), params=spec.params,
+                      seed=choice_seed(spec.seed, choice), max_tokens=max_tokens,
+                      stop_ids=spec.stop_ids, priority=priority, prompt_logprobs=scored,
+                      wait_for_prefix=choice > 0, grammar=grammar)
+
+
+def with_tools(ctx: ApiContext, spec: GenSpec) -> tuple[GenSpec, tuple[dict, ...]]:
+    """Tools validated, compiled, in the template's format, their grammar asked for; and
+    the tools the template is offered (chat and Responses alike)."""
+    if spec.tools is None:
+        return spec, ()
+    check_tools_compile(ctx.served.grammars, spec.tools)
+    spec = replace(spec, tools=with_format(spec.tools, ctx.served.tool_format))
+    grammar = call_grammar_spec(spec.tools)
+    if grammar is not None and spec.structured is None:   # auto + response_format: that one
+        spec = replace(spec, structured=Structured("tool_choice", grammar))
+    return spec, (spec.tools.tools if spec.tools.offered else ())

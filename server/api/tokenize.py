@@ -1,0 +1,70 @@
+"""Tokenize and detokenize, `POST /tokenize` and `POST /detokenize` (vLLM's extras): a prompt
+or a chat (rendered by the served template) -> token ids, and token ids -> text.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from server.api import documents as docs
+from server.api.chat.parse import parse_messages
+from server.api.documents import JSON_CONTENT_TYPE, json_bytes_piecewise
+from server.api.fields import bad, boolean, load_json_object, model_name, token_ids
+from server.api.launch import ApiContext, Headers, Params
+from server.http.protocol import Request, Response
+from server.text.messages import Message
+
+
+@dataclass(frozen=True, kw_only=True)
+class TokenizeSpec:
+    model: str
+    prompt: str = ""
+    messages: tuple[Message, ...] = ()          # when given, the chat template renders them
+    # Accepted (validated as a boolean) and ignored: the prompt is always tokenized without
+    # added special tokens (no BOS/EOS), which is what generation sees too.
+    add_special_tokens: bool = True
+    add_generation_prompt: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class DetokenizeSpec:
+    model: str
+    tokens: tuple[int, ...]
+
+
+def parse_tokenize(body: bytes) -> TokenizeSpec:
+    doc = load_json_object(body)
+    model = model_name(doc)
+    # vLLM's defaults: a raw prompt gets the model's special tokens (BOS), a rendered chat
+    # does not (its template wrote them).
+    add_special = boolean(doc, "add_special_tokens", doc.get("messages") is None)
+    if doc.get("messages") is not None:
+        return TokenizeSpec(model=model, messages=parse_messages(doc),
+                            add_special_tokens=add_special,
+                            add_generation_prompt=boolean(doc, "add_generation_prompt", True))
+    prompt = doc.get("prompt")
+    if not isinstance(prompt, str):
+        raise bad("prompt", "'prompt' must be a string (or send 'messages').")
+    return TokenizeSpec(model=model, prompt=prompt, add_special_tokens=add_special)
+
+
+def parse_detokenize(body: bytes) -> DetokenizeSpec:
+    doc = load_json_object(body)
+    return DetokenizeSpec(model=model_name(doc), tokens=token_ids(doc.get("tokens"), "tokens"))
+
+
+def tokenize(ctx: ApiContext, request: Request, params: Params, extra: Headers) -> Response:
+    spec = parse_tokenize(request.body)
+    ctx.check_model(spec.model)
+    text = (ctx.served.render(spec.messages, add_generation_prompt=spec.add_generation_prompt)
+            if spec.messages else spec.prompt)
+    tokens = ctx.served.encode(text, add_special_tokens=spec.add_special_tokens)
+    return Response(status=200, headers=(JSON_CONTENT_TYPE,), body=json_bytes_piecewise(
+        docs.tokenized(tokens, ctx.served.max_model_len)))
+
+
+def detokenize(ctx: ApiContext, request: Request, params: Params, extra: Headers) -> Response:
+    spec = parse_detokenize(request.body)
+    ctx.check_model(spec.model)
+    ctx.served.check_token_ids(spec.tokens, "tokens")
+    return docs.json_response(200, docs.detokenized(ctx.served.tokenizer.decode(
+        list(spec.tokens))))
