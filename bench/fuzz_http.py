@@ -21,7 +21,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.pressure import Server, served_model        # noqa: E402
+from bench.child_server import Server, served_model        # noqa: E402
 from tests.fuzz_http import Fuzzer, send_case          # noqa: E402
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from bench.load_client import Target
-from bench.pressure import Server, idle_after
+from bench.child_server import Server, idle_after
 from server.config import ENV_PREFIX
 from tests.e2e.helpers import parse_metrics
 

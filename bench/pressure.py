@@ -36,12 +36,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import signal
 import socket
 import struct
-import subprocess
 import sys
 import threading
 import time
@@ -52,85 +50,17 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.e2e.helpers import parse_metrics, read_until_closed_or  # noqa: E402  (shared)
+from bench.child_server import (DONE, FREE_WITHIN_S, Server, chat_payload, idle_after,  # noqa: E402
+                                open_raw_stream, post_json, served_model)
+from tests.e2e.helpers import read_until_closed_or  # noqa: E402  (shared)
 
-SERVER_LINE = re.compile(r"ready: API on (\S+), health on (\S+)")    # the model has loaded
-DONE = b"data: [DONE]\n\n"
 PROBE_INTERVAL_S = 0.2
 PROBE_LIMIT_S = 1.0
-FREE_WITHIN_S = 2.0
 STORM_TOKENS = 1000          # long enough that every stream is still running when it is cut
 EMBED_CHAT_TOKENS = 1500     # the chat outlasts the embeddings call it is measured beside
 EMBED_PREFILL_WORDS = 300    # the long prompt whose prefill tokens/s is the yardstick
 MAX_CHAT_GAP_S = 0.5         # the issue's targets
 MAX_EMBED_300_S = 15.0
-
-
-class Server:
-    """tlserve.py in a child process on free ports; its stderr is kept for the report."""
-
-    def __init__(self, model_dir: str | None, env: dict[str, str], repo: Path = REPO):
-        """`repo`: the checkout whose tlserve.py runs (another one: an A/B of two versions)."""
-        cmd = [sys.executable, str(repo / "tlserve.py"), "--config", str(repo / "runtime.toml"),
-               "--port", "0", "--health-port", "0"]
-        if model_dir:
-            cmd += ["--model-dir", model_dir]
-        self.proc = subprocess.Popen(cmd, cwd=repo, stderr=subprocess.PIPE, text=True,
-                                     env={**os.environ, **env})
-        self.log: list[str] = []
-        self.http, self.health = self._wait_listening()
-        threading.Thread(target=lambda: self.log.extend(self.proc.stderr), daemon=True).start()
-
-    def _wait_listening(self) -> tuple[tuple[str, int], str]:
-        for line in self.proc.stderr:
-            self.log.append(line)
-            match = SERVER_LINE.search(line)
-            if match:
-                host, port = match.group(1).rsplit(":", 1)
-                host = "127.0.0.1" if host in ("0.0.0.0", "") else host
-                return (host, int(port)), "http://" + match.group(2).replace("0.0.0.0", "127.0.0.1")
-        raise SystemExit("server did not start:\n" + "".join(self.log))
-
-    def metrics(self) -> dict[str, float]:
-        with urllib.request.urlopen(self.health + "/metrics", timeout=10) as r:
-            return parse_metrics(r.read().decode())
-
-    def idle_state(self) -> dict:
-        m = self.metrics()
-        return {"active_sequences": m["tl_engine_active_sequences"],
-                "used_blocks": m['tl_engine_kv_blocks{state="used"}']}
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                return self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-        return self.proc.wait()
-
-
-def chat_payload(tokens: int, stream: bool = True) -> bytes:
-    return json.dumps({"model": "smol-135m", "stream": stream, "max_tokens": tokens,
-                       "ignore_eos": True, "temperature": 0,
-                       "messages": [{"role": "user", "content": "Tell me a story."}]}).encode()
-
-
-def open_raw_stream(addr: tuple[str, int], payload: bytes, model: str) -> socket.socket:
-    payload = payload.replace(b'"smol-135m"', json.dumps(model).encode())
-    sock = socket.create_connection(addr, timeout=600)
-    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
-                 b"application/json\r\nContent-Length: " + str(len(payload)).encode() +
-                 b"\r\n\r\n" + payload)
-    return sock
-
-
-
-
-def served_model(server: Server) -> str:
-    with urllib.request.urlopen(f"http://{server.http[0]}:{server.http[1]}/v1/models",
-                                timeout=30) as r:
-        return json.load(r)["data"][0]["id"]
 
 
 class Prober(threading.Thread):
@@ -277,16 +207,6 @@ def drain(server: Server, args) -> dict:
             "ok": done == args.streams and refused and code == 0}
 
 
-def post_json(server: Server, path: str, body: dict) -> tuple[dict, float]:
-    """POST a JSON body to the API; (the answer, seconds it took)."""
-    request = urllib.request.Request(f"http://{server.http[0]}:{server.http[1]}{path}",
-                                     data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
-    started = time.monotonic()
-    with urllib.request.urlopen(request, timeout=600) as r:
-        return json.load(r), time.monotonic() - started
-
-
 def chat_arrivals(server: Server, model: str, arrivals: list[float], stop: threading.Event):
     """Stream a long chat, noting when each chunk arrives, until `stop` is set."""
     sock = open_raw_stream(server.http, chat_payload(EMBED_CHAT_TOKENS), model)
@@ -296,16 +216,6 @@ def chat_arrivals(server: Server, model: str, arrivals: list[float], stop: threa
             break
         arrivals.extend([time.monotonic()] * data.count(b"data: {"))
     sock.close()
-
-
-def idle_after(server: Server, within_s: float = FREE_WITHIN_S) -> dict:
-    """The idle state once the cut chat's abort has gone through (or as it is after `within_s`)."""
-    deadline = time.monotonic() + within_s
-    state = server.idle_state()
-    while (state["active_sequences"] or state["used_blocks"]) and time.monotonic() < deadline:
-        time.sleep(0.05)
-        state = server.idle_state()
-    return state
 
 
 def embeddings(server: Server, args) -> dict:

@@ -28,7 +28,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.pressure import Server, idle_after, served_model  # noqa: E402
+from bench.child_server import Server, idle_after, served_model  # noqa: E402
 
 RSS_INTERVAL_S = 5.0
 WARMUP_SHARE = 0.3               # RSS growth is measured from the first sample after this share

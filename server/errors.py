@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from server.api.documents import JSON_CONTENT_TYPE, json_bytes
+from server.replies import JSON_CONTENT_TYPE, json_bytes
 from server.http.protocol import Response
 
 

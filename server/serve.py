@@ -36,7 +36,8 @@ from engine.api import (Engine, KvSize, ModelFormatError, UnsupportedModel, load
                         model_name, tune_malloc)
 from server.api import defaults as sampling
 from server.door.access import AccessLog, open_access_log
-from server.api.app import ApiApp, ServerState
+from server.api.app import ApiApp
+from server.state import ServerState
 from server.worker.arrivals import ArrivalWindow
 from server.door.auth import ApiKeyCheck
 from server.worker.admission import QueuePolicy

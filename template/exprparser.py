@@ -22,14 +22,9 @@ from __future__ import annotations
 
 from . import nodes as n
 from .builtins import FILTERS, TESTS
-from .errors import TemplateSyntaxError
-from .lexer import BLOCK_BEGIN, BLOCK_END, DATA, EOF, FLOAT, INT, NAME, OP, STRING, VAR_BEGIN, VAR_END, Token
+from .lexer import BLOCK_END, EOF, FLOAT, INT, NAME, OP, STRING, VAR_END, Token
+from .tokencursor import TokenCursor, describe
 
-_TOKEN_DESCRIPTIONS = {
-    BLOCK_BEGIN: "begin of statement block", BLOCK_END: "end of statement block",
-    VAR_BEGIN: "begin of print statement", VAR_END: "end of print statement",
-    EOF: "end of template", STRING: "string", INT: "integer", FLOAT: "float", DATA: "template data",
-}
 _CONSTANT_NAMES = {"true": True, "True": True, "false": False, "False": False, "none": None, "None": None}
 _COMPARE_OPS = ("==", "!=", "<", "<=", ">", ">=")
 _MUL_OPS = ("*", "/", "//", "%")
@@ -38,69 +33,8 @@ _TEST_ARG_START = (NAME, STRING, INT, FLOAT)
 MAX_EXPRESSION_DEPTH = 40
 
 
-def describe(token: Token) -> str:
-    if token.kind in (NAME, OP):
-        return str(token.value)
-    return _TOKEN_DESCRIPTIONS.get(token.kind, token.kind)
-
-
-class ExpressionParser:
-    """Holds the token list and cursor; the statement parser extends it."""
-
-    def __init__(self, tokens: list[Token]) -> None:
-        self.tokens = tokens
-        self.pos = 0
-        self.depth = 0
-
-    # ---- cursor helpers ----
-    @property
-    def current(self) -> Token:
-        return self.tokens[self.pos]
-
-    def look(self) -> Token:
-        return self.tokens[min(self.pos + 1, len(self.tokens) - 1)]
-
-    def next(self) -> Token:
-        token = self.tokens[self.pos]
-        if token.kind != EOF:
-            self.pos += 1
-        return token
-
-    def is_op(self, value: str) -> bool:
-        token = self.tokens[self.pos]
-        return token.kind == OP and token.value == value
-
-    def is_name(self, value: str) -> bool:
-        token = self.tokens[self.pos]
-        return token.kind == NAME and token.value == value
-
-    def skip_op(self, value: str) -> bool:
-        if self.is_op(value):
-            self.pos += 1
-            return True
-        return False
-
-    def skip_name(self, value: str) -> bool:
-        if self.is_name(value):
-            self.pos += 1
-            return True
-        return False
-
-    def fail(self, message: str, token: Token | None = None) -> TemplateSyntaxError:
-        token = token or self.current
-        return TemplateSyntaxError(message, token.lineno, token.col)
-
-    def expect(self, kind: str, value: str | None = None) -> Token:
-        token = self.current
-        if token.kind == kind and (value is None or token.value == value):
-            return self.next()
-        wanted = value if value is not None else _TOKEN_DESCRIPTIONS.get(kind, kind)
-        if token.kind == EOF:
-            raise self.fail(f"unexpected end of template, expected '{wanted}'.")
-        raise self.fail(f"expected token '{wanted}', got '{describe(token)}'")
-
-    def expect_name(self) -> str:
-        return str(self.expect(NAME).value)
+class ExpressionParser(TokenCursor):
+    """The expression grammar over a token cursor; the statement parser extends it."""
 
     # ---- grammar ----
     def parse_expression(self, with_condexpr: bool = True) -> n.Node:

@@ -13,6 +13,10 @@
   rest of the transport is sans-IO);
 - the engine worker and the text layer (server/worker/, server/text/) import nothing of
   server/observe/: the trace and the engine view are passed in as observers;
+- the rooms of server/ import one way (`ROOMS_MAY_IMPORT`): the API may use every room; the
+  text layer the engine worker; the worker none; the front door and observation no room
+  that holds OpenAI meaning (api/, text/); the shared top modules (errors, replies, state)
+  are open to all;
 - no import cycle between modules anywhere, imports under `if TYPE_CHECKING:` and inside
   functions included (a cycle only type checkers see is still two modules that cannot be
   read apart); the layer rules above count run-time imports only.
@@ -49,6 +53,18 @@ SOCKET_MODULES = frozenset({"socket", "select", "selectors"})
 THE_LOOP = "server.http.loop"   # the one module that does socket I/O
 OBSERVATION = "server.observe"  # metrics, trace, engine view: passed in, never imported by ...
 OBSERVED = ("server.worker", "server.text")     # ... the engine worker and the text layer
+# The rooms of server/ and the rooms each may import (besides itself, the transport and the
+# shared top modules server.errors / server.replies / server.state). serve.py and config.py
+# assemble everything and are no room.
+ROOMS_MAY_IMPORT = {
+    "server.http": set(),
+    "server.worker": set(),
+    "server.text": {"server.worker"},
+    "server.door": set(),
+    "server.observe": {"server.door", "server.worker"},
+    "server.api": {"server.door", "server.text", "server.worker", "server.observe"},
+}
+SHARED = {"server.http", "server.errors", "server.replies", "server.state"}
 
 
 def module_name(path: Path) -> str:
@@ -183,6 +199,39 @@ def test_the_worker_and_the_text_layer_take_observers_and_import_none(graph):
               if name.startswith(OBSERVED) for target in targets
               if target.startswith(OBSERVATION)]
     assert not broken, "observation imported where it is passed in:\n" + "\n".join(sorted(broken))
+
+
+def _room(module: str) -> str | None:
+    parts = module.split(".")
+    room = ".".join(parts[:2])
+    return room if parts[0] == "server" and room in ROOMS_MAY_IMPORT else None
+
+
+def room_violations(graph: dict[str, set[str]]) -> list[str]:
+    broken = []
+    for name, targets in graph.items():
+        room = _room(name)
+        if room is None or room == "server.http":
+            continue
+        for target in targets:
+            other = _room(target) or ".".join(target.split(".")[:2])
+            if other.split(".")[0] != "server" or other in SHARED or other == room:
+                continue
+            if other not in ROOMS_MAY_IMPORT[room]:
+                broken.append(f"{name} imports {target}")
+    return sorted(broken)
+
+
+def test_the_rooms_of_server_import_one_way(graph):
+    broken = room_violations(graph)
+    assert not broken, "a room importing against ROOMS_MAY_IMPORT:\n" + "\n".join(broken)
+
+
+def test_the_room_check_sees_a_wrong_way_import():
+    wrong = {"server.observe.health": {"server.api.app"}, "server.worker.bridge": {"server.text.gentext"},
+             "server.api.chat": {"server.observe.metrics", "server.errors"}}
+    assert room_violations(wrong) == ["server.observe.health imports server.api.app",
+                                      "server.worker.bridge imports server.text.gentext"]
 
 
 def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:

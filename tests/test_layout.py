@@ -1,4 +1,4 @@
-"""The house's size rules, checked over the source tree: no module over 500 lines anywhere
+"""The house's size rules, checked over the source tree: no module over 400 lines anywhere
 (split by concept well before that), and a small public surface directly in engine/ (the
 rest lives in rooms a newcomer finds by name: formats/, model/, tokenizer/, kv/, core/).
 The import rules live in tests/test_imports.py; one rule of the tests' own is here: a test
@@ -11,7 +11,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE_DIRS = ("engine", "server", "template", "sse", "cli", "bench", "tests")
-MAX_MODULE_LINES = 500
+MAX_MODULE_LINES = 400
 MAX_ENGINE_TOP_MODULES = 8
 
 

@@ -21,7 +21,8 @@ from engine.grammar import charset, expr as ex, jsontext as jt, regex_subset
 from engine.grammar.automaton import Grammar, compile_grammar
 from engine.grammar.budget import WorkBudget
 from engine.grammar.errors import GrammarError, GrammarInvalid
-from engine.grammar.json_schema import SchemaCompiler, canonical
+from engine.grammar.json_schema import SchemaCompiler
+from engine.grammar.schema_dialect import canonical
 
 MAX_CACHED_GRAMMARS = 256
 CHOICE_WORK = 4                 # budget units per character of a regex or a choice list

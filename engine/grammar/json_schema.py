@@ -26,39 +26,22 @@ value and digit, so its cost is bounded with the automaton's.
 """
 from __future__ import annotations
 
-import json
 import math
 
 from engine.grammar import charset, expr as ex, jsontext as jt, regex_subset
 from engine.grammar.budget import WorkBudget
 from engine.grammar.errors import GrammarInvalid, GrammarUnsupported
+from engine.grammar.schema_dialect import (ANNOTATIONS, KEYWORDS, NUMBER_BOUNDS, PROPERTY_NAME_KEYWORDS, SERVED,
+                                          TYPES, is_int, json_type)
 from engine.grammar.numbers import Bound, NumberBuilder, bound_of, integer_bounds
 from engine.grammar.strings import StringCompiler
 
-ANNOTATIONS = frozenset({"title", "description", "default", "examples", "$schema", "$id",
-                         "$comment", "readOnly", "writeOnly", "deprecated", "$defs",
-                         "definitions", "discriminator"})
-KEYWORDS = {
-    "any": {"type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "nullable"},
-    "object": {"properties", "required", "additionalProperties", "propertyNames"},
-    "array": {"items", "prefixItems", "minItems", "maxItems", "uniqueItems"},
-    "string": {"minLength", "maxLength", "pattern", "format"},
-    "number": {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"},
-}
-NUMBER_BOUNDS = ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum")
-PROPERTY_NAME_KEYWORDS = frozenset({"type", "enum", "const", "pattern", "format", "minLength", "maxLength"})
-SERVED = frozenset().union(*KEYWORDS.values()) | ANNOTATIONS
-TYPES = ("object", "array", "string", "number", "integer", "boolean", "null")
 MAX_SCHEMA_DEPTH = 32           # nested sub-schemas (a $ref, anyOf, items, a property: one each)
 SHARED_NODES_ABOVE = 24         # a reused value expression larger than this becomes a called rule
 SCHEMA_NODE_WORK = 50           # budget units per sub-schema compiled (its checks and expression)
 MAX_BOUND_DIGITS = 30           # a lower bound above 10^30 (upper below -10^30) is refused: no JSON client needs it
 MEMBER_WORK = 20                # budget units per object member, enum value, array position, name branch
 _SEP = ex.seq(jt.WS, ex.lit(","), jt.WS)
-
-
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
 
 
 class SchemaCompiler:
@@ -159,8 +142,8 @@ class SchemaCompiler:
             raise GrammarInvalid(f"'enum' at {path} must be a non-empty list", path=f"{path}.enum", keyword="enum")
         if "type" in s:
             allowed = set(self.types(s, path))
-            values = [v for v in values if _json_type(v) in allowed
-                      or (_json_type(v) == "integer" and "number" in allowed)]
+            values = [v for v in values if json_type(v) in allowed
+                      or (json_type(v) == "integer" and "number" in allowed)]
             if not values:
                 raise GrammarInvalid(f"no 'enum' value at {path} has the schema's type", path=path, keyword="enum")
         self.budget.spend(MEMBER_WORK * len(values))
@@ -321,7 +304,7 @@ class SchemaCompiler:
     def _count_bounds(s: dict, lo_key: str, hi_key: str, path: str) -> tuple[int, int | None]:
         lo, hi = s.get(lo_key, 0), s.get(hi_key)
         for key, v in ((lo_key, lo), (hi_key, hi)):
-            if v is not None and (not _is_int(v) or v < 0):
+            if v is not None and (not is_int(v) or v < 0):
                 raise GrammarInvalid(f"'{key}' at {path} must be a non-negative integer",
                                      path=f"{path}.{key}", keyword=key)
         if lo > regex_subset.MAX_REPEAT:
@@ -390,19 +373,3 @@ def _size_at_most(e: tuple, limit: int) -> bool:
         elif node[0] == "r":
             todo.append(node[1])
     return True
-
-
-def _json_type(v) -> str:
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "boolean"
-    if _is_int(v):
-        return "integer"
-    return {float: "number", str: "string", list: "array", dict: "object"}.get(type(v), "?")
-
-
-def canonical(schema) -> str:
-    """The cache key of a schema: its compact JSON text. Keys keep their order: the order of
-    `properties` is the order the output writes them in."""
-    return json.dumps(schema, separators=(",", ":"), ensure_ascii=False)

@@ -22,31 +22,32 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from functools import partial
 from typing import Callable
 
 from server.api.chat import chat
 from server.api.completions import completions
 from server.api.defaults import SamplingDefaults
-from server.api.documents import json_response
+from server.replies import json_response
 from server.api.embeddings import embeddings
-from server.api.launch import ApiContext, Headers, Params
+from server.api.launch import ApiContext
 from server.api.models import model, models
 from server.api.offloop import Inline, OffLoop, Outcome, outcome_of
 from server.api.responses import responses
 from server.api.streams import StreamContext
 from server.api.tokenize import detokenize, tokenize
 from server.door.request_id import id_header
-from server.door.routes import API_ROUTES, health_ok, resolve
+from server.door.routes import API_ROUTES, Params, health_ok, resolve
 from server.errors import ApiError, error_response, kind_response
+from server.replies import Headers
+from server.state import ServerState
 from server.http.protocol import Request, Response, Stream
-from server.observe.metrics import ServerMetrics
 from server.observe.static import CHAT_PAGE, FAVICON, StaticFiles
 from server.text.served import ServedModel
 from server.worker.bridge import EngineBridge
 
-__all__ = ["ApiApp", "Headers", "OFFLOOP_ROUTES", "Params", "ServerState", "json_response"]
+__all__ = ["ApiApp", "OFFLOOP_ROUTES"]
 log = logging.getLogger("tlserve.app")
 
 
@@ -55,11 +56,6 @@ log = logging.getLogger("tlserve.app")
 OFFLOOP_ROUTES = frozenset({"chat", "completions", "responses", "embeddings", "tokenize"})
 
 
-@dataclass
-class ServerState:
-    """Shared, loop-thread-owned flags and counters."""
-    is_draining: bool = False
-    metrics: ServerMetrics = field(default_factory=ServerMetrics)
 
 
 class ApiApp:

@@ -12,7 +12,9 @@ from server.api import documents as docs
 from server.api.defaults import SamplingDefaults
 from server.api.fields import bad, boolean, integer, is_int, load_json_object, token_ids, unsupported
 from server.api.generation import GenSpec, common_fields
-from server.api.launch import ApiContext, Endpoint, Headers, Launch, Params, launch_generation
+from server.api.launch import ApiContext, Endpoint, Launch, launch_generation
+from server.door.routes import Params
+from server.replies import Headers
 from server.api.streams import Collected, Renderer, SseRenderer, WholeRenderer
 from server.http.protocol import Request
 from server.text.gentext import Echo, Piece, TokenLogprob

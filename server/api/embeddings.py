@@ -15,9 +15,11 @@ from functools import partial
 from typing import Callable
 
 from server.api import documents as docs
-from server.api.documents import JSON_CONTENT_TYPE, json_bytes, json_bytes_piecewise
+from server.replies import JSON_CONTENT_TYPE, json_bytes, json_bytes_piecewise
 from server.api.fields import bad, is_int, load_json_object, model_name, token_ids, unsupported
-from server.api.launch import ApiContext, Headers, Launch, Params
+from server.api.launch import ApiContext, Launch
+from server.door.routes import Params
+from server.replies import Headers
 from server.worker.embedding_jobs import EmbedTicket
 from server.errors import ApiError
 from server.http.protocol import Request, Response, Stream, StreamPoll

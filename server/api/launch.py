@@ -23,6 +23,7 @@ from typing import Callable
 
 from engine.api import GenRequest, Grammar
 from server.api import documents as docs
+from server.door.routes import Params
 from server.api.defaults import SamplingDefaults
 from server.api.generation import GenSpec, parse_priority
 from server.api.offloop import OffLoop
@@ -30,12 +31,11 @@ from server.api.streams import Echo, GenerationStream, Renderer, StreamContext
 from server.api.structured import Structured, compile_structured
 from server.api.tools import call_grammar_spec, check_tools_compile, with_format
 from server.errors import ApiError
+from server.replies import Headers
 from server.http.protocol import Request, Stream
 from server.text.served import ServedModel
 from server.worker.bridge import EngineBridge
 
-Headers = tuple[tuple[str, str], ...]           # extra response headers (X-Request-Id)
-Params = dict[str, str]                         # path parameters from the route table
 Launch = Callable[[], Stream]                   # admission -> the stream; loop thread only
 RenderFor = Callable[[docs.Header], Renderer]   # the endpoint's renderer, given the ids
 

@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 from server.api import documents as docs
-from server.api.launch import ApiContext, Headers, Params
+from server import replies
+from server.api.launch import ApiContext
+from server.door.routes import Params
+from server.replies import Headers
 from server.http.protocol import Request, Response
 
 
@@ -12,9 +15,9 @@ def _card(ctx: ApiContext) -> dict:
 
 
 def models(ctx: ApiContext, request: Request, params: Params, extra: Headers) -> Response:
-    return docs.json_response(200, docs.model_list([_card(ctx)]))
+    return replies.json_response(200, docs.model_list([_card(ctx)]))
 
 
 def model(ctx: ApiContext, request: Request, params: Params, extra: Headers) -> Response:
     ctx.check_model(params["model"])
-    return docs.json_response(200, _card(ctx))
+    return replies.json_response(200, _card(ctx))

@@ -34,7 +34,7 @@ from server.worker.bridge import EngineBridge, Ticket
 from server.errors import ApiError
 from server.text.gentext import Echo, GenerationText, Piece, TokenLogprob
 from server.api.generation import GenSpec
-from server.api.documents import JSON_CONTENT_TYPE, json_bytes, json_bytes_piecewise
+from server.replies import JSON_CONTENT_TYPE, json_bytes, json_bytes_piecewise
 from server.http.protocol import Response, ResponseHead, Stream, StreamPoll
 from server.api.offloop import Inline, OffLoop, Outcome
 from sse import DONE, PING, event

@@ -6,10 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from server.api import documents as docs
+from server import replies
 from server.api.chat.parse import parse_messages
-from server.api.documents import JSON_CONTENT_TYPE, json_bytes_piecewise
+from server.replies import JSON_CONTENT_TYPE, json_bytes_piecewise
 from server.api.fields import bad, boolean, load_json_object, model_name, token_ids
-from server.api.launch import ApiContext, Headers, Params
+from server.api.launch import ApiContext
+from server.door.routes import Params
+from server.replies import Headers
 from server.http.protocol import Request, Response
 from server.text.messages import Message
 
@@ -66,5 +69,5 @@ def detokenize(ctx: ApiContext, request: Request, params: Params, extra: Headers
     spec = parse_detokenize(request.body)
     ctx.check_model(spec.model)
     ctx.served.check_token_ids(spec.tokens, "tokens")
-    return docs.json_response(200, docs.detokenized(ctx.served.tokenizer.decode(
+    return replies.json_response(200, docs.detokenized(ctx.served.tokenizer.decode(
         list(spec.tokens))))

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from server.api.documents import JSON_CONTENT_TYPE, json_bytes
+from server.replies import JSON_CONTENT_TYPE, json_bytes
 from server.errors import ApiError
 from server.http.protocol import Request, Response
+
+Params = dict[str, str]                         # path parameters from the route table
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable
 
-from server.api.app import Headers, Params, ServerState, json_response
+from server.door.routes import Params
+from server.replies import Headers, json_response
+from server.state import ServerState
 from server.worker.bridge import EngineBridge
 from server.observe.engine_view import EngineView, snapshot_document
 from server.errors import ApiError, error_response, kind_response

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from server.api.chat.parse import parse_chat
 from server.api.chat.render import renderer
-from server.api.launch import (ApiContext, Endpoint, Headers, Launch, Params, launch_generation,
+from server.api.launch import (ApiContext, Endpoint, Launch, launch_generation,
                                with_tools)
+from server.door.routes import Params
+from server.replies import Headers
 from server.http.protocol import Request
 
 CHAT = Endpoint(route="chat", id_prefix="chatcmpl", prompt_param="messages")

@@ -20,7 +20,7 @@ from engine.api import FINISH_STOP
 from server.api import documents as docs
 from server.api.generation import GenSpec
 from server.api.streams import Collected, Renderer, SseRenderer, WholeRenderer
-from server.api.documents import json_bytes
+from server.replies import json_bytes
 from server.api.tools import argument_fragments
 from server.text.gentext import Piece, TokenLogprob
 from server.text.toolformats import ToolCallFormat

@@ -30,8 +30,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from server.api.launch import (ApiContext, Endpoint, Headers, Launch, Params, launch_generation,
+from server.api.launch import (ApiContext, Endpoint, Launch, launch_generation,
                                with_tools)
+from server.door.routes import Params
+from server.replies import Headers
 from server.api.responses.parse import ResponsesSpec, parse_responses
 from server.api.responses.render import renderer
 from server.http.protocol import Request

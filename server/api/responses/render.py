@@ -18,6 +18,7 @@ import time
 
 from engine.api import FINISH_LENGTH
 from server.api import documents as docs
+from server import replies
 from server.api.responses.parse import ResponsesSpec
 from server.api.responses.tools import FunctionCall, call_events, function_call_item, tools_echo
 from server.errors import ApiError
@@ -147,10 +148,10 @@ class ResponseDocument:
 
     def finish(self, use: dict) -> bytes:
         status = self.answer.status()
-        return docs.json_bytes(self.answer.response(status, self.answer.output(status), use))
+        return replies.json_bytes(self.answer.response(status, self.answer.output(status), use))
 
     def error(self, err: ApiError) -> bytes:
-        return docs.json_bytes(err.document())
+        return replies.json_bytes(err.document())
 
 
 class ResponseEvents(ResponseDocument):
@@ -169,7 +170,7 @@ class ResponseEvents(ResponseDocument):
     def _event(self, document: dict) -> bytes:
         document["sequence_number"] = self.sequence_number
         self.sequence_number += 1
-        return event(docs.json_bytes(document), name=document["type"])
+        return event(replies.json_bytes(document), name=document["type"])
 
     def _place(self, kind: str, **fields) -> bytes:
         """An event about the message item (output_index 0) and its one text part."""

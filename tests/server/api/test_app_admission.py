@@ -5,7 +5,8 @@ import json
 
 from engine.model.loader import load_model
 from engine.api import EngineStats
-from server.api.app import ApiApp, ServerState
+from server.api.app import ApiApp
+from server.state import ServerState
 from server.text.served import ServedModel
 from server.worker.admission import QueuePolicy
 from server.worker.bridge import EngineBridge

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from server.api.documents import json_bytes
+from server.replies import json_bytes
 from sse import event
 
 

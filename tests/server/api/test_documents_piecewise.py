@@ -1,8 +1,7 @@
 """`json_bytes_piecewise`: the same bytes as `json_bytes`, built member by member."""
 from __future__ import annotations
 
-from server.api.documents import (PIECEWISE_MIN_ITEMS, PIECEWISE_SLICE_ITEMS, json_bytes,
-                              json_bytes_piecewise)
+from server.replies import PIECEWISE_MIN_ITEMS, PIECEWISE_SLICE_ITEMS, json_bytes, json_bytes_piecewise
 
 
 def test_piecewise_bytes_equal_the_one_call_encoding():

@@ -13,7 +13,8 @@ import pytest
 from engine.api import GenRequest
 from engine.model.loader import load_model
 from server.api import documents as docs
-from server.api.app import ApiApp, ServerState
+from server.api.app import ApiApp
+from server.state import ServerState
 from server.text.served import ServedModel
 from server.worker.bridge import Ticket
 from server.api.embeddings import INLINE_DOCUMENT_MAX_VALUES, EmbedStream

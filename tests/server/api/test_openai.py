@@ -179,7 +179,7 @@ def test_documents_have_the_openai_fields():
 
 def test_error_bodies_use_the_one_compact_json_encoding():
     from server.errors import error_response
-    from server.api.documents import JSON_CONTENT_TYPE, json_bytes
+    from server.replies import JSON_CONTENT_TYPE, json_bytes
     err = ApiError("invalid_request", "bad 'é'", param="temperature")
     response = error_response(err, (("X-Request-Id", "r1"),))
     assert response.body == (b'{"error":{"message":"bad \'\xc3\xa9\'","type":'

@@ -12,7 +12,7 @@ from engine.core.snapshot import (MAX_SEGMENT_BLOCKS, MAX_SEQ_BLOCKS, MAX_SNAPSH
                                   RadixSegment, SeqView, WaitingView)
 from server.observe.engine_view import (HISTORY_BUCKETS, MAX_SNAPSHOT_BYTES, HistoryBucket,
                                 ViewSnapshot, snapshot_document)
-from server.api.documents import json_bytes
+from server.replies import json_bytes
 from tests.e2e.helpers import TIMEOUT_S, chat_body, post, running_server
 from tests.polling import wait_for
 
