@@ -70,6 +70,12 @@ class ApiError(Exception):
         self.message = message
         self.param = param
         self.headers = headers          # extra response headers, e.g. Retry-After
+        self.model: str | None = None   # the model the request named, once its body parsed
+
+    def about(self, model: str) -> ApiError:
+        """This error, noted as about `model` (for the access log); returns it."""
+        self.model = self.model or model
+        return self
 
     @property
     def status(self) -> int:
@@ -84,8 +90,9 @@ class ApiError(Exception):
 def error_response(err: ApiError, headers: tuple[tuple[str, str], ...] = ()) -> Response:
     """Render an ApiError as a complete JSON response (its message noted for the access log)."""
     all_headers = (JSON_CONTENT_TYPE,) + err.headers + tuple(headers)
+    notes = (("error", err.message),) + ((("model", err.model),) if err.model else ())
     return Response(status=err.status, headers=all_headers, body=json_bytes(err.document()),
-                    notes=(("error", err.message),))
+                    notes=notes)
 
 
 def kind_response(kind: str, message: str, headers: tuple[tuple[str, str], ...] = ()) -> Response:

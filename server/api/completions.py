@@ -117,21 +117,21 @@ def renderer(spec: GenSpec, header: docs.Header) -> Renderer:
 
 def completions(ctx: ApiContext, request: Request, params: Params, extra: Headers) -> Launch:
     spec = parse_completion(request.body, ctx.defaults)
-    ctx.check_model(spec.model)
-    served = ctx.served
-    prompts = []
-    for prompt in spec.prompts:
-        if isinstance(prompt, tuple):
-            served.check_token_ids(prompt, "prompt")
-        ids = (list(prompt) if isinstance(prompt, tuple)
-               else served.encode(prompt, add_special_tokens=True))
-        if not ids:
-            raise bad("prompt", "The prompt must contain at least one token.")
-        prompts.append(ids)
-    echoes = None
-    if spec.echo:                           # one per choice: prompt i's n choices
-        echoes = [Echo(p if isinstance(p, str) else served.tokenizer.decode(list(p)),
-                       ids[0], spec.logprobs) for p, ids in zip(spec.prompts, prompts)
-                  for _ in range(spec.n)]
-    return launch_generation(ctx, request, spec, prompts, COMPLETIONS, extra,
-                             lambda header: renderer(spec, header), echoes)
+    with ctx.serving(spec.model):
+        served = ctx.served
+        prompts = []
+        for prompt in spec.prompts:
+            if isinstance(prompt, tuple):
+                served.check_token_ids(prompt, "prompt")
+            ids = (list(prompt) if isinstance(prompt, tuple)
+                   else served.encode(prompt, add_special_tokens=True))
+            if not ids:
+                raise bad("prompt", "The prompt must contain at least one token.")
+            prompts.append(ids)
+        echoes = None
+        if spec.echo:                           # one per choice: prompt i's n choices
+            echoes = [Echo(p if isinstance(p, str) else served.tokenizer.decode(list(p)),
+                           ids[0], spec.logprobs) for p, ids in zip(spec.prompts, prompts)
+                      for _ in range(spec.n)]
+        return launch_generation(ctx, request, spec, prompts, COMPLETIONS, extra,
+                                 lambda header: renderer(spec, header), echoes)

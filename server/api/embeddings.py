@@ -70,20 +70,23 @@ def parse_embeddings(body: bytes) -> EmbedSpec:
 
 def embeddings(ctx: ApiContext, request: Request, params: Params, extra: Headers) -> Launch:
     spec = parse_embeddings(request.body)
-    ctx.check_model(spec.model)
-    for x in spec.inputs:
-        if isinstance(x, tuple):
-            ctx.served.check_token_ids(x, "input")
-    inputs = [list(x) if isinstance(x, tuple) else ctx.served.encode(x) for x in spec.inputs]
-    for ids in inputs:
-        ctx.served.check_input_length(ids, "input")
-    return partial(_launch, ctx, inputs, spec.encoding_format, extra, request.request_id)
+    with ctx.serving(spec.model):
+        for x in spec.inputs:
+            if isinstance(x, tuple):
+                ctx.served.check_token_ids(x, "input")
+        inputs = [list(x) if isinstance(x, tuple) else ctx.served.encode(x) for x in spec.inputs]
+        for ids in inputs:
+            ctx.served.check_input_length(ids, "input")
+        return partial(_launch, ctx, inputs, spec.encoding_format, extra, request.request_id)
 
 
 def _launch(ctx: ApiContext, inputs: list[list[int]], encoding_format: str,
             extra: Headers, request_id: str) -> EmbedStream:
-    ticket = ctx.bridge.embed(inputs, encoding_format,    # 429 when the queue is full
-                              request_id=request_id)
+    try:
+        ticket = ctx.bridge.embed(inputs, encoding_format,    # 429 when the queue is full
+                                  request_id=request_id)
+    except ApiError as err:
+        raise err.about(ctx.served.id)
     return EmbedStream(ticket=ticket, model_id=ctx.served.id,
                        prompt_tokens=sum(map(len, inputs)), headers=extra,
                        on_status=ctx.count_request, offloop=ctx.offloop)

@@ -18,8 +18,9 @@ from __future__ import annotations
 import hashlib
 import time
 from dataclasses import dataclass, replace
+from contextlib import contextmanager
 from functools import partial
-from typing import Callable
+from typing import Callable, Iterator
 
 from engine.api import GenRequest, Grammar
 from server.api import documents as docs
@@ -64,6 +65,16 @@ class ApiContext:
         if model != self.served.id:
             raise ApiError("model_not_found", f"The model '{model}' does not exist; this "
                                               f"server serves '{self.served.id}'.", param="model")
+
+    @contextmanager
+    def serving(self, model: str) -> Iterator[None]:
+        """The request's body parsed and named `model`: check it, and note every error
+        raised from here on as about that model (the access log's `model` field)."""
+        try:
+            self.check_model(model)
+            yield
+        except ApiError as err:
+            raise err.about(model)
 
 
 def choice_seed(seed: int | None, choice: int) -> int | None:
@@ -112,10 +123,10 @@ def _launch(ctx: ApiContext, requests: list[GenRequest], spec: GenSpec, prompt_t
     try:
         for gen in requests:        # admission: a slot each in the bridge's queue, or 429
             tickets.append(ctx.bridge.submit(gen, request_id=request_id))
-    except ApiError:
+    except ApiError as err:
         for ticket in tickets:
             ctx.bridge.abort(ticket)
-        raise
+        raise err.about(spec.model)
     header = docs.Header.new(endpoint.id_prefix, ctx.served.id)
     return GenerationStream(ctx=ctx.stream_ctx, tickets=tickets, spec=spec, header=header,
                             prompt_tokens=prompt_tokens, route=endpoint.route,

@@ -3,7 +3,7 @@ or a chat (rendered by the served template) -> token ids, and token ids -> text.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from server.api import documents as docs
 from server import replies
@@ -57,17 +57,18 @@ def parse_detokenize(body: bytes) -> DetokenizeSpec:
 
 def tokenize(ctx: ApiContext, request: Request, params: Params, extra: Headers) -> Response:
     spec = parse_tokenize(request.body)
-    ctx.check_model(spec.model)
-    text = (ctx.served.render(spec.messages, add_generation_prompt=spec.add_generation_prompt)
-            if spec.messages else spec.prompt)
-    tokens = ctx.served.encode(text, add_special_tokens=spec.add_special_tokens)
-    return Response(status=200, headers=(JSON_CONTENT_TYPE,), body=json_bytes_piecewise(
-        docs.tokenized(tokens, ctx.served.max_model_len)))
+    with ctx.serving(spec.model):
+        text = (ctx.served.render(spec.messages, add_generation_prompt=spec.add_generation_prompt)
+                if spec.messages else spec.prompt)
+        tokens = ctx.served.encode(text, add_special_tokens=spec.add_special_tokens)
+        return Response(status=200, headers=(JSON_CONTENT_TYPE,), body=json_bytes_piecewise(
+            docs.tokenized(tokens, ctx.served.max_model_len)), notes=(("model", spec.model),))
 
 
 def detokenize(ctx: ApiContext, request: Request, params: Params, extra: Headers) -> Response:
     spec = parse_detokenize(request.body)
-    ctx.check_model(spec.model)
-    ctx.served.check_token_ids(spec.tokens, "tokens")
-    return replies.json_response(200, docs.detokenized(ctx.served.tokenizer.decode(
-        list(spec.tokens))))
+    with ctx.serving(spec.model):
+        ctx.served.check_token_ids(spec.tokens, "tokens")
+        answer = replies.json_response(200, docs.detokenized(ctx.served.tokenizer.decode(
+            list(spec.tokens))))
+        return replace(answer, notes=(("model", spec.model),))

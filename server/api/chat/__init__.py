@@ -18,8 +18,8 @@ CHAT = Endpoint(route="chat", id_prefix="chatcmpl", prompt_param="messages")
 
 def chat(ctx: ApiContext, request: Request, params: Params, extra: Headers) -> Launch:
     spec = parse_chat(request.body, ctx.defaults)
-    ctx.check_model(spec.model)
-    spec, offered = with_tools(ctx, spec)
-    prompt = ctx.served.encode(ctx.served.render(spec.messages, tools=offered))
-    return launch_generation(ctx, request, spec, [prompt], CHAT, extra,
-                             lambda header: renderer(spec, header))
+    with ctx.serving(spec.model):
+        spec, offered = with_tools(ctx, spec)
+        prompt = ctx.served.encode(ctx.served.render(spec.messages, tools=offered))
+        return launch_generation(ctx, request, spec, [prompt], CHAT, extra,
+                                 lambda header: renderer(spec, header))

@@ -45,9 +45,9 @@ RESPONSES = Endpoint(route="responses", id_prefix="resp", prompt_param="input")
 def responses(ctx: ApiContext, request: Request, params: Params, extra: Headers) -> Launch:
     """The handler: the chat path (tools, template, tokens), the Responses renderer."""
     spec = parse_responses(request.body, ctx.defaults)
-    ctx.check_model(spec.gen.model)
-    gen, offered = with_tools(ctx, spec.gen)
-    spec = replace(spec, gen=gen)
-    prompt = ctx.served.encode(ctx.served.render(gen.messages, tools=offered))
-    return launch_generation(ctx, request, gen, [prompt], RESPONSES, extra,
-                             lambda header: renderer(spec, header))
+    with ctx.serving(spec.gen.model):
+        gen, offered = with_tools(ctx, spec.gen)
+        spec = replace(spec, gen=gen)
+        prompt = ctx.served.encode(ctx.served.render(gen.messages, tools=offered))
+        return launch_generation(ctx, request, gen, [prompt], RESPONSES, extra,
+                                 lambda header: renderer(spec, header))

@@ -283,6 +283,28 @@ def test_the_access_line_of_an_off_loop_error_names_the_model_and_the_error():
     assert line["status"] == 400 and line["model"] == "succ" and line["error"] == "bad messages"
 
 
+@pytest.mark.parametrize("path,body,status,model", [
+    ("/v1/chat/completions", {"model": "other", "messages": [{"role": "user", "content": "a"}]},
+     404, "other"),                                     # the model check itself
+    ("/v1/chat/completions", {"model": "succ", "messages": [{"role": "user", "content": "a"}],
+                              "max_tokens": 10_000}, 400, "succ"),     # past the context
+    ("/v1/embeddings", {"model": "succ", "input": "a" * 200}, 400, "succ"),
+    ("/v1/chat/completions", {"model": "succ", "messages": 3}, 400, None),   # never parsed
+])
+def test_an_error_after_the_body_parsed_is_noted_with_its_model(app, path, body, status, model):
+    """The access log reads `model` from the app's notes, never from bodies: every error
+    raised once a body named its model carries it (`ApiContext.serving`)."""
+    api, _, woken = app
+    lines = []
+    access = AccessLog(lines.append)
+    request = Request(method="POST", path=path, body=json.dumps(body).encode(), request_id="r")
+    stream = LoggedStream(api.handle(request), access.begin(request), access)
+    woken.wait()
+    assert stream.poll(0.0).done
+    line = json.loads(lines[0])
+    assert line["status"] == status and line["model"] == model
+
+
 # ---- big documents: built off the loop ------------------------------------------------------
 
 def test_a_large_whole_document_is_built_off_the_loop_then_counted():
