@@ -35,6 +35,9 @@ HEAD_SHAPES = {"llama": (4, 2, 8), "qwen2": (4, 2, 8), "qwen3": (4, 2, 16), "gem
 WINDOW_TOKENS = 8                   # gemma3's sliding window, shorter than the test prompts
 GEMMA_LAYERS = (True, True, False)  # sliding, sliding, global (Gemma's 5:1, shortened)
 GEMMA_QUERY_PRE_ATTN_SCALAR = 16    # scores scale 16**-0.5, not head_dim**-0.5
+ROPE_THETA = 10000.0                # every family's global RoPE base but gemma3's
+GEMMA_ROPE_THETA = 1e6              # gemma3's global layers' base
+GEMMA_LOCAL_ROPE_THETA = 100.0      # its sliding layers' (not the global one: mixing them up shows)
 NO_WINDOW_TOKENS = 10 ** 6          # a "window" no test sequence reaches
 LLAMA3_SCALING = Llama3RopeScaling(  # with llama's head_dim 8 / theta 1e4: one pair kept, one
     factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,  # blended, two divided by 8
@@ -54,7 +57,7 @@ def _options(name: str) -> FamilyOptions:
         return FamilyOptions(
             family="gemma3", qk_norm=True, post_norms=True, embed_scale=math.sqrt(D_MODEL),
             mlp_activation="gelu_tanh", attn_scale=GEMMA_QUERY_PRE_ATTN_SCALAR ** -0.5,
-            sliding_window=WINDOW_TOKENS, sliding_layers=GEMMA_LAYERS, local_rope_theta=100.0)
+            sliding_window=WINDOW_TOKENS, sliding_layers=GEMMA_LAYERS, local_rope_theta=GEMMA_LOCAL_ROPE_THETA)
     raise ValueError(f"no such family {name!r} (have {FAMILY_NAMES})")
 
 
@@ -92,7 +95,7 @@ def family_model(name: str, *, eos: tuple[int, ...] = (), seed: int = 0) -> Mode
         embed = (embed / np.float32(options.embed_scale)).astype(np.float32)
     weights = dataclasses.replace(base.weights, layers=new_layers, embed=embed)
     config = dataclasses.replace(base.config, options=options,
-                                 rope_theta=1e6 if name == "gemma3" else base.config.rope_theta)
+                                 rope_theta=GEMMA_ROPE_THETA if name == "gemma3" else ROPE_THETA)
     return Model(name=f"random-{name}", config=config, weights=weights,
                  tokenizer=ByteTokenizer())
 

@@ -14,6 +14,7 @@ covers the window's maths on its own).
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import jsonschema
@@ -25,13 +26,15 @@ from engine.core.engine import Engine
 from engine.grammar.compile import GrammarCache, schema_spec
 from engine.grammar.constraint import Guides
 from engine.model import llama
+from engine.model.spec import FamilyOptions
 from tests.engine.core.engine_models import GREEDY, dense_greedy, run_to_completion, tokens_of
 from tests.engine.core.family_models import (EOS_ID, FAMILY_NAMES, WINDOW_TOKENS, dense_embedding,
                                              dense_log_softmax, dense_logprobs, family_model,
-                                             unwindowed)
+                                             ROPE_THETA, unwindowed)
 
 LOGPROB_ATOL = 1e-4          # float32 paged vs dense, reordered sums: ~1e-6 seen
 EMBED_ATOL = 1e-5
+FAMILY_EFFECT = 0.5          # a family's options move some logprob by at least this much
 WINDOW_EFFECT = 0.05         # a windowless reference is off by at least this much somewhere
 NEW_TOKENS = 10
 # Random models rarely continue a passage; over this many prompts and tokens each family's
@@ -71,6 +74,22 @@ def _assert_dense(model, prompt, outs) -> None:
                                atol=LOGPROB_ATOL)
 
 
+@per_family
+def test_the_family_options_and_weights_change_the_logits(family):
+    """Against the same model read as a plain Llama (no options, no extra weights): the
+    family's paths matter here, so the engine tests below would catch a path it skipped."""
+    model = family_model(family)
+    bare = tuple(dataclasses.replace(layer, bqkv=None, q_norm=None, k_norm=None,
+                                     post_attn_norm=None, post_mlp_norm=None)
+                 for layer in model.weights.layers)
+    plain = dataclasses.replace(model, config=dataclasses.replace(model.config, options=FamilyOptions(),
+                                                                  rope_theta=ROPE_THETA),
+                                weights=dataclasses.replace(model.weights, layers=bare))
+    prompt = PROMPTS[1]
+    off = np.abs(dense_log_softmax(model, prompt) - dense_log_softmax(plain, prompt)).max()
+    assert off > FAMILY_EFFECT, off
+
+
 @pytest.mark.parametrize("config", [dict(prefill_chunk=512), dict(block_size=2),
                                     dict(prefill_chunk=5, max_batched_tokens=12)],
                          ids=["paged", "tiny-blocks", "chunked"])
@@ -84,9 +103,11 @@ def test_batched_paged_and_chunked_runs_equal_dense(family, config):
 
 
 @per_family
-def test_a_cached_prefix_is_hit_and_the_answer_still_equals_dense(family):
+@pytest.mark.parametrize("shared", [6 * BLOCK, 6 * BLOCK + 3], ids=["whole-blocks", "part-block"])
+def test_a_cached_prefix_is_hit_and_the_answer_still_equals_dense(family, shared):
+    """24 or 27 shared tokens (3 windows and more); the part block's rows are copied."""
     model = family_model(family)
-    first, shared = PROMPTS[1], 6 * BLOCK                  # 24 tokens: 3 windows
+    first = PROMPTS[1]
     second = first[:shared] + PROMPTS[2][:9]
     engine = Engine(model, EngineConfig(block_size=BLOCK, num_kv_blocks=128, prefill_chunk=7))
     a = engine.add_request(_greedy(first))
