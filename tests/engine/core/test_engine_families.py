@@ -27,7 +27,8 @@ from engine.grammar.compile import GrammarCache, schema_spec
 from engine.grammar.constraint import Guides
 from engine.model import llama
 from engine.model.spec import FamilyOptions
-from tests.engine.core.engine_models import GREEDY, dense_greedy, run_to_completion, tokens_of
+from tests.engine.core.engine_models import (GREEDY, dense_greedy, run_embeddings, run_to_completion,
+                                             tokens_of)
 from tests.engine.core.family_models import (EOS_ID, FAMILY_NAMES, WINDOW_TOKENS, dense_embedding,
                                              dense_log_softmax, dense_logprobs, family_model,
                                              ROPE_THETA, unwindowed)
@@ -174,13 +175,7 @@ def test_prompt_logprobs_equal_the_dense_log_softmax(family):
 def test_embeddings_equal_the_dense_mean_pooled_hidden_states(family):
     model = family_model(family)
     engine = Engine(model, EngineConfig(block_size=BLOCK, num_kv_blocks=128, prefill_chunk=5))
-    job = engine.add_embedding(PROMPTS)
-    done = []
-    while engine.has_work():
-        engine.step()
-        done += engine.take_embeddings()
-    assert [d.job_id for d in done] == [job]
-    for got, prompt in zip(done[0].vectors, PROMPTS):
+    for got, prompt in zip(run_embeddings(engine, PROMPTS), PROMPTS):
         np.testing.assert_allclose(got, dense_embedding(model, prompt), atol=EMBED_ATOL)
 
 
