@@ -46,6 +46,10 @@ SPEC_PASSAGES = 8            # at most speculative.SPEC_MAX_DECODING: they all g
 SPEC_TOKENS = 40
 JSON_TOKENS = 120            # SCHEMA's text with MAX_WS_CHARS of whitespace at every gap fits
 BLOCK = 4
+MIXED_TRIALS = 4
+MIXED_SEED = 100
+MIXED_PROMPTS = 5
+MIXED_ROOM_TOKENS = 45       # the pool: a little more than the longest prompt + its tokens
 GREEDY_LOGPROBS = SamplingParams(temperature=0.0, logprobs=True)
 PROMPTS = tuple(tuple(int(t) for t in np.random.default_rng(n).integers(0, 256, n))
                 for n in (23, 31, 13))
@@ -179,6 +183,30 @@ def test_embeddings_equal_the_dense_mean_pooled_hidden_states(family):
     engine = Engine(model, EngineConfig(block_size=BLOCK, num_kv_blocks=128, prefill_chunk=5))
     for got, prompt in zip(run_embeddings(engine, PROMPTS), PROMPTS):
         np.testing.assert_allclose(got, dense_embedding(model, prompt), atol=EMBED_ATOL)
+
+
+@per_family
+@pytest.mark.parametrize("trial", range(MIXED_TRIALS))
+def test_all_features_at_once_in_a_tight_pool_equal_dense(family, trial):
+    """Seeded mixes: prompts sharing a start, every other one a fork, small blocks, chunks
+    and step budgets, a pool little bigger than one sequence, drafts on odd trials. (Trial
+    2 once never finished: a cached chain counted as one free block.)"""
+    model = family_model(family)
+    rng = np.random.default_rng(MIXED_SEED + trial)
+    start = tuple(int(t) for t in rng.integers(0, 256, 20))
+    prompts = [start[:int(rng.integers(5, 20))]
+               + tuple(int(t) for t in rng.integers(0, 256, int(rng.integers(1, 12))))
+               for _ in range(MIXED_PROMPTS)]
+    block = int(rng.choice([2, 4, 8]))
+    spec = SpeculativeConfig(num_speculative_tokens=3, prompt_lookup_min=1, prompt_lookup_max=2)
+    config = dict(block_size=block, num_kv_blocks=-(-MIXED_ROOM_TOKENS // block) + int(rng.integers(0, 3)),
+                  prefill_chunk=int(rng.integers(3, 12)), max_batched_tokens=int(rng.integers(12, 40)),
+                  speculative=spec if trial % 2 else None)
+    requests = [GenRequest(prompt=p, params=GREEDY, max_tokens=NEW_TOKENS, wait_for_prefix=j % 2 == 1)
+                for j, p in enumerate(prompts)]
+    engine, outs = _run(model, requests, **config)
+    assert [tokens_of(o) for o in outs] == [dense_greedy(model, p, NEW_TOKENS) for p in prompts]
+    assert engine.stats().prefix_hit_tokens > 0
 
 
 def _dense_guided_greedy(model, prompt, grammar, max_tokens: int) -> list[int]:
