@@ -6,8 +6,10 @@ embeddings, JSON-schema grammars) on a tiny random model of each family
 (tests/engine/core/family_models.py) and compares it with the dense forward of
 engine/model/llama.py: greedy tokens token for token, logprobs within LOGPROB_ATOL. The
 feature's own effect is asserted too (the cache hit, the preemption, the accepted drafts),
-so a test cannot pass by not exercising it; the first test shows that each family's options
-and weights move the logits far from a plain Llama's, so a skipped family path shows.
+so a test cannot pass by not exercising it. Seeded mixes run them all at once in a tight
+pool (forks, drafts, chunks, shared starts, preemption). The first test shows that each
+family's options and weights move the logits far from a plain Llama's, so a skipped family
+path shows.
 
 Prompts are several of gemma3's WINDOW_TOKENS long; for gemma3 the last test also checks,
 across prefill chunks and a cached prefix longer than the window, that the engine agrees
