@@ -65,8 +65,15 @@ class BlockManager:
 
     @property
     def num_available_blocks(self) -> int:
-        """Blocks `allocate` can hand out now: free plus evictable cached ones."""
-        return len(self._free) + (self.radix.num_evictable if self.radix else 0)
+        """Blocks `allocate` can hand out now: free plus EVERY cached one.
+
+        Only the cached leaves are evictable at once, but evicting a leaf makes its
+        parent one, and no used block hangs below a cached one (a sequence holds its
+        whole path from the root), so `allocate` can evict a chain to its root. Counting
+        only today's leaves refused a prompt that the cache could make room for: with
+        nothing running, the waiting queue then stalled forever.
+        """
+        return len(self._free) + self.num_cached_blocks
 
     def blocks_for_tokens(self, num_tokens: int) -> int:
         return blocks_for_tokens(num_tokens, self.block_size)

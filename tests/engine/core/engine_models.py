@@ -69,5 +69,18 @@ def run_to_completion(engine, max_steps: int = 10_000) -> dict[int, list]:
     raise AssertionError("engine did not finish")
 
 
+def run_embeddings(engine, inputs, max_steps: int = 1000):
+    """Queue one embeddings job, step until it is done; its vectors [n, d]."""
+    job = engine.add_embedding(inputs)
+    done = []
+    for _ in range(max_steps):
+        engine.step()
+        done += engine.take_embeddings()
+        if done:
+            break
+    assert [d.job_id for d in done] == [job]
+    return done[0].vectors
+
+
 def tokens_of(outs) -> list[int]:
     return [o.token for o in outs]

@@ -1,6 +1,7 @@
 """Edges of the engine's rules that one wrong comparison would break silently: `min_tokens`
 counted exactly, a queue deadline that never touches a preempted (already running) request,
-and a prompt that is wholly cached in full blocks (at least one prompt token is computed)."""
+a prompt that is wholly cached in full blocks (at least one prompt token is computed), and
+a cached chain of blocks that counts whole as room (not only its one evictable leaf)."""
 from engine.api import FINISH_DEADLINE, EngineConfig, GenRequest, SamplingParams
 from engine.core.engine import Engine
 from tests.engine.core.engine_models import (GREEDY, dense_greedy, random_model, run_to_completion,
@@ -71,3 +72,19 @@ def test_kv_size_names_the_pools_the_engine_built():
     pool_bytes = 6 * 4 * mc.num_kv_heads * mc.head_dim * 4
     assert (size.num_blocks, size.block_size_tokens, size.capacity_tokens) == (6, 4, 24)
     assert size.nbytes == 2 * mc.num_layers * pool_bytes
+
+
+def test_a_prompt_needing_more_blocks_than_the_cached_leaves_evicts_a_whole_chain():
+    """The first prompt leaves a chain of 10 cached blocks (one leaf) and 2 free ones; the
+    second needs 8 blocks for its first piece. Counting only the leaf as available, it
+    waited forever with nothing running (the engine never finished)."""
+    model = random_model()
+    engine = Engine(model, EngineConfig(block_size=2, num_kv_blocks=12, prefill_chunk=16))
+    first, second = tuple(range(1, 21)), tuple(range(30, 46))
+    engine.add_request(GenRequest(prompt=first, params=GREEDY, max_tokens=1))
+    run_to_completion(engine)
+    assert engine.stats().kv_blocks_cached == 10 and engine.blocks.radix.num_evictable == 1
+    b = engine.add_request(GenRequest(prompt=second, params=GREEDY, max_tokens=3))
+    outs = run_to_completion(engine, max_steps=50)
+    assert tokens_of(outs[b]) == dense_greedy(model, second, 3)
+    assert engine.stats().evictions_total >= 6

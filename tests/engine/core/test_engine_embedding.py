@@ -6,7 +6,8 @@ import pytest
 
 from engine.api import EngineConfig, GenRequest, InvalidRequest, PromptTooLong
 from engine.core.engine import Engine
-from tests.engine.core.engine_models import GREEDY, dense_greedy, random_model, tokens_of
+from tests.engine.core.engine_models import (GREEDY, dense_greedy, random_model, run_embeddings,
+                                             tokens_of)
 
 INPUTS = [[1, 2, 3], [9], list(range(5, 30)), [4, 4, 4, 4, 4, 4, 4, 4], list(range(40, 57))]
 
@@ -14,18 +15,6 @@ INPUTS = [[1, 2, 3], [9], list(range(5, 30)), [4, 4, 4, 4, 4, 4, 4, 4], list(ran
 @pytest.fixture(scope="module")
 def model():
     return random_model()
-
-
-def run_embeddings(engine, inputs):
-    job = engine.add_embedding(inputs)
-    done = []
-    for _ in range(1000):
-        engine.step()
-        done += engine.take_embeddings()
-        if done:
-            break
-    assert [d.job_id for d in done] == [job]
-    return done[0].vectors
 
 
 @pytest.mark.parametrize("chunk, budget", [(512, 2048), (4, 6), (1, 3)])

@@ -101,3 +101,16 @@ def test_committing_a_prefix_another_block_already_holds_swaps_to_the_shared_blo
     assert node.block == theirs[0]
     assert bm.ref_counts[theirs[0]] == 2 and bm.ref_counts[mine[0]] == 0
     assert states(bm) == (1, 0, 3)
+
+
+def test_a_cached_chain_is_available_whole_and_evicted_leaf_first():
+    """Only the chain's last block is a leaf, but evicting it frees its parent, and so on:
+    all three count as available, and one allocation takes them all."""
+    bm = BlockManager(3, BS, "radix")
+    chain = bm.allocate(3)
+    commit_all(bm, list(range(3 * BS)), chain)
+    bm.release(chain)
+    assert states(bm) == (0, 3, 0) and bm.radix.num_evictable == 1
+    assert bm.num_available_blocks == 3
+    assert sorted(bm.allocate(3)) == sorted(chain)
+    assert bm.evictions_total == 3 and states(bm) == (3, 0, 0)

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from engine.model import llama
+from tests.engine.core.engine_models import run_embeddings
 from tests.oracle import ORACLE_DIR, read_jsonl
 
 LOGITS_TOLERANCE = 1e-3
@@ -101,13 +102,8 @@ def test_embeddings_packed_into_engine_steps_match_the_oracle(smol):
     from engine.core.engine import Engine
     engine = Engine(smol, EngineConfig(block_size=4, num_kv_blocks=64, prefill_chunk=5,
                                        max_batched_tokens=12))
-    job = engine.add_embedding([case["ids"] for case in EMBEDDING_CASES])
-    done = []
-    while engine.has_work():
-        engine.step()
-        done += engine.take_embeddings()
-    assert [d.job_id for d in done] == [job]
-    for vector, case in zip(done[0].vectors, EMBEDDING_CASES):
+    vectors = run_embeddings(engine, [case["ids"] for case in EMBEDDING_CASES])
+    for vector, case in zip(vectors, EMBEDDING_CASES):
         want = np.asarray(case["embedding"], dtype=np.float64)
         cosine = float(vector.astype(np.float64) @ want / np.linalg.norm(want))
         assert cosine >= EMBEDDING_MIN_COSINE
