@@ -2,7 +2,9 @@
 
     bind both listeners (a taken port fails now, naming the address and its config key)
     -> serve at once: /healthz 200, /readyz and the API 503 + Retry-After (LoadingApp)
-    -> load model -> Engine -> EngineBridge (engine thread) -> ApiApp + HealthApp swapped in
+    -> load the models (server/loading.py): a chat model -> Engine -> EngineBridge (engine
+       thread); a sentence-embedding model -> Encoder -> EncoderWorker (its own thread)
+    -> ApiApp + HealthApp swapped in
     -> loop thread (spawn: after the load) or main thread (run: during the load, which
        runs on a loader thread; SIGTERM = drain, a second = exit)
 
@@ -27,44 +29,30 @@ import logging
 import os
 import sys
 import threading
-import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
 
-from engine.api import (Engine, KvSize, ModelFormatError, UnsupportedModel, load_model,
-                        model_name, tune_malloc)
-from server.api import defaults as sampling
+from engine.api import model_name, tune_malloc
 from server.door.access import AccessLog, open_access_log
 from server.api.app import ApiApp
 from server.state import ServerState
-from server.worker.arrivals import ArrivalWindow
 from server.door.auth import ApiKeyCheck
-from server.worker.admission import QueuePolicy
 from server.worker.bridge import EngineBridge
 from server.config import ConfigError, ServeConfig, settings_changed
 from server.door.cors import CorsPolicy
-from server.observe.engine_view import EngineView
 from server.door.gateway import GatewayApp, LoadingApp, Switch
 from server.door.request_id import StampedApp
 from server.observe.health import HealthApp
 from server.http.connstate import BindError
 from server.http.loop import EventLoop, Listener
 from server.api.offloop import WorkerPool
-from server.text.served import ServedModel, TemplateFileError, read_chat_template
 from server.door.routes import API_ROUTES, HEALTH_ROUTES
-from server.observe.trace import TraceWriter
+from server.loading import (NO_TEMPLATE_WARNING, EngineWrapper, LoadedModels, StartupError,
+                            fetch_hint, load_models)
 
+__all__ = ["NO_TEMPLATE_WARNING", "StartupError", "fetch_hint", "spawn", "run", "main"]
 log = logging.getLogger("tlserve")
 PACKAGE = "tl-serve"
-EngineWrapper = Callable[[Engine], Engine]      # tests: inject faults into engine steps
-NO_TEMPLATE_WARNING = ("model %s ships no chat template: chats render with the plain default "
-                       "(<|role|> lines); give one with chat_template = \"path\" in runtime.toml "
-                       "([engine]) or --chat-template FILE")
-
-
-class StartupError(Exception):
-    """The server cannot start; the message is the one line to print."""
 
 
 @dataclass
@@ -77,7 +65,8 @@ class ServerHandle:
     state: ServerState
     api: GatewayApp
     health: Switch
-    bridge: EngineBridge | None = None
+    bridge: EngineBridge | None = None      # the chat model's engine thread, once loaded
+    models: LoadedModels | None = None      # every model's worker, once loaded
     workers: WorkerPool | None = None       # the off-loop pool, started once the model loads
     thread: threading.Thread | None = None
 
@@ -103,8 +92,8 @@ class ServerHandle:
         """After the loop: the off-loop workers, then the engine thread."""
         if self.workers is not None:
             self.workers.stop()
-        if self.bridge is not None:
-            self.bridge.stop()
+        if self.models is not None:
+            self.models.stop()
 
     @property
     def http_url(self) -> str:
@@ -119,13 +108,6 @@ def _address(loop: EventLoop, name: str) -> str:
     host, port = loop.bound_address(name)
     host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def fetch_hint() -> str:
-    """The command that fetches the default model, as this process was started."""
-    script = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "tlserve"
-    prefix = "python tlserve.py" if script == "tlserve.py" else "tlserve"
-    return f"{prefix} fetch-model (or {prefix} fetch-model --user; or pass --model-dir DIR)"
 
 
 def check_model_path(cfg: ServeConfig) -> None:
@@ -163,55 +145,23 @@ def bind(cfg: ServeConfig) -> ServerHandle:
 
 
 def load(cfg: ServeConfig, handle: ServerHandle, wrap_engine: EngineWrapper | None = None) -> None:
-    """Load the model and swap the real applications in; StartupError if it cannot load.
+    """Load the models and swap the real applications in; StartupError if one cannot load.
     `wrap_engine` is the tests' fault seam: it may wrap the Engine the bridge drives."""
     tuned = tune_malloc()                # process-wide: numpy's big temporaries stay on the heap
     log.info("malloc tuned for numpy temporaries: %s", "yes" if tuned else "no (not glibc)")
-    try:
-        given_template = read_chat_template(cfg.chat_template) if cfg.chat_template else None
-    except TemplateFileError as exc:
-        raise StartupError(str(exc)) from None
-    t0 = time.perf_counter()
-    try:
-        model = load_model(cfg.model_dir)
-    except UnsupportedModel as exc:     # present and well formed: fetching will not help
-        raise StartupError(f"cannot serve the model {exc.path}: {exc.problem}") from None
-    except (ModelFormatError, OSError) as exc:
-        why = exc.problem if isinstance(exc, ModelFormatError) else (exc.strerror or str(exc))
-        raise StartupError(f"cannot load the model at {cfg.model_dir}: {why}; "
-                           f"fetch it with: {fetch_hint()}") from None
-    log.info("model %s loaded from %s in %.2f s", cfg.model_id, cfg.model_dir,
-             time.perf_counter() - t0)
-    _log_chat_template(cfg, model.chat_template, given_template)
-    defaults = sampling.resolve(cfg.model_dir, dict(cfg.default_overrides))
-    log.info("sampling defaults: %s", defaults.changed() or "OpenAI's (none set)")
-    engine_cfg = cfg.engine
-    engine = Engine(model, engine_cfg)
-    _log_kv(engine.kv_size())
-    queue = QueuePolicy(capacity_requests=cfg.queue_capacity, deadline_ms=cfg.queue_deadline_ms,
-                        batch_slots=engine_cfg.max_num_seqs)
-    view = EngineView() if cfg.engine_view else None     # observers the worker calls
-    bridge = EngineBridge(wrap_engine(engine) if wrap_engine else engine, queue=queue,
-                          arrivals=ArrivalWindow(cfg.arrival_window_ms),
-                          view=view, tracer=_tracer(cfg))
-    try:                                 # the model's own template is parsed here
-        served = ServedModel(model, cfg.model_id, engine.max_model_len(),
-                             kv_capacity_tokens=engine.kv_size().capacity_tokens,
-                             chat_template=given_template)
-    except ModelFormatError as exc:
-        raise StartupError(f"cannot serve the model {exc.path}: {exc.problem}; give a working "
-                           "template with --chat-template FILE ([engine].chat_template)") from None
-    bridge.wake = handle.loop.wake
+    loaded = load_models(cfg, wrap_engine)
+    loaded.set_wake(handle.loop.wake)
     workers = WorkerPool(wake=handle.loop.wake)    # the heavy, pure half of requests
-    handle.bridge, handle.workers = bridge, workers
+    handle.models, handle.bridge, handle.workers = loaded, loaded.bridge, workers
     workers.start()
-    handle.api.inner = ApiApp(served=served, bridge=bridge, state=handle.state,
-                              ping_interval_s=cfg.ping_interval_s, defaults=defaults,
-                              offloop=workers)
+    handle.api.inner = ApiApp(served=loaded.served, bridge=loaded.bridge, state=handle.state,
+                              ping_interval_s=cfg.ping_interval_s, defaults=loaded.defaults,
+                              offloop=workers, encoders=loaded.encoders)
     loop = handle.loop
-    handle.health.current = HealthApp(bridge=bridge, state=handle.state, view=view,
+    handle.health.current = HealthApp(bridge=loaded.bridge, state=handle.state, view=loaded.view,
                                       loop_stall_s=lambda: (loop.stall.max_s,
-                                                            loop.stall.max_cpu_s))
+                                                            loop.stall.max_cpu_s),
+                                      encoders=list(loaded.encoders.values()))
 
 
 def build(cfg: ServeConfig, wrap_engine: EngineWrapper | None = None) -> ServerHandle:
@@ -221,29 +171,10 @@ def build(cfg: ServeConfig, wrap_engine: EngineWrapper | None = None) -> ServerH
     return handle
 
 
-def _log_chat_template(cfg: ServeConfig, model_template: str | None, given: str | None) -> None:
-    if given is not None:
-        log.info("chat template: %s (replaces the model's own)", cfg.chat_template)
-    elif not (model_template and model_template.strip()):
-        log.warning(NO_TEMPLATE_WARNING, cfg.model_id)
-
-
-def _tracer(cfg: ServeConfig) -> TraceWriter | None:
-    if not cfg.trace_file:
-        return None
-    log.info("step trace: writing %s (at most %d MiB)", cfg.trace_file, cfg.trace_max_mib)
-    return TraceWriter(cfg.trace_file, cfg.trace_max_mib * 2**20, origin_s=time.monotonic())
-
-
 def log_settings(cfg: ServeConfig) -> None:
     log.info("tl-serve %s; config file: %s", version(), cfg.config_path or "(none)")
     for line in settings_changed(cfg):
         log.info("setting %s", line)
-
-
-def _log_kv(kv: KvSize) -> None:
-    log.info("KV cache: %d blocks of %d tokens, %.1f MiB", kv.num_blocks,
-             kv.block_size_tokens, kv.nbytes / 2**20)
 
 
 def spawn(cfg: ServeConfig, wrap_engine: EngineWrapper | None = None) -> ServerHandle:
@@ -256,7 +187,7 @@ def spawn(cfg: ServeConfig, wrap_engine: EngineWrapper | None = None) -> ServerH
         handle.loop.stop()
         handle.loop.run()                       # closes the listeners
         raise
-    handle.bridge.start()
+    handle.models.start()
     handle.thread = threading.Thread(target=handle.loop.run, name="tl-loop", daemon=True)
     handle.thread.start()
     return handle
@@ -276,7 +207,7 @@ def run(cfg: ServeConfig, wrap_engine: EngineWrapper | None = None) -> int:
     def loader() -> None:
         try:
             load(cfg, handle, wrap_engine)
-            handle.bridge.start()
+            handle.models.start()
             log.info("ready: API on %s, health on %s", handle.http_addr, handle.health_addr)
         except StartupError as exc:
             failure.append(exc)

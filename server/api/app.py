@@ -24,7 +24,7 @@ import logging
 import time
 from dataclasses import replace
 from functools import partial
-from typing import Callable
+from typing import Callable, Mapping
 
 from server.api.chat import chat
 from server.api.completions import completions
@@ -46,6 +46,7 @@ from server.http.protocol import Request, Response, Stream
 from server.observe.static import CHAT_PAGE, FAVICON, StaticFiles
 from server.text.served import ServedModel
 from server.worker.bridge import EngineBridge
+from server.worker.encoder_worker import EncoderWorker
 
 __all__ = ["ApiApp", "OFFLOOP_ROUTES"]
 log = logging.getLogger("tlserve.app")
@@ -61,21 +62,24 @@ OFFLOOP_ROUTES = frozenset({"chat", "completions", "responses", "embeddings", "t
 class ApiApp:
     """The OpenAI v1 API listener."""
 
-    def __init__(self, *, served: ServedModel, bridge: EngineBridge, state: ServerState,
-                 ping_interval_s: float, clock: Callable[[], float] = time.monotonic,
-                 web: StaticFiles | None = None, defaults: SamplingDefaults = SamplingDefaults(),
-                 offloop: OffLoop = Inline()):
+    def __init__(self, *, served: ServedModel | None, bridge: EngineBridge | None,
+                 state: ServerState, ping_interval_s: float,
+                 clock: Callable[[], float] = time.monotonic, web: StaticFiles | None = None,
+                 defaults: SamplingDefaults = SamplingDefaults(), offloop: OffLoop = Inline(),
+                 encoders: Mapping[str, EncoderWorker] | None = None):
         self.served, self.bridge, self.state = served, bridge, state
         self.offloop = offloop                   # where OFFLOOP_ROUTES are prepared
         self.web = web or StaticFiles.load()
         metrics = state.metrics
         self.stream_ctx = StreamContext(
-            bridge=bridge, tokenizer=served.tokenizer, ping_interval_s=ping_interval_s,
+            bridge=bridge, tokenizer=served.tokenizer if served is not None else None,
+            ping_interval_s=ping_interval_s,
             on_status=metrics.count_request,
             on_finish=metrics.observe_generation, offloop=offloop)
         self.ctx = ApiContext(served=served, defaults=defaults, bridge=bridge,
                               stream_ctx=self.stream_ctx, offloop=offloop,
-                              count_request=metrics.count_request, clock=clock)
+                              count_request=metrics.count_request, clock=clock,
+                              encoders=dict(encoders or {}))
         endpoints = {"chat": chat, "completions": completions, "responses": responses,
                      "embeddings": embeddings, "tokenize": tokenize, "detokenize": detokenize,
                      "models": models, "model": model}

@@ -123,9 +123,13 @@ def completion_logprobs(entries: list[tuple[str, float | None, list | None]],
 
 # --- models, embeddings, tokenize ------------------------------------------------------------
 
-def model_card(model_id: str, created: int, max_model_len: int) -> dict:
+def model_card(model_id: str, created: int, max_model_len: int, kind: str,
+               tasks: tuple[str, ...]) -> dict:
+    """OpenAI's model object, with the context length, the kind ("chat" | "embedding")
+    and what it serves (`capabilities`: "generate", "embeddings", "tokenize", "rerank",
+    "score")."""
     return {"id": model_id, "object": "model", "created": created, "owned_by": OWNED_BY,
-            "max_model_len": max_model_len}
+            "max_model_len": max_model_len, "kind": kind, "capabilities": list(tasks)}
 
 
 def model_list(cards: list[dict]) -> dict:

@@ -1,9 +1,13 @@
 """Embeddings, `POST /v1/embeddings`: the request (`parse_embeddings`), the handler (inputs ->
-token ids -> one job for the engine thread) and the answer: wait for the job, then one JSON
-document.
+token ids -> one job for a worker) and the answer: wait for the job, then one JSON document.
 
-The engine thread runs the inputs (packed into its steps, server/worker/embedding_jobs.py) and
-hands back the vectors already in the asked encoding. The document is then built once: on
+Two kinds of model answer it. A sentence-embedding model (all-MiniLM-L6-v2: `model` names
+one of `ApiContext.encoders`) tokenizes with its WordPiece vocabulary here, refuses an input
+over its `max_seq_length` (400 naming the input's index and token count) unless
+`truncate_prompt_tokens` asks for a cut, and runs on its encoder worker
+(server/worker/encoder_worker.py). The chat model mean-pools its own hidden states: its
+engine thread runs the inputs (packed into its steps, server/worker/embedding_jobs.py).
+Either hands back the vectors already in the asked encoding. The document is then built once: on
 the loop thread when it is small, off it (server/api/offloop.py) when it is large — 2,048
 float vectors of 576 values are ~23 MB of JSON, about half a second of `json.dumps` —
 and then piece by piece (`json_bytes_piecewise`), so the encoder never holds the GIL long.
@@ -12,12 +16,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
-from typing import Callable
+from typing import Callable, Protocol
+
+from engine.api import Encoder, InputTooLong, InvalidRequest
 
 from server.api import documents as docs
 from server.replies import JSON_CONTENT_TYPE, json_bytes, json_bytes_piecewise
 from server.api.fields import bad, is_int, load_json_object, model_name, token_ids, unsupported
-from server.api.launch import ApiContext, Launch
+from server.api.launch import TASK_EMBED, ApiContext, Launch
 from server.door.routes import Params
 from server.replies import Headers
 from server.worker.embedding_jobs import EmbedTicket
@@ -33,11 +39,15 @@ MAX_EMBEDDING_INPUTS = 2048     # inputs in one call (OpenAI's limit)
 INLINE_DOCUMENT_MAX_VALUES = 8192
 
 
+TRUNCATE_TO_MAX = -1            # vLLM's `truncate_prompt_tokens: -1`: cut at the model's max
+
+
 @dataclass(frozen=True, kw_only=True)
 class EmbedSpec:
     model: str
     inputs: tuple[str | tuple[int, ...], ...]   # texts or token-id lists, in input order
     encoding_format: str = "float"              # "float" | "base64"
+    truncate_tokens: int | None = None          # vLLM's truncate_prompt_tokens (-1: the max)
 
 
 def parse_embeddings(body: bytes) -> EmbedSpec:
@@ -52,8 +62,8 @@ def parse_embeddings(body: bytes) -> EmbedSpec:
         inputs = tuple(x if isinstance(x, str) else token_ids(x, "input") for x in v)
     else:
         raise bad("input", "'input' must be a string, a list of strings, or token ids.")
-    if any(len(x) == 0 for x in inputs):
-        raise bad("input", "'input' cannot contain an empty string or an empty token list.")
+    if any(len(x) == 0 for x in inputs if not isinstance(x, str)):
+        raise bad("input", "'input' cannot contain an empty token list.")
     if len(inputs) > MAX_EMBEDDING_INPUTS:
         raise bad("input", f"'input' allows at most {MAX_EMBEDDING_INPUTS} entries.")
     fmt = doc.get("encoding_format") or "float"
@@ -65,29 +75,80 @@ def parse_embeddings(body: bytes) -> EmbedSpec:
                                         "not trained for reduced dimensions (Matryoshka "
                                         "representation learning), so a shortened embedding "
                                         "would not keep its meaning.")
-    return EmbedSpec(model=model, inputs=inputs, encoding_format=fmt)
+    return EmbedSpec(model=model, inputs=inputs, encoding_format=fmt,
+                     truncate_tokens=_truncate_tokens(doc.get("truncate_prompt_tokens")))
+
+
+def _truncate_tokens(v) -> int | None:
+    if v is None:
+        return None
+    if not is_int(v) or not (v == TRUNCATE_TO_MAX or v >= 1):
+        raise bad("truncate_prompt_tokens", f"{v!r} is not valid for 'truncate_prompt_tokens': "
+                                            "expected -1 (the model's maximum) or a count >= 1.")
+    return v
+
+
+def encoder_rows(encoder: Encoder, spec: EmbedSpec) -> list[list[int]]:
+    """Each input as the encoder's token ids: [CLS] ... [SEP] for a text, an id list as
+    given. With `truncate_tokens` (k, or -1 for the model's max_seq_length) a longer input
+    is cut as sentence-transformers cuts at a max_seq_length of k: a text keeps [CLS], its
+    first k-2 pieces and [SEP]; an id list its first k ids. Without it a longer input is a
+    400 naming its index and token count."""
+    limit = encoder.max_seq_length
+    cut = spec.truncate_tokens
+    try:
+        rows = encoder.token_ids(spec.inputs, truncate=cut is not None)
+    except InputTooLong as exc:
+        raise ApiError("context_length_exceeded", f"Input {exc.input_index} has "
+                       f"{exc.prompt_tokens} tokens, more than the model's maximum of "
+                       f"{exc.max_model_len}; shorten it or set truncate_prompt_tokens "
+                       "(-1 cuts at the maximum).", param="input") from None
+    except InvalidRequest as exc:
+        raise bad("input", f"{exc}.") from None
+    if cut is None or cut == TRUNCATE_TO_MAX or cut >= limit:
+        return rows
+    return [row if len(row) <= cut else (row[:cut - 1] + row[-1:] if isinstance(x, str)
+                                         else row[:cut])
+            for x, row in zip(spec.inputs, rows)]
 
 
 def embeddings(ctx: ApiContext, request: Request, params: Params, extra: Headers) -> Launch:
     spec = parse_embeddings(request.body)
-    with ctx.serving(spec.model):
+    with ctx.serving(spec.model, TASK_EMBED):
+        worker = ctx.encoders.get(spec.model)
+        if worker is not None:
+            return partial(_launch, ctx, worker, spec.model, encoder_rows(worker.encoder, spec),
+                           spec.encoding_format, extra, request.request_id)
+        if spec.truncate_tokens is not None:
+            raise unsupported("truncate_prompt_tokens", "'truncate_prompt_tokens' is served "
+                              "for sentence-embedding models only; this chat model embeds "
+                              "inputs of up to its context length whole.")
+        if any(x == "" for x in spec.inputs):     # an encoder embeds "" as [CLS] [SEP]
+            raise bad("input", "'input' cannot contain an empty string.")
         for x in spec.inputs:
             if isinstance(x, tuple):
                 ctx.served.check_token_ids(x, "input")
         inputs = [list(x) if isinstance(x, tuple) else ctx.served.encode(x) for x in spec.inputs]
         for ids in inputs:
             ctx.served.check_input_length(ids, "input")
-        return partial(_launch, ctx, inputs, spec.encoding_format, extra, request.request_id)
+        return partial(_launch, ctx, ctx.bridge, ctx.served.id, inputs, spec.encoding_format,
+                       extra, request.request_id)
 
 
-def _launch(ctx: ApiContext, inputs: list[list[int]], encoding_format: str,
-            extra: Headers, request_id: str) -> EmbedStream:
+class Embedder(Protocol):
+    """The engine bridge (chat model) or an encoder worker: admission, then a job."""
+    def embed(self, inputs: list[list[int]], encoding_format: str, *,
+              request_id: str = "") -> EmbedTicket: ...
+
+
+def _launch(ctx: ApiContext, embedder: Embedder, model_id: str, inputs: list[list[int]],
+            encoding_format: str, extra: Headers, request_id: str) -> EmbedStream:
     try:
-        ticket = ctx.bridge.embed(inputs, encoding_format,    # 429 when the queue is full
-                                  request_id=request_id)
+        ticket = embedder.embed(inputs, encoding_format,    # 429 when its queue is full
+                                request_id=request_id)
     except ApiError as err:
-        raise err.about(ctx.served.id)
-    return EmbedStream(ticket=ticket, model_id=ctx.served.id,
+        raise err.about(model_id)
+    return EmbedStream(ticket=ticket, model_id=model_id,
                        prompt_tokens=sum(map(len, inputs)), headers=extra,
                        on_status=ctx.count_request, offloop=ctx.offloop)
 

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import hashlib
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from contextlib import contextmanager
 from functools import partial
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Mapping
 
-from engine.api import GenRequest, Grammar
+from engine.api import KIND_CHAT, KIND_EMBEDDING, GenRequest, Grammar
 from server.api import documents as docs
 from server.door.routes import Params
 from server.api.defaults import SamplingDefaults
@@ -31,11 +31,21 @@ from server.api.offloop import OffLoop
 from server.api.streams import Echo, GenerationStream, Renderer, StreamContext
 from server.api.structured import Structured, compile_structured
 from server.api.tools import call_grammar_spec, check_tools_compile, with_format
-from server.errors import ApiError
+from server.errors import ApiError, bad
 from server.replies import Headers
 from server.http.protocol import Request, Stream
 from server.text.served import ServedModel
 from server.worker.bridge import EngineBridge
+from server.worker.encoder_worker import EncoderWorker
+
+# What each kind of model serves (`ApiContext.check_model`), and how an error names it.
+TASK_GENERATE, TASK_EMBED, TASK_TOKENIZE = "generate", "embeddings", "tokenize"
+TASK_RERANK, TASK_SCORE = "rerank", "score"
+CHAT_TASKS = (TASK_GENERATE, TASK_EMBED, TASK_TOKENIZE)
+ENCODER_TASKS = (TASK_EMBED, TASK_RERANK, TASK_SCORE)
+TASK_ROUTES = {TASK_GENERATE: "/v1/chat/completions, /v1/completions and /v1/responses",
+               TASK_EMBED: "/v1/embeddings", TASK_TOKENIZE: "/v1/tokenize and /v1/detokenize",
+               TASK_RERANK: "/v1/rerank", TASK_SCORE: "/v1/score"}
 
 Launch = Callable[[], Stream]                   # admission -> the stream; loop thread only
 RenderFor = Callable[[docs.Header], Renderer]   # the endpoint's renderer, given the ids
@@ -52,26 +62,42 @@ class Endpoint:
 
 @dataclass(frozen=True)
 class ApiContext:
-    """What every endpoint handler is given (no globals)."""
-    served: ServedModel
+    """What every endpoint handler is given (no globals): the chat model (its text layer
+    and engine bridge; None in a server of embedding models only) and the sentence-embedding
+    models by id (each its own encoder worker)."""
+    served: ServedModel | None
     defaults: SamplingDefaults                  # server-side sampling defaults
-    bridge: EngineBridge
+    bridge: EngineBridge | None
     stream_ctx: StreamContext
     offloop: OffLoop
     count_request: Callable[[str, int], None]   # (route, status) -> the request counter
     clock: Callable[[], float] = time.monotonic
+    encoders: Mapping[str, EncoderWorker] = field(default_factory=dict)
 
-    def check_model(self, model: str) -> None:
-        if model != self.served.id:
+    def model_ids(self) -> list[str]:
+        """Every served id: the chat model first, then the embedding models."""
+        return ([self.served.id] if self.served is not None else []) + list(self.encoders)
+
+    def check_model(self, model: str, task: str | None = None) -> None:
+        """404 for an id this server does not serve; 400 naming the model and what it
+        serves when it cannot do `task` (None: any served id passes)."""
+        if model not in self.model_ids():
+            served = ", ".join(f"'{m}'" for m in self.model_ids())
             raise ApiError("model_not_found", f"The model '{model}' does not exist; this "
-                                              f"server serves '{self.served.id}'.", param="model")
+                                              f"server serves {served}.", param="model")
+        kind, tasks = ((KIND_EMBEDDING, ENCODER_TASKS) if model in self.encoders
+                       else (KIND_CHAT, CHAT_TASKS))
+        if task is not None and task not in tasks:
+            raise bad("model", f"The model '{model}' is a{'n' if kind[0] in 'aeiou' else ''} "
+                               f"{kind} model: it serves {', '.join(TASK_ROUTES[t] for t in tasks)}"
+                               f", not {TASK_ROUTES[task]}.")
 
     @contextmanager
-    def serving(self, model: str) -> Iterator[None]:
-        """The request's body parsed and named `model`: check it, and note every error
-        raised from here on as about that model (the access log's `model` field)."""
+    def serving(self, model: str, task: str = TASK_GENERATE) -> Iterator[None]:
+        """The request's body parsed and named `model`: check it can do `task`, and note
+        every error raised from here on as about that model (the access log's `model`)."""
         try:
-            self.check_model(model)
+            self.check_model(model, task)
             yield
         except ApiError as err:
             raise err.about(model)

@@ -1,23 +1,33 @@
-"""The model list, `GET /v1/models` and `GET /v1/models/{model}`: the one served model's card."""
+"""The model list, `GET /v1/models` and `GET /v1/models/{model}`: a card per served model
+(the chat model first, then the sentence-embedding models), each saying its kind and the
+routes it serves."""
 from __future__ import annotations
 
 from server.api import documents as docs
 from server import replies
-from server.api.launch import ApiContext
+from server.api.launch import CHAT_TASKS, ENCODER_TASKS, ApiContext
 from server.door.routes import Params
 from server.replies import Headers
 from server.http.protocol import Request, Response
+from engine.api import KIND_CHAT, KIND_EMBEDDING
 
 
-def _card(ctx: ApiContext) -> dict:
-    served = ctx.served
-    return docs.model_card(served.id, served.created, served.max_model_len)
+def _cards(ctx: ApiContext) -> dict[str, dict]:
+    cards = {}
+    if ctx.served is not None:
+        served = ctx.served
+        cards[served.id] = docs.model_card(served.id, served.created, served.max_model_len,
+                                           KIND_CHAT, CHAT_TASKS)
+    for model_id, worker in ctx.encoders.items():
+        cards[model_id] = docs.model_card(model_id, worker.created, worker.encoder.max_seq_length,
+                                          KIND_EMBEDDING, ENCODER_TASKS)
+    return cards
 
 
 def models(ctx: ApiContext, request: Request, params: Params, extra: Headers) -> Response:
-    return replies.json_response(200, docs.model_list([_card(ctx)]))
+    return replies.json_response(200, docs.model_list(list(_cards(ctx).values())))
 
 
 def model(ctx: ApiContext, request: Request, params: Params, extra: Headers) -> Response:
     ctx.check_model(params["model"])
-    return replies.json_response(200, _card(ctx))
+    return replies.json_response(200, _cards(ctx)[params["model"]])

@@ -10,7 +10,7 @@ from server import replies
 from server.api.chat.parse import parse_messages
 from server.replies import JSON_CONTENT_TYPE, json_bytes_piecewise
 from server.api.fields import bad, boolean, load_json_object, model_name, token_ids
-from server.api.launch import ApiContext
+from server.api.launch import TASK_TOKENIZE, ApiContext
 from server.door.routes import Params
 from server.replies import Headers
 from server.http.protocol import Request, Response
@@ -57,7 +57,7 @@ def parse_detokenize(body: bytes) -> DetokenizeSpec:
 
 def tokenize(ctx: ApiContext, request: Request, params: Params, extra: Headers) -> Response:
     spec = parse_tokenize(request.body)
-    with ctx.serving(spec.model):
+    with ctx.serving(spec.model, TASK_TOKENIZE):
         text = (ctx.served.render(spec.messages, add_generation_prompt=spec.add_generation_prompt)
                 if spec.messages else spec.prompt)
         tokens = ctx.served.encode(text, add_special_tokens=spec.add_special_tokens)
@@ -67,7 +67,7 @@ def tokenize(ctx: ApiContext, request: Request, params: Params, extra: Headers) 
 
 def detokenize(ctx: ApiContext, request: Request, params: Params, extra: Headers) -> Response:
     spec = parse_detokenize(request.body)
-    with ctx.serving(spec.model):
+    with ctx.serving(spec.model, TASK_TOKENIZE):
         ctx.served.check_token_ids(spec.tokens, "tokens")
         answer = replies.json_response(200, docs.detokenized(ctx.served.tokenizer.decode(
             list(spec.tokens))))

@@ -7,12 +7,13 @@ loop's worst stall when serve.py hands over the meter. It stays up during a drai
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Callable
+from typing import Callable, Sequence
 
 from server.door.routes import Params
 from server.replies import Headers, json_response
 from server.state import ServerState
 from server.worker.bridge import EngineBridge
+from server.worker.encoder_worker import EncoderWorker
 from server.observe.engine_view import EngineView, snapshot_document
 from server.errors import ApiError, error_response, kind_response
 from server.http.protocol import Request, Response
@@ -26,10 +27,12 @@ from server.observe.static import ENGINE_PAGE, FAVICON, StaticFiles
 class HealthApp:
     """The health listener: liveness, readiness, metrics. Stays up during a drain."""
 
-    def __init__(self, *, bridge: EngineBridge, state: ServerState,
+    def __init__(self, *, bridge: EngineBridge | None, state: ServerState,
                  web: StaticFiles | None = None, view: EngineView | None = None,
-                 loop_stall_s: Callable[[], tuple[float, float]] | None = None):
-        self.bridge, self.state = bridge, state
+                 loop_stall_s: Callable[[], tuple[float, float]] | None = None,
+                 encoders: Sequence[EncoderWorker] = ()):
+        self.bridge, self.state = bridge, state  # the chat engine (None: embedding models only)
+        self.encoders = tuple(encoders)          # each sentence-embedding model's worker
         self.view = view                         # the engine view, None when turned off
         self.loop_stall_s = loop_stall_s         # the loop's worst (wall, CPU), if measured
         self.web = web or StaticFiles.load()
@@ -51,9 +54,11 @@ class HealthApp:
 
     def healthz(self, request: Request, params: Params, extra: Headers) -> Response:
         """Liveness: fails once the engine thread has died, so an orchestrator restarts us."""
-        if not self.bridge.is_healthy():
-            raise ApiError("engine_unavailable", f"The engine thread has stopped: "
-                                                 f"{self.bridge.died or 'unknown reason'}.")
+        workers = ([self.bridge] if self.bridge is not None else []) + list(self.encoders)
+        for worker in workers:
+            if not worker.is_healthy():
+                raise ApiError("engine_unavailable", f"The engine thread has stopped: "
+                                                     f"{worker.died or 'unknown reason'}.")
         return health_ok(request, params, extra)
 
     def readyz(self, request: Request, params: Params, extra: Headers) -> Response:
@@ -63,7 +68,9 @@ class HealthApp:
 
     def metrics(self, request: Request, params: Params, extra: Headers) -> Response:
         stall_s = self.loop_stall_s() if self.loop_stall_s is not None else None
-        text = metrics_text(self.bridge.stats, self.state.metrics, stall_s)
+        stats = self.bridge.stats if self.bridge is not None else None
+        text = metrics_text(stats, self.state.metrics, stall_s,
+                            encoders=[(w.model_id, w.stats) for w in self.encoders])
         return Response(status=200, headers=(("Content-Type", METRICS_TYPE),),
                         body=text.encode("utf-8"))
 

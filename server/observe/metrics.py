@@ -20,8 +20,11 @@ from __future__ import annotations
 import bisect
 import math
 
+from typing import Callable, Sequence
+
 from engine.api import EngineStats
 from server.observe.process_metrics import process_metrics_text
+from server.worker.encoder_worker import EncoderStats
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -189,9 +192,37 @@ def loop_metrics_text(stall_max_s: float, stall_cpu_max_s: float) -> str:
                      [((), stall_cpu_max_s)]))
 
 
-def metrics_text(stats: EngineStats, server: ServerMetrics | None = None,
-                 loop_stall_s: tuple[float, float] | None = None) -> str:
-    """`loop_stall_s`: (wall, CPU) of the loop's worst iteration, when it is measured."""
+def encoder_metrics_text(encoders: Sequence[tuple[str, EncoderStats]]) -> str:
+    """Each sentence-embedding model's counters, labelled with its id."""
+    if not encoders:
+        return ""
+
+    def per_model(value: Callable[[EncoderStats], float]) -> list:
+        return [((("model", model),), value(s)) for model, s in encoders]
+    return "".join([
+        family("tl_encoder_requests_total", "counter", "Embeddings calls an encoder finished.",
+               per_model(lambda s: s.requests_total)),
+        family("tl_encoder_inputs_total", "counter", "Inputs an encoder embedded.",
+               per_model(lambda s: s.inputs_total)),
+        family("tl_encoder_tokens_total", "counter", "Tokens an encoder ran (unpadded).",
+               per_model(lambda s: s.tokens_total)),
+        family("tl_encoder_batches_total", "counter", "Encoder forwards (padded batches) run.",
+               per_model(lambda s: s.batches_total)),
+        family("tl_encoder_busy_seconds_total", "counter",
+               "Time an encoder spent computing, inside the compute turn.",
+               per_model(lambda s: s.busy_s_total)),
+        family("tl_encoder_queue_depth", "gauge", "Embeddings calls waiting for an encoder.",
+               per_model(lambda s: s.queue_depth)),
+    ])
+
+
+def metrics_text(stats: EngineStats | None, server: ServerMetrics | None = None,
+                 loop_stall_s: tuple[float, float] | None = None,
+                 encoders: Sequence[tuple[str, EncoderStats]] = ()) -> str:
+    """`stats`: the chat engine's (None: a server of embedding models only);
+    `loop_stall_s`: (wall, CPU) of the loop's worst iteration, when it is measured;
+    `encoders`: (model id, stats) of each sentence-embedding model."""
     loop = loop_metrics_text(*loop_stall_s) if loop_stall_s is not None else ""
-    return (engine_metrics_text(stats) + (server.render() if server is not None else "")
-            + loop + process_metrics_text())
+    engine = engine_metrics_text(stats) if stats is not None else ""
+    return (engine + encoder_metrics_text(encoders)
+            + (server.render() if server is not None else "") + loop + process_metrics_text())

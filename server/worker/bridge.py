@@ -49,6 +49,7 @@ from engine.api import (FINISH_DEADLINE, Engine, EngineStats, GenRequest, Prompt
 from server.worker.admission import (AdmissionGate, QueuePolicy, engine_down_error,
                                      reserve_or_refusal)
 from server.worker.arrivals import ArrivalWindow
+from server.worker.compute_turn import ComputeTurn
 from server.worker.embedding_jobs import EmbedTicket, EmbeddingJobs
 from server.worker.events import Event, Failed, Invalid, TooLong, expired_event
 from server.worker.observers import EngineWatcher, StepTracer
@@ -87,8 +88,10 @@ class EngineBridge:
 
     def __init__(self, engine: Engine, *, queue: QueuePolicy,
                  clock: Callable[[], float] = time.monotonic, view: EngineWatcher | None = None,
-                 tracer: StepTracer | None = None, arrivals: ArrivalWindow = ArrivalWindow(0)):
+                 tracer: StepTracer | None = None, arrivals: ArrivalWindow = ArrivalWindow(0),
+                 turn: ComputeTurn | None = None):
         self._engine = engine
+        self.turn = turn or ComputeTurn()       # one per process: every engine's compute
         self._arrivals = arrivals               # an idle engine's wait for the rest of a burst
         self._clock = clock                     # the engine's clock: deadlines are compared there
         self.queue = queue
@@ -298,6 +301,10 @@ class EngineBridge:
         self._embeds.start(self._engine, ticket)                   # steps pack its inputs
 
     def _step(self) -> None:
+        with self.turn.held():          # the CPU, shared with other engines (compute_turn.py)
+            self._step_held()
+
+    def _step_held(self) -> None:
         started_s = self.step_started_s = self._clock()
         try:
             outs = self._engine.step()

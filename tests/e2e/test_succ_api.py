@@ -226,6 +226,13 @@ def test_token_ids_past_the_vocabulary_are_400_on_every_route(server):
         assert err["param"] == param and "vocabulary" in err["message"], err
 
 
+def test_an_empty_string_is_not_embedded_by_the_chat_model(server):
+    """A chat model has no [CLS] to embed "" with: 400 naming the input (an embedding
+    model embeds it as [CLS] [SEP], as sentence-transformers does)."""
+    r = post(server, "/v1/embeddings", {"model": "succ", "input": ["a", ""]})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "input", r.text
+
+
 def test_logit_bias_id_past_the_vocabulary_is_400_naming_it(server):
     """The sampler skips a bias it cannot index; the client must hear that its id is wrong."""
     past = 10_257                                        # the succ vocabulary has 257 ids

@@ -146,7 +146,8 @@ def test_embeddings_tokenize_priority():
     assert spec.inputs == ("a",) and spec.encoding_format == "float"
     spec = parse_embeddings(b'{"model": "m", "input": ["a", [1, 2]], "encoding_format": "base64"}')
     assert spec.inputs == ("a", (1, 2)) and spec.encoding_format == "base64"
-    assert refused(parse_embeddings, b'{"model": "m", "input": ""}').param == "input"
+    assert parse_embeddings(b'{"model": "m", "input": ""}').inputs == ("",)   # an encoder's [CLS] [SEP]
+    assert refused(parse_embeddings, b'{"model": "m", "input": [[]]}').param == "input"
     assert refused(parse_embeddings, b'{"model": "m", "input": "a", "encoding_format": "hex"}'
                    ).param == "encoding_format"
     assert parse_tokenize(b'{"model": "m", "prompt": "x"}').prompt == "x"

@@ -1,0 +1,168 @@
+"""Load the served models and build their workers: what `serve.load` assembles the apps from.
+
+Each model is one `ModelEntry` (its id, its folder or file, its kind): a chat model
+becomes an `Engine` behind an `EngineBridge` with its text layer (`ServedModel`), a
+sentence-embedding model an `Encoder` behind an `EncoderWorker`. Every worker shares one
+`ComputeTurn` (server/worker/compute_turn.py): the CPU is handed to one chat step or one
+encoder batch at a time, first come first served. The kind is read from the folder
+(`engine.api.model_kind`) unless the configuration names it.
+
+Every failure is a `StartupError`: one line naming the path (and the fetch command where
+fetching would help), never a traceback.
+"""
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from engine.api import (KIND_CHAT, Engine, KvSize, ModelFormatError, UnsupportedModel,
+                        load_encoder, load_model, model_kind)
+from server.api import defaults as sampling
+from server.api.defaults import SamplingDefaults
+from server.config import ServeConfig
+from server.observe.engine_view import EngineView
+from server.observe.trace import TraceWriter
+from server.text.served import ServedModel, TemplateFileError, read_chat_template
+from server.worker.admission import QueuePolicy
+from server.worker.arrivals import ArrivalWindow
+from server.worker.bridge import EngineBridge
+from server.worker.compute_turn import ComputeTurn
+from server.worker.encoder_worker import EncoderWorker
+
+log = logging.getLogger("tlserve")
+EngineWrapper = Callable[[Engine], Engine]      # tests: inject faults into engine steps
+NO_TEMPLATE_WARNING = ("model %s ships no chat template: chats render with the plain default "
+                       "(<|role|> lines); give one with chat_template = \"path\" in runtime.toml "
+                       "([engine]) or --chat-template FILE")
+
+
+class StartupError(Exception):
+    """The server cannot start; the message is the one line to print."""
+
+
+@dataclass
+class LoadedModels:
+    """The workers of every served model (at most one chat model)."""
+    served: ServedModel | None = None           # the chat model's text layer
+    bridge: EngineBridge | None = None          # the chat model's engine thread
+    view: EngineView | None = None              # the chat engine's view
+    defaults: SamplingDefaults = field(default_factory=SamplingDefaults)
+    encoders: dict[str, EncoderWorker] = field(default_factory=dict)   # id -> worker
+
+    def set_wake(self, wake: Callable[[], None]) -> None:
+        for worker in self.workers():
+            worker.wake = wake
+
+    def workers(self) -> list:
+        return ([self.bridge] if self.bridge is not None else []) + list(self.encoders.values())
+
+    def start(self) -> None:
+        for worker in self.workers():
+            worker.start()
+
+    def stop(self) -> None:
+        for worker in self.workers():
+            worker.stop()
+
+
+def fetch_hint() -> str:
+    """The command that fetches the default model, as this process was started."""
+    script = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "tlserve"
+    prefix = "python tlserve.py" if script == "tlserve.py" else "tlserve"
+    return f"{prefix} fetch-model (or {prefix} fetch-model --user; or pass --model-dir DIR)"
+
+
+def load_models(cfg: ServeConfig, wrap_engine: EngineWrapper | None = None) -> LoadedModels:
+    """`cfg`'s model as a chat engine or an encoder, by the folder's kind."""
+    turn = ComputeTurn()                        # one per process: see the module docstring
+    loaded = LoadedModels()
+    if _kind(cfg.model_dir) == KIND_CHAT:
+        _load_chat(cfg, loaded, turn, wrap_engine)
+    else:
+        loaded.encoders[cfg.model_id] = _encoder_worker(cfg, cfg.model_dir, cfg.model_id, turn)
+    return loaded
+
+
+def _kind(path: str) -> str:
+    try:
+        return model_kind(path)
+    except (ModelFormatError, OSError) as exc:
+        raise StartupError(_cannot_load(path, exc)) from None
+
+
+def _cannot_load(path: str, exc: Exception) -> str:
+    if isinstance(exc, UnsupportedModel):       # present and well formed: fetching will not help
+        return f"cannot serve the model {exc.path}: {exc.problem}"
+    why = exc.problem if isinstance(exc, ModelFormatError) else (exc.strerror or str(exc))
+    return f"cannot load the model at {path}: {why}; fetch it with: {fetch_hint()}"
+
+
+def _encoder_worker(cfg: ServeConfig, path: str, model_id: str,
+                    turn: ComputeTurn) -> EncoderWorker:
+    t0 = time.perf_counter()
+    try:
+        encoder = load_encoder(path)
+    except (ModelFormatError, OSError) as exc:
+        raise StartupError(_cannot_load(path, exc)) from None
+    log.info("embedding model %s loaded from %s in %.2f s (max_seq_length %d, %d dimensions)",
+             model_id, path, time.perf_counter() - t0, encoder.max_seq_length,
+             encoder.hidden_size)
+    queue = QueuePolicy(capacity_requests=cfg.queue_capacity, deadline_ms=cfg.queue_deadline_ms)
+    return EncoderWorker(encoder, model_id=model_id, queue=queue, turn=turn)
+
+
+def _load_chat(cfg: ServeConfig, loaded: LoadedModels, turn: ComputeTurn,
+               wrap_engine: EngineWrapper | None) -> None:
+    try:
+        given_template = read_chat_template(cfg.chat_template) if cfg.chat_template else None
+    except TemplateFileError as exc:
+        raise StartupError(str(exc)) from None
+    t0 = time.perf_counter()
+    try:
+        model = load_model(cfg.model_dir)
+    except (ModelFormatError, OSError) as exc:
+        raise StartupError(_cannot_load(cfg.model_dir, exc)) from None
+    log.info("model %s loaded from %s in %.2f s", cfg.model_id, cfg.model_dir,
+             time.perf_counter() - t0)
+    _log_chat_template(cfg, model.chat_template, given_template)
+    loaded.defaults = sampling.resolve(cfg.model_dir, dict(cfg.default_overrides))
+    log.info("sampling defaults: %s", loaded.defaults.changed() or "OpenAI's (none set)")
+    engine_cfg = cfg.engine
+    engine = Engine(model, engine_cfg)
+    _log_kv(engine.kv_size())
+    queue = QueuePolicy(capacity_requests=cfg.queue_capacity, deadline_ms=cfg.queue_deadline_ms,
+                        batch_slots=engine_cfg.max_num_seqs)
+    loaded.view = EngineView() if cfg.engine_view else None     # observers the worker calls
+    loaded.bridge = EngineBridge(wrap_engine(engine) if wrap_engine else engine, queue=queue,
+                                 arrivals=ArrivalWindow(cfg.arrival_window_ms),
+                                 view=loaded.view, tracer=_tracer(cfg), turn=turn)
+    try:                                 # the model's own template is parsed here
+        loaded.served = ServedModel(model, cfg.model_id, engine.max_model_len(),
+                                    kv_capacity_tokens=engine.kv_size().capacity_tokens,
+                                    chat_template=given_template)
+    except ModelFormatError as exc:
+        raise StartupError(f"cannot serve the model {exc.path}: {exc.problem}; give a working "
+                           "template with --chat-template FILE ([engine].chat_template)") from None
+
+
+def _log_chat_template(cfg: ServeConfig, model_template: str | None, given: str | None) -> None:
+    if given is not None:
+        log.info("chat template: %s (replaces the model's own)", cfg.chat_template)
+    elif not (model_template and model_template.strip()):
+        log.warning(NO_TEMPLATE_WARNING, cfg.model_id)
+
+
+def _tracer(cfg: ServeConfig) -> TraceWriter | None:
+    if not cfg.trace_file:
+        return None
+    log.info("step trace: writing %s (at most %d MiB)", cfg.trace_file, cfg.trace_max_mib)
+    return TraceWriter(cfg.trace_file, cfg.trace_max_mib * 2**20, origin_s=time.monotonic())
+
+
+def _log_kv(kv: KvSize) -> None:
+    log.info("KV cache: %d blocks of %d tokens, %.1f MiB", kv.num_blocks,
+             kv.block_size_tokens, kv.nbytes / 2**20)
