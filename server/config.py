@@ -17,7 +17,8 @@ Paths in a config file (`model_dir`, `api_key_file`, an `access_log` file, `chat
 `trace_file`) are relative to
 the file's own directory, not to the current one; paths from the environment or the command
 line are relative to the current directory. A `[defaults]` table (and `TL_DEFAULTS__<KEY>`)
-sets server-side sampling defaults (server/api/defaults.py). `settings_changed` lists every key
+sets server-side sampling defaults (server/api/defaults.py); `[[models]]` tables name more
+models to serve beside `[engine].model_dir`'s (server/model_table.py). `settings_changed` lists every key
 that differs from its default, the API key redacted, for the start-up log.
 """
 from __future__ import annotations
@@ -25,6 +26,7 @@ from __future__ import annotations
 import os
 import tomllib
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -35,6 +37,7 @@ from engine.api import (DEFAULT_MODEL_DIR, PREFIX_CACHE_MODES, PREFIX_CACHE_RULE
 from server.api import defaults as sampling
 from server.worker.arrivals import DEFAULT_ARRIVAL_WINDOW_MS
 from server.http.connstate import parse_address
+from server.model_table import ModelEntry, ModelTableError, check_unique_ids, parse_models
 
 ENV_PREFIX = "TL_ENGINE__"
 ACCESS_LOG_STREAMS = ("stdout", "stderr", "off")   # else: a file path
@@ -72,6 +75,7 @@ class ServeConfig:
     trace_file: str = ""                       # Chrome trace-event JSON of the steps; "" = off
     trace_max_mib: int = 64                    # the trace file stops (and says so) at this size
     chat_template: str = ""                    # a Jinja file replacing the model's own; "" = the model's
+    models: tuple[ModelEntry, ...] = ()        # [[models]]: more models beside model_dir's
 
     def __post_init__(self):
         if not self.model_id:
@@ -92,10 +96,10 @@ class ServeConfig:
             document = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"runtime.toml: {exc}") from None
-        unknown = sorted(set(document) - {"engine", "defaults"})
+        unknown = sorted(set(document) - {"engine", "defaults", "models"})
         if unknown:
             raise ConfigError(f"unknown table or key {unknown[0]!r} "
-                              "(only [engine] and [defaults] are read)")
+                              "(only [engine], [defaults] and [[models]] are read)")
         table, table_defaults = document.get("engine", {}), document.get("defaults", {})
         if not isinstance(table, dict) or not isinstance(table_defaults, dict):
             raise ConfigError("[engine] and [defaults] must be tables")
@@ -106,6 +110,11 @@ class ServeConfig:
         except sampling.DefaultsError as exc:
             raise ConfigError(str(exc)) from None
         values["default_overrides"] = tuple(sorted(overrides.items()))
+        try:
+            values["models"] = parse_models(document.get("models", []),
+                                            partial(_model_value, base_dir), base_dir)
+        except ModelTableError as exc:
+            raise ConfigError(str(exc)) from None
         return _build(values)
 
     @staticmethod
@@ -188,7 +197,7 @@ ENGINE_FIELDS = ("prefill_chunk", "block_size", "kv_cache_mib", "num_kv_blocks",
 SERVE_FIELDS = ("model_dir", "model_id", "http_listen", "health_listen", "queue_capacity",
                 "queue_deadline_ms", "arrival_window_ms", "drain_timeout_s",
                 "ping_interval_s", "engine_view", "trace_file", "trace_max_mib", "chat_template",
-                "api_key", "cors_allow_origins", "access_log", "default_overrides")
+                "api_key", "cors_allow_origins", "access_log", "default_overrides", "models")
 # Relative to the config file's own folder when they come from a file.
 PATH_KEYS = ("model_dir", "api_key_file", "access_log", "trace_file", "chat_template")
 
@@ -211,6 +220,16 @@ def _from_table(table: dict) -> dict[str, Any]:
             raise ConfigError(f"[engine].{name}: unknown key")
         values[name] = _checked(name, KEYS[name], value)
     return values
+
+def _model_value(base_dir, where: str, name: str, value: Any) -> Any:
+    """A `[[models]]` table's own setting, checked by the key table (paths made relative)."""
+    try:
+        value = _checked(name, KEYS[name], value)
+    except ConfigError as exc:
+        raise ModelTableError(str(exc).replace("[engine]", where, 1)) from None
+    if name in PATH_KEYS and value and base_dir is not None and not Path(value).is_absolute():
+        value = str(Path(base_dir) / value)
+    return value
 
 def _spec_key(name: str) -> Key:
     if name not in SPECULATIVE_KEYS:
@@ -303,16 +322,22 @@ def _build(values: dict[str, Any]) -> ServeConfig:
     serve = {k: values[k] for k in SERVE_FIELDS if k in values}
     engine_cfg = EngineConfig(**engine, speculative=_speculative(values.get("speculative",
                                                                            DEFAULT_SPECULATIVE)))
-    return ServeConfig(**serve, engine=engine_cfg)
+    cfg = ServeConfig(**serve, engine=engine_cfg)
+    try:
+        check_unique_ids(cfg.model_id, cfg.models)
+    except ModelTableError as exc:
+        raise ConfigError(str(exc)) from None
+    return cfg
 
 
 def settings(cfg: ServeConfig) -> dict[str, Any]:
     """Every setting as a flat `[table].key -> value` map (the API key redacted)."""
     out: dict[str, Any] = {f"[engine].{k}": getattr(cfg, k) for k in SERVE_FIELDS
-                           if k != "default_overrides"}
+                           if k not in ("default_overrides", "models")}
     out.update({f"[engine].{k}": getattr(cfg.engine, k) for k in ENGINE_FIELDS})
     out["[engine].speculative"] = cfg.engine.speculative
     out.update({f"[defaults].{k}": v for k, v in cfg.default_overrides})
+    out.update({f"[[models]].{m.id}": m for m in cfg.models})
     if cfg.api_key:
         out["[engine].api_key"] = REDACTED
     return out

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -23,7 +23,8 @@ from engine.api import (KIND_CHAT, Engine, KvSize, ModelFormatError, Unsupported
                         load_encoder, load_model, model_kind)
 from server.api import defaults as sampling
 from server.api.defaults import SamplingDefaults
-from server.config import ServeConfig
+from server.config import ENGINE_FIELDS, ServeConfig
+from server.model_table import ModelEntry
 from server.observe.engine_view import EngineView
 from server.observe.trace import TraceWriter
 from server.text.served import ServedModel, TemplateFileError, read_chat_template
@@ -49,7 +50,7 @@ class LoadedModels:
     """The workers of every served model (at most one chat model)."""
     served: ServedModel | None = None           # the chat model's text layer
     bridge: EngineBridge | None = None          # the chat model's engine thread
-    view: EngineView | None = None              # the chat engine's view
+    view: EngineView | None = None              # the engine view (the chat engine's history)
     defaults: SamplingDefaults = field(default_factory=SamplingDefaults)
     encoders: dict[str, EncoderWorker] = field(default_factory=dict)   # id -> worker
 
@@ -76,22 +77,48 @@ def fetch_hint() -> str:
     return f"{prefix} fetch-model (or {prefix} fetch-model --user; or pass --model-dir DIR)"
 
 
+def model_entries(cfg: ServeConfig) -> tuple[ModelEntry, ...]:
+    """Every model to serve: `[engine].model_dir`'s first, then `[[models]]`'s."""
+    return (ModelEntry(id=cfg.model_id, model_dir=cfg.model_dir),) + cfg.models
+
+
+def model_config(cfg: ServeConfig, entry: ModelEntry) -> ServeConfig:
+    """`cfg` as one model sees it: its folder and id, its own settings over `[engine]`'s."""
+    own = dict(entry.settings)
+    engine = {k: v for k, v in own.items() if k in ENGINE_FIELDS}
+    serve = {k: v for k, v in own.items() if k not in ENGINE_FIELDS}
+    return replace(cfg, model_dir=entry.model_dir, model_id=entry.id, models=(),
+                   engine=replace(cfg.engine, **engine), **serve)
+
+
 def load_models(cfg: ServeConfig, wrap_engine: EngineWrapper | None = None) -> LoadedModels:
-    """`cfg`'s model as a chat engine or an encoder, by the folder's kind."""
+    """Every configured model, as a chat engine or an encoder by its kind, all on one
+    compute turn. One chat model at most (its text layer and engine are the API's)."""
     turn = ComputeTurn()                        # one per process: see the module docstring
-    loaded = LoadedModels()
-    if _kind(cfg.model_dir) == KIND_CHAT:
-        _load_chat(cfg, loaded, turn, wrap_engine)
-    else:
-        loaded.encoders[cfg.model_id] = _encoder_worker(cfg, cfg.model_dir, cfg.model_id, turn)
+    loaded = LoadedModels(view=EngineView() if cfg.engine_view else None)
+    for entry in model_entries(cfg):
+        own = model_config(cfg, entry)
+        if _kind(entry) == KIND_CHAT:
+            if loaded.bridge is not None:
+                raise StartupError(f"model {entry.id} ({entry.model_dir}) is a second chat "
+                                   f"model; this server serves one chat model "
+                                   f"({loaded.served.id}) beside any number of embedding models")
+            _load_chat(own, loaded, turn, wrap_engine)
+        else:
+            loaded.encoders[entry.id] = _encoder_worker(own, entry, turn)
     return loaded
 
 
-def _kind(path: str) -> str:
+def _kind(entry: ModelEntry) -> str:
+    """The folder's kind; a configured `kind` must agree with it."""
     try:
-        return model_kind(path)
+        found = model_kind(entry.model_dir)
     except (ModelFormatError, OSError) as exc:
-        raise StartupError(_cannot_load(path, exc)) from None
+        raise StartupError(_cannot_load(entry.model_dir, exc)) from None
+    if entry.kind and entry.kind != found:
+        raise StartupError(f"model {entry.id}: kind = \"{entry.kind}\" but {entry.model_dir} "
+                           f"holds a {found} model")
+    return found
 
 
 def _cannot_load(path: str, exc: Exception) -> str:
@@ -101,8 +128,8 @@ def _cannot_load(path: str, exc: Exception) -> str:
     return f"cannot load the model at {path}: {why}; fetch it with: {fetch_hint()}"
 
 
-def _encoder_worker(cfg: ServeConfig, path: str, model_id: str,
-                    turn: ComputeTurn) -> EncoderWorker:
+def _encoder_worker(cfg: ServeConfig, entry: ModelEntry, turn: ComputeTurn) -> EncoderWorker:
+    path, model_id = entry.model_dir, entry.id
     t0 = time.perf_counter()
     try:
         encoder = load_encoder(path)
@@ -112,7 +139,8 @@ def _encoder_worker(cfg: ServeConfig, path: str, model_id: str,
              model_id, path, time.perf_counter() - t0, encoder.max_seq_length,
              encoder.hidden_size)
     queue = QueuePolicy(capacity_requests=cfg.queue_capacity, deadline_ms=cfg.queue_deadline_ms)
-    return EncoderWorker(encoder, model_id=model_id, queue=queue, turn=turn)
+    return EncoderWorker(encoder, model_id=model_id, queue=queue, turn=turn,
+                         max_batch_tokens=entry.max_batch_tokens)
 
 
 def _load_chat(cfg: ServeConfig, loaded: LoadedModels, turn: ComputeTurn,
@@ -136,7 +164,6 @@ def _load_chat(cfg: ServeConfig, loaded: LoadedModels, turn: ComputeTurn,
     _log_kv(engine.kv_size())
     queue = QueuePolicy(capacity_requests=cfg.queue_capacity, deadline_ms=cfg.queue_deadline_ms,
                         batch_slots=engine_cfg.max_num_seqs)
-    loaded.view = EngineView() if cfg.engine_view else None     # observers the worker calls
     loaded.bridge = EngineBridge(wrap_engine(engine) if wrap_engine else engine, queue=queue,
                                  arrivals=ArrivalWindow(cfg.arrival_window_ms),
                                  view=loaded.view, tracer=_tracer(cfg), turn=turn)

@@ -48,7 +48,7 @@ from server.http.loop import EventLoop, Listener
 from server.api.offloop import WorkerPool
 from server.door.routes import API_ROUTES, HEALTH_ROUTES
 from server.loading import (NO_TEMPLATE_WARNING, EngineWrapper, LoadedModels, StartupError,
-                            fetch_hint, load_models)
+                            fetch_hint, load_models, model_entries)
 
 __all__ = ["NO_TEMPLATE_WARNING", "StartupError", "fetch_hint", "spawn", "run", "main"]
 log = logging.getLogger("tlserve")
@@ -111,9 +111,11 @@ def _address(loop: EventLoop, name: str) -> str:
 
 
 def check_model_path(cfg: ServeConfig) -> None:
-    if not Path(cfg.model_dir).exists():
-        raise StartupError(f"no model at {cfg.model_dir} ([engine].model_dir); "
-                           f"fetch it with: {fetch_hint()}")
+    for entry in model_entries(cfg):
+        if not Path(entry.model_dir).exists():
+            key = "[engine].model_dir" if entry.id == cfg.model_id else f"[[models]] {entry.id}"
+            raise StartupError(f"no model at {entry.model_dir} ({key}); "
+                               f"fetch it with: {fetch_hint()}")
 
 
 def bind(cfg: ServeConfig) -> ServerHandle:
@@ -161,7 +163,8 @@ def load(cfg: ServeConfig, handle: ServerHandle, wrap_engine: EngineWrapper | No
     handle.health.current = HealthApp(bridge=loaded.bridge, state=handle.state, view=loaded.view,
                                       loop_stall_s=lambda: (loop.stall.max_s,
                                                             loop.stall.max_cpu_s),
-                                      encoders=list(loaded.encoders.values()))
+                                      encoders=list(loaded.encoders.values()),
+                                      chat_model=loaded.served.id if loaded.served else None)
 
 
 def build(cfg: ServeConfig, wrap_engine: EngineWrapper | None = None) -> ServerHandle:

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 from typing import Callable
 
 from engine.api import Engine, EngineSnapshot, EngineStats, StepRecord
+from server.worker.encoder_worker import EncoderStats
 
 HISTORY_BUCKET_S = 0.5              # one plot point per half second
 HISTORY_BUCKETS = 120               # ... for the last minute
@@ -124,6 +125,11 @@ def snapshot_document(view: ViewSnapshot) -> dict:
         "history_bucket_s": HISTORY_BUCKET_S,
         "history": [_bucket_document(b, view.taken_s) for b in view.history],
     }
+
+
+def encoder_document(model: str, stats: EncoderStats, max_batch_tokens: int) -> dict:
+    """One sentence-embedding model's part of the snapshot: its queue and counters."""
+    return {"model": model, "max_batch_tokens": max_batch_tokens, **asdict(stats)}
 
 
 def _bucket_document(b: HistoryBucket, taken_s: float) -> dict:

@@ -14,7 +14,7 @@ from server.replies import Headers, json_response
 from server.state import ServerState
 from server.worker.bridge import EngineBridge
 from server.worker.encoder_worker import EncoderWorker
-from server.observe.engine_view import EngineView, snapshot_document
+from server.observe.engine_view import EngineView, encoder_document, snapshot_document
 from server.errors import ApiError, error_response, kind_response
 from server.http.protocol import Request, Response
 from server.observe.metrics import CONTENT_TYPE as METRICS_TYPE
@@ -30,9 +30,10 @@ class HealthApp:
     def __init__(self, *, bridge: EngineBridge | None, state: ServerState,
                  web: StaticFiles | None = None, view: EngineView | None = None,
                  loop_stall_s: Callable[[], tuple[float, float]] | None = None,
-                 encoders: Sequence[EncoderWorker] = ()):
+                 encoders: Sequence[EncoderWorker] = (), chat_model: str | None = None):
         self.bridge, self.state = bridge, state  # the chat engine (None: embedding models only)
         self.encoders = tuple(encoders)          # each sentence-embedding model's worker
+        self.chat_model = chat_model             # the chat engine's `model` label
         self.view = view                         # the engine view, None when turned off
         self.loop_stall_s = loop_stall_s         # the loop's worst (wall, CPU), if measured
         self.web = web or StaticFiles.load()
@@ -70,7 +71,8 @@ class HealthApp:
         stall_s = self.loop_stall_s() if self.loop_stall_s is not None else None
         stats = self.bridge.stats if self.bridge is not None else None
         text = metrics_text(stats, self.state.metrics, stall_s,
-                            encoders=[(w.model_id, w.stats) for w in self.encoders])
+                            encoders=[(w.model_id, w.stats) for w in self.encoders],
+                            model=self.chat_model)
         return Response(status=200, headers=(("Content-Type", METRICS_TYPE),),
                         body=text.encode("utf-8"))
 
@@ -88,6 +90,10 @@ class HealthApp:
         view = self._view()
         view.asked()
         latest = view.latest               # published by the engine thread, read as one value
-        return json_response(200, snapshot_document(latest), (("Cache-Control", "no-store"),))
+        document = ({"object": "engine.snapshot"} if latest is None      # embedding models only
+                    else dict(snapshot_document(latest), model=self.chat_model))
+        document["encoders"] = [encoder_document(w.model_id, w.stats, w.max_batch_tokens)
+                                for w in self.encoders]
+        return json_response(200, document, (("Cache-Control", "no-store"),))
 
 

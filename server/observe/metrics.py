@@ -94,39 +94,41 @@ def kv_cache_utilization(s: EngineStats) -> float:
     return s.kv_blocks_used / total_blocks if total_blocks else 0.0
 
 
-def engine_metrics_text(s: EngineStats) -> str:
-    """The chapter's engine gauges from one stats snapshot (chapter 4: `metrics_text`)."""
+def engine_metrics_text(s: EngineStats, model: str | None = None) -> str:
+    """The chapter's engine gauges from one stats snapshot (chapter 4: `metrics_text`),
+    each sample labelled `model="<id>"` first when the served id is given."""
+    m = (("model", model),) if model is not None else ()
     return "".join([
         family("tl_engine_kv_blocks", "gauge", "KV cache blocks by state.",
-               [((("state", "used"),), s.kv_blocks_used),
-                ((("state", "cached"),), s.kv_blocks_cached),
-                ((("state", "free"),), s.kv_blocks_free)]),
+               [(m + (("state", "used"),), s.kv_blocks_used),
+                (m + (("state", "cached"),), s.kv_blocks_cached),
+                (m + (("state", "free"),), s.kv_blocks_free)]),
         family("tl_engine_kv_cache_utilization", "gauge",
                "KV-cache blocks held by running sequences / all blocks (0-1); cached, "
-               "evictable blocks count as free.", [((), kv_cache_utilization(s))]),
+               "evictable blocks count as free.", [(m, kv_cache_utilization(s))]),
         family("tl_engine_prefix_cache_hit_tokens_total", "counter",
-               "Prompt tokens reused from the prefix cache.", [((), s.prefix_hit_tokens)]),
+               "Prompt tokens reused from the prefix cache.", [(m, s.prefix_hit_tokens)]),
         family("tl_engine_prefix_cache_prompt_tokens_total", "counter",
                "Prompt tokens looked up in the prefix cache (the hit counter's denominator).",
-               [((), s.prompt_tokens)]),
+               [(m, s.prompt_tokens)]),
         family("tl_engine_queue_depth", "gauge", "Requests waiting to be scheduled.",
-               [((), s.queue_depth)]),
+               [(m, s.queue_depth)]),
         family("tl_engine_active_sequences", "gauge", "Sequences running in the engine.",
-               [((), s.active_sequences)]),
+               [(m, s.active_sequences)]),
         family("tl_engine_batch_tokens", "gauge", "Tokens in the last engine step.",
-               [((), s.batch_tokens)]),
+               [(m, s.batch_tokens)]),
         family("tl_engine_prefix_cache_hit_ratio", "gauge",
                "Prompt tokens reused from the prefix cache / prompt tokens, since start.",
-               [((), float(s.prefix_hit_ratio))]),
+               [(m, float(s.prefix_hit_ratio))]),
         family("tl_engine_preemptions_total", "counter", "Sequences preempted for KV blocks.",
-               [((), s.preemptions_total)]),
+               [(m, s.preemptions_total)]),
         family("tl_engine_prefix_waits_total", "counter",
                "Requests that waited for a shared prompt prefix another request was computing.",
-               [((), s.prefix_waits_total)]),
+               [(m, s.prefix_waits_total)]),
         family("tl_engine_kv_evictions_total", "counter", "Cached KV blocks evicted.",
-               [((), s.evictions_total)]),
+               [(m, s.evictions_total)]),
         family("tl_engine_steps_total", "counter", "Engine steps run.",
-               [((), s.steps_total)]),
+               [(m, s.steps_total)]),
     ])
 
 
@@ -218,11 +220,13 @@ def encoder_metrics_text(encoders: Sequence[tuple[str, EncoderStats]]) -> str:
 
 def metrics_text(stats: EngineStats | None, server: ServerMetrics | None = None,
                  loop_stall_s: tuple[float, float] | None = None,
-                 encoders: Sequence[tuple[str, EncoderStats]] = ()) -> str:
+                 encoders: Sequence[tuple[str, EncoderStats]] = (),
+                 model: str | None = None) -> str:
     """`stats`: the chat engine's (None: a server of embedding models only);
     `loop_stall_s`: (wall, CPU) of the loop's worst iteration, when it is measured;
-    `encoders`: (model id, stats) of each sentence-embedding model."""
+    `encoders`: (model id, stats) of each sentence-embedding model; `model`: the chat
+    model's id, the `model` label of its engine's samples."""
     loop = loop_metrics_text(*loop_stall_s) if loop_stall_s is not None else ""
-    engine = engine_metrics_text(stats) if stats is not None else ""
+    engine = engine_metrics_text(stats, model) if stats is not None else ""
     return (engine + encoder_metrics_text(encoders)
             + (server.render() if server is not None else "") + loop + process_metrics_text())

@@ -159,12 +159,18 @@ def chat_stream_text(chunks: list[dict]) -> str:
     return "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
 
 
-def parse_metrics(text: str) -> dict[str, float]:
-    """Prometheus text -> the samples as {"name{labels}": value}."""
+MODEL_LABEL = re.compile(r'model="[^"]*",?')
+
+
+def parse_metrics(text: str, keep_model: bool = False) -> dict[str, float]:
+    """Prometheus text -> the samples as {"name{labels}": value}. A one-model server's
+    `model` label is dropped unless `keep_model` (so "tl_engine_queue_depth" names it)."""
     out = {}
     for line in text.splitlines():
         if line and not line.startswith("#"):
             name, _, value = line.rpartition(" ")
+            if not keep_model:
+                name = MODEL_LABEL.sub("", name).replace("{}", "")
             out[name] = float(value)
     return out
 
