@@ -51,7 +51,7 @@ def start_server(batch_tokens: int) -> tuple[subprocess.Popen, str]:
     path = Path(tempfile.mkdtemp()) / "runtime.toml"
     path.write_text(config)
     proc = subprocess.Popen([sys.executable, str(REPO / "tlserve.py"), "--config", str(path),
-                             "--port", "0", "--health-port", "0", "--log-level", "WARNING"],
+                             "--port", "0", "--health-port", "0"],   # INFO: the ready line
                             cwd=REPO, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
                             text=True)
     for line in proc.stderr:
@@ -109,9 +109,11 @@ def main() -> None:
             thread.start()
         while not all(stamps):
             time.sleep(0.05)
+        print(f"{args.streams} streams running; baseline {args.baseline_s} s", file=sys.stderr)
         base_start = time.monotonic()
         time.sleep(args.baseline_s)
         texts = sentences(args.inputs, "10,60")
+        print(f"embedding {args.inputs} sentences", file=sys.stderr)
         embed_start = time.monotonic()
         reply = requests.post(url + "/v1/embeddings", json={"model": "minilm", "input": texts},
                               timeout=600)

@@ -5,7 +5,8 @@
     loop thread:   route table -> draining? -> hand the endpoint's handler to the off-loop pool
     worker thread: the endpoint parses, checks and prepares: a `Launch` (or a whole Response,
                    e.g. /tokenize). One module or package per endpoint family:
-                   chat/, completions.py, responses/, embeddings.py, tokenize.py, models.py
+                   chat/, completions.py, responses/, embeddings.py, rerank.py (and
+                   score), tokenize.py, models.py
                    (generations share server/api/launch.py)
     loop thread:   launch: bridge.submit (admission: 429 now if the queue is full)
                    -> GenerationStream; count the status, add X-Request-Id
@@ -34,6 +35,7 @@ from server.api.embeddings import embeddings
 from server.api.launch import ApiContext
 from server.api.models import model, models
 from server.api.offloop import Inline, OffLoop, Outcome, outcome_of
+from server.api.rerank import rerank, score
 from server.api.responses import responses
 from server.api.streams import StreamContext
 from server.api.tokenize import detokenize, tokenize
@@ -54,7 +56,8 @@ log = logging.getLogger("tlserve.app")
 
 # The routes whose handler is the heavy, pure half, run off the loop (server/api/offloop.py):
 # it returns a `Launch` for the loop thread, or a whole Response.
-OFFLOOP_ROUTES = frozenset({"chat", "completions", "responses", "embeddings", "tokenize"})
+OFFLOOP_ROUTES = frozenset({"chat", "completions", "responses", "embeddings", "tokenize",
+                            "rerank", "score"})
 
 
 
@@ -82,7 +85,7 @@ class ApiApp:
                               encoders=dict(encoders or {}))
         endpoints = {"chat": chat, "completions": completions, "responses": responses,
                      "embeddings": embeddings, "tokenize": tokenize, "detokenize": detokenize,
-                     "models": models, "model": model}
+                     "models": models, "model": model, "rerank": rerank, "score": score}
         self.handlers = {label: partial(handler, self.ctx) for label, handler in endpoints.items()}
         self.handlers.update({
             "healthz": health_ok,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
-from typing import Callable, Protocol
+from typing import Callable, Protocol, Sequence
 
 from engine.api import Encoder, InputTooLong, InvalidRequest
 
@@ -88,28 +88,31 @@ def _truncate_tokens(v) -> int | None:
     return v
 
 
-def encoder_rows(encoder: Encoder, spec: EmbedSpec) -> list[list[int]]:
+def encoder_rows(encoder: Encoder, inputs: Sequence[str | tuple[int, ...]],
+                 cut: int | None, name_of: Callable[[int], tuple[str, str]] = lambda i: (
+                     "input", f"Input {i}")) -> list[list[int]]:
     """Each input as the encoder's token ids: [CLS] ... [SEP] for a text, an id list as
-    given. With `truncate_tokens` (k, or -1 for the model's max_seq_length) a longer input
-    is cut as sentence-transformers cuts at a max_seq_length of k: a text keeps [CLS], its
-    first k-2 pieces and [SEP]; an id list its first k ids. Without it a longer input is a
-    400 naming its index and token count."""
+    given. With a `cut` (k, or -1 for the model's max_seq_length: vLLM's
+    truncate_prompt_tokens) a longer input is cut as sentence-transformers cuts at a
+    max_seq_length of k: a text keeps [CLS], its first k-2 pieces and [SEP]; an id list its
+    first k ids. Without it a longer input is a 400 naming it (`name_of(index)`: the field
+    and the words for that input) and its token count."""
     limit = encoder.max_seq_length
-    cut = spec.truncate_tokens
     try:
-        rows = encoder.token_ids(spec.inputs, truncate=cut is not None)
+        rows = encoder.token_ids(inputs, truncate=cut is not None)
     except InputTooLong as exc:
-        raise ApiError("context_length_exceeded", f"Input {exc.input_index} has "
-                       f"{exc.prompt_tokens} tokens, more than the model's maximum of "
-                       f"{exc.max_model_len}; shorten it or set truncate_prompt_tokens "
-                       "(-1 cuts at the maximum).", param="input") from None
+        param, words = name_of(exc.input_index)
+        raise ApiError("context_length_exceeded", f"{words} has {exc.prompt_tokens} tokens, "
+                       f"more than the model's maximum of {exc.max_model_len}; shorten it or "
+                       "set truncate_prompt_tokens (-1 cuts at the maximum).",
+                       param=param) from None
     except InvalidRequest as exc:
-        raise bad("input", f"{exc}.") from None
+        raise bad(name_of(0)[0], f"{exc}.") from None
     if cut is None or cut == TRUNCATE_TO_MAX or cut >= limit:
         return rows
     return [row if len(row) <= cut else (row[:cut - 1] + row[-1:] if isinstance(x, str)
                                          else row[:cut])
-            for x, row in zip(spec.inputs, rows)]
+            for x, row in zip(inputs, rows)]
 
 
 def embeddings(ctx: ApiContext, request: Request, params: Params, extra: Headers) -> Launch:
@@ -117,7 +120,8 @@ def embeddings(ctx: ApiContext, request: Request, params: Params, extra: Headers
     with ctx.serving(spec.model, TASK_EMBED):
         worker = ctx.encoders.get(spec.model)
         if worker is not None:
-            return partial(_launch, ctx, worker, spec.model, encoder_rows(worker.encoder, spec),
+            rows = encoder_rows(worker.encoder, spec.inputs, spec.truncate_tokens)
+            return partial(launch_embedding, ctx, worker, spec.model, rows,
                            spec.encoding_format, extra, request.request_id)
         if spec.truncate_tokens is not None:
             raise unsupported("truncate_prompt_tokens", "'truncate_prompt_tokens' is served "
@@ -131,8 +135,11 @@ def embeddings(ctx: ApiContext, request: Request, params: Params, extra: Headers
         inputs = [list(x) if isinstance(x, tuple) else ctx.served.encode(x) for x in spec.inputs]
         for ids in inputs:
             ctx.served.check_input_length(ids, "input")
-        return partial(_launch, ctx, ctx.bridge, ctx.served.id, inputs, spec.encoding_format,
-                       extra, request.request_id)
+        return partial(launch_embedding, ctx, ctx.bridge, ctx.served.id, inputs,
+                       spec.encoding_format, extra, request.request_id)
+
+
+Render = Callable[[list, int], dict]       # (vectors, prompt tokens) -> the answer's document
 
 
 class Embedder(Protocol):
@@ -141,8 +148,12 @@ class Embedder(Protocol):
               request_id: str = "") -> EmbedTicket: ...
 
 
-def _launch(ctx: ApiContext, embedder: Embedder, model_id: str, inputs: list[list[int]],
-            encoding_format: str, extra: Headers, request_id: str) -> EmbedStream:
+def launch_embedding(ctx: ApiContext, embedder: Embedder, model_id: str,
+                     inputs: list[list[int]], encoding_format: str, extra: Headers,
+                     request_id: str, route: str = "embeddings",
+                     render: Render | None = None) -> EmbedStream:
+    """Admission on the loop thread (429 when the model's queue is full), then the stream
+    that answers with `render(vectors, prompt_tokens)` (default: the embeddings list)."""
     try:
         ticket = embedder.embed(inputs, encoding_format,    # 429 when its queue is full
                                 request_id=request_id)
@@ -150,7 +161,8 @@ def _launch(ctx: ApiContext, embedder: Embedder, model_id: str, inputs: list[lis
         raise err.about(model_id)
     return EmbedStream(ticket=ticket, model_id=model_id,
                        prompt_tokens=sum(map(len, inputs)), headers=extra,
-                       on_status=ctx.count_request, offloop=ctx.offloop)
+                       on_status=ctx.count_request, offloop=ctx.offloop, route=route,
+                       render=render)
 
 
 def document_values(vectors: list) -> int:
@@ -163,8 +175,12 @@ class EmbedStream:
 
     def __init__(self, *, ticket: EmbedTicket, model_id: str, prompt_tokens: int,
                  headers: tuple[tuple[str, str], ...], on_status: Callable[[str, int], None],
-                 offloop: OffLoop = Inline()):
+                 offloop: OffLoop = Inline(), route: str = "embeddings",
+                 render: Render | None = None):
         self.ticket, self.model_id, self.prompt_tokens = ticket, model_id, prompt_tokens
+        self.route = route                            # the metrics' route label
+        self.render = render or (lambda vectors, tokens: docs.embeddings(model_id, vectors,
+                                                                         tokens))
         self.headers, self.on_status, self.offloop = headers, on_status, offloop
         self.tail: Stream | None = None         # the answer (its document perhaps built off the loop)
         self.done = False
@@ -191,13 +207,12 @@ class EmbedStream:
         return ResponseStream(self._response(200, self._document()))
 
     def _document(self) -> bytes:
-        return json_bytes_piecewise(docs.embeddings(self.model_id, self.ticket.result,
-                                                    self.prompt_tokens))
+        return json_bytes_piecewise(self.render(self.ticket.result, self.prompt_tokens))
 
     def _response(self, status: int, body: bytes) -> Response:
         """The answer, counted; on the loop thread (a large body was built off it)."""
         self.done = True
-        self.on_status("embeddings", status)
+        self.on_status(self.route, status)
         return Response(status=status, headers=(JSON_CONTENT_TYPE,) + self.headers, body=body)
 
     def next_deadline_s(self) -> float | None:

@@ -36,6 +36,8 @@ API_ROUTES: tuple[Route, ...] = (
     Route("POST", "/v1/completions", "completions"),
     Route("POST", "/v1/responses", "responses"),        # stateless (server/api/responses/)
     Route("POST", "/v1/embeddings", "embeddings"),
+    Route("POST", "/v1/rerank", "rerank"),              # bi-encoder scoring (server/api/rerank.py)
+    Route("POST", "/v1/score", "score"),
     Route("POST", "/v1/tokenize", "tokenize"),
     Route("POST", "/v1/detokenize", "detokenize"),
     Route("GET", "/v1/models", "models"),

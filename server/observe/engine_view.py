@@ -104,11 +104,16 @@ class EngineView:
             prefix_hit_tokens=c.prefix_hit_tokens + stats.prefix_hit_tokens - last.prefix_hit_tokens)
 
 
-def snapshot_document(view: ViewSnapshot) -> dict:
-    """The JSON document of GET /engine/snapshot (ages in seconds, newest history last)."""
+def snapshot_document(view: ViewSnapshot | None, model: str | None = None,
+                      encoders: tuple[dict, ...] = ()) -> dict:
+    """The JSON document of GET /engine/snapshot (ages in seconds, newest history last):
+    the chat engine `model`'s picture and each encoder's part (`encoder_document`); a
+    server of embedding models only (no chat engine: `view` None) has just the latter."""
+    if view is None:
+        return {"object": "engine.snapshot", "model": None, "encoders": list(encoders)}
     snap, stats = view.engine, view.stats
     return {
-        "object": "engine.snapshot",
+        "object": "engine.snapshot", "model": model, "encoders": list(encoders),
         "blocks": {"num_blocks": snap.num_blocks, "block_size": snap.block_size,
                    "states": snap.block_states, "used": stats.kv_blocks_used,
                    "cached": stats.kv_blocks_cached, "free": stats.kv_blocks_free},

@@ -90,10 +90,9 @@ class HealthApp:
         view = self._view()
         view.asked()
         latest = view.latest               # published by the engine thread, read as one value
-        document = ({"object": "engine.snapshot"} if latest is None      # embedding models only
-                    else dict(snapshot_document(latest), model=self.chat_model))
-        document["encoders"] = [encoder_document(w.model_id, w.stats, w.max_batch_tokens)
-                                for w in self.encoders]
-        return json_response(200, document, (("Cache-Control", "no-store"),))
+        encoders = tuple(encoder_document(w.model_id, w.stats, w.max_batch_tokens)
+                         for w in self.encoders)
+        return json_response(200, snapshot_document(latest, self.chat_model, encoders),
+                             (("Cache-Control", "no-store"),))
 
 

@@ -87,6 +87,11 @@ def exercise(handle) -> list[tuple[str, str, str]]:
         ("POST", "/v1/embeddings", "/v1/embeddings", {"model": "x", "input": "a"}),
         ("POST", "/v1/embeddings", "/v1/embeddings", {"model": "succ", "input": "a",
                                                       "dimensions": 8}),
+        ("POST", "/v1/rerank", "/v1/rerank", {"model": "succ", "query": "a",
+                                              "documents": ["b"]}),       # a chat model: 400
+        ("POST", "/v1/rerank", "/v1/rerank", {"model": "x", "query": "a", "documents": ["b"]}),
+        ("POST", "/v1/score", "/v1/score", {"model": "succ", "text_1": "a", "text_2": "b"}),
+        ("POST", "/v1/score", "/v1/score", {"model": "x", "text_1": "a", "text_2": "b"}),
         ("POST", "/v1/tokenize", "/v1/tokenize", {"model": "succ", "prompt": "a"}),
         ("POST", "/v1/tokenize", "/v1/tokenize", {"model": "succ"}),
         ("POST", "/v1/tokenize", "/v1/tokenize", {"model": "x", "prompt": "a"}),
