@@ -6,8 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from server.config import ServeConfig
-from server.serve import spawn
+from tests.e2e.helpers import server_fixture
 from tests.oracle import read_jsonl
 
 pytestmark = pytest.mark.real_model
@@ -18,11 +17,7 @@ MODEL = "all-minilm-l6-v2"
 TOLERANCE = 1e-5
 
 
-@pytest.fixture(scope="module")
-def server(minilm_dir):
-    handle = spawn(ServeConfig.for_model(minilm_dir))
-    yield handle
-    handle.stop()
+server = server_fixture("minilm_dir")
 
 
 def expected(rows: list[dict]) -> np.ndarray:

@@ -7,11 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import requests
 
-from server.config import ServeConfig
-from server.serve import spawn
-from tests.e2e.helpers import REAL_CLIENT_TIMEOUT_S
+from tests.e2e.helpers import post, server_fixture
 from tests.oracle import read_jsonl
 
 pytestmark = pytest.mark.real_model
@@ -21,15 +18,7 @@ MODEL = "all-minilm-l6-v2"
 TOLERANCE = 1e-5
 
 
-@pytest.fixture(scope="module")
-def server(minilm_dir):
-    handle = spawn(ServeConfig.for_model(minilm_dir))
-    yield handle
-    handle.stop()
-
-
-def post(server, path: str, body: dict) -> requests.Response:
-    return requests.post(server.http_url + path, json=body, timeout=REAL_CLIENT_TIMEOUT_S)
+server = server_fixture("minilm_dir")
 
 
 def cosine(a: dict, b: dict) -> float:
