@@ -6,7 +6,7 @@
     id = "all-minilm-l6-v2"                         # the served id (default: the folder's name)
     model_dir = "artifacts/models/all-minilm-l6-v2"
     kind = "embedding"                              # "chat" | "embedding" (default: the folder's)
-    max_batch_tokens = 512                          # an embedding model: padded tokens a forward
+    max_batch_tokens = 384                          # an embedding model: padded tokens a forward
     queue_capacity = 256                            # any of PER_MODEL_KEYS, for this model only
 
 A config without `[[models]]` is today's single-model config, unchanged. A table's own

@@ -30,20 +30,30 @@ def json_bytes(document: Any) -> bytes:
     return json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
+class RawJson(bytes):
+    """JSON text already encoded (by `json_bytes`), placed verbatim by `json_bytes_piecewise`:
+    a worker that encodes its rows in short turns leaves only the joining to the end."""
+
+
 def json_bytes_piecewise(document: Any) -> bytes:
     """The same bytes as `json_bytes`, encoded piece by piece: for big documents built off
     the loop thread. `json.dumps` is one C call that keeps the GIL for its whole run (a 20 MB
     embeddings document: ~0.5 s in which no other thread runs, the loop thread included);
     here every object and every long list is split (a list of containers into its members,
     a list of numbers or strings, such as /tokenize's 1.4M ids, into slices), so each call
-    is short and the other threads get their turns between them."""
+    is short and the other threads get their turns between them. A `RawJson` is placed as
+    it is (so a list of containers is always split, to find them)."""
+    if isinstance(document, RawJson):
+        return bytes(document)
     if isinstance(document, dict):
         return b"{" + b",".join(json_bytes(str(key)) + b":" + json_bytes_piecewise(value)
                                 for key, value in document.items()) + b"}"
-    if not isinstance(document, (list, tuple)) or len(document) <= PIECEWISE_MIN_ITEMS:
+    if not isinstance(document, (list, tuple)) or not document:
         return json_bytes(document)
-    if isinstance(document[0], (dict, list, tuple)):
+    if isinstance(document[0], (dict, list, tuple, RawJson)):
         parts = (json_bytes_piecewise(item) for item in document)
+    elif len(document) <= PIECEWISE_MIN_ITEMS:
+        return json_bytes(document)
     else:                                       # "[1,2]"[1:-1]: a slice's items, no brackets
         parts = (json_bytes(document[i:i + PIECEWISE_SLICE_ITEMS])[1:-1]
                  for i in range(0, len(document), PIECEWISE_SLICE_ITEMS))

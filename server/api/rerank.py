@@ -30,6 +30,7 @@ from server.api.launch import TASK_RERANK, TASK_SCORE, ApiContext, Launch
 from server.door.routes import Params
 from server.http.protocol import Request
 from server.replies import Headers
+from server.worker.encoder_worker import ENCODING_VECTORS
 
 MAX_SCORED_TEXTS = 2048         # texts embedded for one call (as /v1/embeddings' inputs)
 
@@ -118,7 +119,7 @@ def rerank(ctx: ApiContext, request: Request, params: Params, extra: Headers) ->
                             lambda i: ("query", "The query") if i == 0 else
                             ("documents", f"Document {i - 1}"))
         return partial(launch_embedding, ctx, ctx.encoders[spec.model], spec.model, rows,
-                       "float", extra, request.request_id, "rerank",
+                       ENCODING_VECTORS, extra, request.request_id, "rerank",
                        partial(_rerank_document, spec))
 
 
@@ -141,7 +142,7 @@ def score(ctx: ApiContext, request: Request, params: Params, extra: Headers) -> 
                             lambda i: ("text_1", f"text_1[{i}]") if i < n_left else
                             ("text_2", f"text_2[{i - n_left}]"))
         return partial(launch_embedding, ctx, ctx.encoders[spec.model], spec.model, rows,
-                       "float", extra, request.request_id, "score",
+                       ENCODING_VECTORS, extra, request.request_id, "score",
                        partial(_score_document, spec))
 
 

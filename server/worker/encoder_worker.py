@@ -38,13 +38,15 @@ from server.worker.admission import AdmissionGate, QueuePolicy, engine_down_erro
 from server.worker.compute_turn import ComputeTurn
 from server.worker.embedding_jobs import EmbedTicket, encode_vectors
 from server.worker.waiting import retry_after_s
+from server.replies import RawJson, json_bytes
 
 log = logging.getLogger("tlserve.encoder")
 
-# Padded tokens per forward. One MiniLM forward of 512 tokens takes ~0.1-0.2 s on two
-# cores: a chat step waits at most that long behind it (the compute turn), while the
-# encoder's throughput is within a few percent of 2,048-token batches (bench_encoder.py).
-ENCODER_BATCH_TOKENS = 512
+# Padded tokens per forward: a chat step waits at most one such forward (the compute turn).
+# Measured by bench/shared_cpu.py (16 smol-135m streams, one 2,048-input call, 2 cores):
+# 256 -> chat ITL p99 0.16 s, 53 sentences/s; 384 -> p99 0.16 s, 72/s; 512 -> p99 0.49-0.58 s,
+# 87/s. 384 keeps the streams' pace at 82% of 512's embedding throughput.
+ENCODER_BATCH_TOKENS = 384
 PRIOR_TOKENS_PER_S = 2000.0     # the admission estimate's rate before anything was measured
 RATE_SMOOTHING = 0.2            # weight of the newest batch in the measured rate
 
@@ -59,6 +61,21 @@ class EncoderStats:
     busy_s_total: float = 0.0          # time spent computing (inside the compute turn)
     queue_depth: int = 0               # calls admitted, not yet taken by the thread
     running: int = 0                   # 1 while a call is being computed
+
+
+ENCODING_VECTORS = "vectors"     # float32 [H] arrays, for a caller that computes with them
+
+
+def render_rows(vectors: np.ndarray, encoding_format: str) -> list:
+    """A batch's vectors [b, H] as the answer holds them: "float" as each row's JSON text
+    (placed verbatim in the document, so the JSON is written in the batch's turn, not in one
+    long pass at the end that would hold the GIL against the chat engine), "base64" as
+    strings, ENCODING_VECTORS as float32 rows (rerank and score take cosines of them)."""
+    if encoding_format == ENCODING_VECTORS:
+        return list(vectors.astype(np.float32, copy=False))
+    if encoding_format == "float":
+        return [RawJson(json_bytes(row)) for row in vectors.astype(np.float32).tolist()]
+    return encode_vectors(vectors, encoding_format)
 
 
 class EncoderWorker:
@@ -163,22 +180,25 @@ class EncoderWorker:
     def _compute(self, ticket: EmbedTicket) -> None:
         """The call's batches, each inside the compute turn; stops early if the client left."""
         rows = ticket.inputs
-        vectors = np.zeros((len(rows), self.encoder.hidden_size), np.float32)  # [n, H]
+        rendered: list = [None] * len(rows)             # each input's vector, as answered
         batches = self.encoder.iter_batches(rows, self.max_batch_tokens)
         while not ticket.is_cancelled:
             with self.turn.held():
                 started_s = self._clock()
                 batch = next(batches, None)
+                if batch is not None:                   # encoded here, in the same turn
+                    indices, batch_vectors = batch                      # [b], [b, H]
+                    for i, row in zip(indices, render_rows(batch_vectors,
+                                                           ticket.encoding_format)):
+                        rendered[i] = row
                 busy_s = self._clock() - started_s
             if batch is None:
                 break
-            indices, batch_vectors = batch                              # [b], [b, H]
-            vectors[indices] = batch_vectors
             self._measured(sum(len(rows[i]) for i in indices), busy_s)
         if ticket.is_cancelled:
             ticket.error = "cancelled: the client left"
             return
-        ticket.result = encode_vectors(vectors, ticket.encoding_format)
+        ticket.result = rendered
         s = self.stats
         self.stats = replace(s, requests_total=s.requests_total + 1,
                                     inputs_total=s.inputs_total + len(rows))

@@ -17,7 +17,8 @@ from engine.api import GenRequest
 from server.errors import ApiError
 from server.worker.admission import QueuePolicy
 from server.worker.compute_turn import ComputeTurn
-from server.worker.encoder_worker import EncoderWorker
+from server.replies import RawJson, json_bytes, json_bytes_piecewise
+from server.worker.encoder_worker import ENCODING_VECTORS, EncoderWorker
 from tests.fakes import Clock, FakeEngine, bridge_for
 from tests.polling import wait_for
 
@@ -68,12 +69,12 @@ def worker_for(capacity: int = 4, deadline_ms: int = 30_000, max_batch_tokens: i
 def test_batches_are_bounded_in_tokens_computed_in_the_turn_and_returned_in_order():
     worker, encoder = worker_for(max_batch_tokens=8)
     rows = [[10, 1, 1], [20], [30, 1, 1, 1, 1, 1], [40, 1]]
-    ticket = worker.embed(rows, "float")
+    ticket = worker.embed(rows, ENCODING_VECTORS)
     assert worker.run_once()
     assert ticket.done and ticket.error is None
     assert [b for b, _ in encoder.batches] == [[0, 1], [2], [3]]      # 2x3, 1x6, 1x2 tokens
     assert all(held for _, held in encoder.batches)
-    assert [v[:2] for v in ticket.result] == [[10, 3], [20, 1], [30, 6], [40, 2]]
+    assert [v[:2].tolist() for v in ticket.result] == [[10, 3], [20, 1], [30, 6], [40, 2]]
     assert worker.stats.tokens_total == 12 and worker.stats.batches_total == 3
     assert worker.stats.requests_total == 1 and worker.gate.waiting == 0
 
@@ -109,6 +110,15 @@ def test_a_client_that_left_is_noticed_between_batches():
     encoder.after_batch = lambda: setattr(ticket, "is_cancelled", True)
     assert worker.run_once()
     assert len(encoder.batches) == 1 and ticket.done and ticket.result is None
+
+
+def test_float_results_are_each_row_s_json_placed_verbatim_in_the_document():
+    worker, _ = worker_for()
+    ticket = worker.embed([[7, 1], [5]], "float")
+    worker.run_once()
+    assert all(isinstance(row, RawJson) for row in ticket.result)
+    assert json_bytes_piecewise({"data": [{"embedding": r} for r in ticket.result]}) == \
+        json_bytes({"data": [{"embedding": [7.0, 2.0, 1.0]}, {"embedding": [5.0, 1.0, 1.0]}]})
 
 
 def test_base64_results_are_little_endian_float32():
