@@ -175,7 +175,7 @@ def test_tokenize_models_health_and_request_id(server):
         assert r.status_code == 200 and r.headers["X-Request-Id"]
     r = requests.get(server.health_url + "/metrics", timeout=TIMEOUT_S)
     assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
-    assert "tl_engine_kv_blocks{state=\"used\"}" in r.text
+    assert "tl_engine_kv_blocks{model=\"succ\",state=\"used\"}" in r.text   # the model label
     # generated ids are unique, and a 404 route still carries one
     ids = {requests.get(server.http_url + "/nope", timeout=TIMEOUT_S).headers["X-Request-Id"]
            for _ in range(3)}
