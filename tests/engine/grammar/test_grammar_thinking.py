@@ -1,0 +1,105 @@
+"""engine/grammar/thinking.py: a grammar with a thinking prefix accepts free reasoning between
+the tags, then exactly the request's grammar; the answer after `</think>` is constrained
+from its first character, and a model that does not think is constrained from the start."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine.grammar.automaton import DEAD, Matcher
+from engine.grammar.compile import GrammarCache, GrammarSpec, schema_spec
+from engine.grammar.constraint import Constraint, GrammarRuntime
+from engine.grammar.thinking import ThinkPrefix
+from engine.grammar.vocab import build_table
+
+SCHEMA = schema_spec({"type": "object", "properties": {"a": {"type": "integer"}},
+                      "required": ["a"], "additionalProperties": False})
+THINK = ThinkPrefix()
+INSIDE = ThinkPrefix(starts_inside=True)
+
+
+def run(spec: GrammarSpec, text: str) -> tuple[Matcher, int]:
+    m = Matcher(GrammarCache().get(spec))
+    return m, m.step_bytes(m.initial, text.encode("utf-8"))
+
+
+def accepts(spec: GrammarSpec, text: str) -> bool:
+    m, state = run(spec, text)
+    return state != DEAD and m.accepts(state)
+
+
+def thinking(spec: GrammarSpec, think: ThinkPrefix = THINK) -> GrammarSpec:
+    return GrammarSpec(spec.kind, spec.text, spec.tools, spec.call_syntax, spec.parallel,
+                       spec.auto, think)
+
+
+@pytest.mark.parametrize("text", [
+    '<think>\nLet me write {"a": 1}. Not </thin k> yet, </thinker> either.\n</think>\n\n{"a": 1}',
+    '<think></think>{"a": 2}',
+    '\n<think>x</think>\n{"a": 3}',
+    '<think><</</th</think{"a":</think>{"a": 4}',       # partial tags inside the reasoning
+    '{"a": 5}',                                          # no thinking: the grammar from the start
+])
+def test_free_reasoning_then_exactly_the_answer(text):
+    assert accepts(thinking(SCHEMA), text)
+
+
+@pytest.mark.parametrize("text", [
+    '<think>reasoning</think>\n\nnot json',             # the answer is constrained
+    '<think>reasoning</think>{"a": 1} and more',
+    '<think>never closed',                               # thinking is not an answer
+    'plain {"a": 1}',                                    # no tag: the schema from the first char
+    '<think>a</think><think>b</think>{"a": 1}',          # the second tag is answer text
+])
+def test_the_answer_after_the_tag_is_constrained(text):
+    assert not accepts(thinking(SCHEMA), text)
+
+
+def test_without_the_prefix_the_same_reasoning_is_refused():
+    assert not accepts(SCHEMA, '<think>x</think>{"a": 1}')
+
+
+def test_a_prompt_that_opened_the_tag_needs_its_close():
+    assert accepts(thinking(SCHEMA, INSIDE), 'reasoning\n</think>\n\n{"a": 1}')
+    assert not accepts(thinking(SCHEMA, INSIDE), '{"a": 1}')           # still reasoning: no end
+    m, state = run(thinking(SCHEMA, INSIDE), '{"a": 1}')
+    assert state != DEAD                                  # ... but JSON is fine reasoning text
+
+
+def test_a_regex_answer_and_tool_calls_take_the_prefix_too():
+    regex = thinking(GrammarSpec("regex", "yes|no"))
+    assert accepts(regex, "<think>maybe</think>\n\nyes")
+    assert not accepts(regex, "<think>maybe</think>\n\nmaybe")
+
+
+def test_the_prefix_is_part_of_the_cache_key():
+    cache = GrammarCache()
+    assert cache.get(SCHEMA).key != cache.get(thinking(SCHEMA)).key
+    assert cache.get(thinking(SCHEMA)).key != cache.get(thinking(SCHEMA, INSIDE)).key
+
+
+def test_masks_allow_any_reasoning_token_then_only_the_answer():
+    """Token by token, as the sampler sees it: the special `</think>` token of Qwen3 is one
+    token; inside the reasoning a token the schema forbids is allowed, after the tag not."""
+    vocab = [b"<think>", b"</think>", b"\n", b"\n\n", b"hello", b" world", b"{", b'"a"', b":",
+             b" ", b"1", b"}", b"</", b"think", b">", None]
+    eos = len(vocab) - 1
+    table = build_table(vocab, special_ids=(), eos_ids=(eos,))
+    constraint = Constraint(GrammarRuntime(GrammarCache().get(thinking(SCHEMA)), table))
+    ids = {b: i for i, b in enumerate(vocab) if b is not None}
+
+    def allowed() -> set[bytes]:
+        mask = constraint.mask()
+        return {vocab[i] for i in np.flatnonzero(mask) if vocab[i] is not None}
+
+    assert {b"<think>", b"{", b"\n"} <= allowed() and b"hello" not in allowed()
+    for token in (b"<think>", b"\n", b"hello", b" world", b"</", b"think"):
+        assert constraint.allows(ids[token])
+        constraint.advance(ids[token])
+    assert b"hello" in allowed() and b"<think>" in allowed()         # still reasoning
+    constraint.advance(ids[b">"])                                    # "</" "think" ">" closes
+    assert allowed() == {b"\n", b"\n\n", b"{"}                        # only the answer now
+    for token in (b"\n\n", b"{", b'"a"', b":", b"1", b"}"):
+        assert constraint.allows(ids[token])
+        constraint.advance(ids[token])
+    assert constraint.complete and constraint.allows(eos)
