@@ -42,7 +42,8 @@ from server.worker.arrivals import ArrivalWindow
 from server.door.auth import ApiKeyCheck
 from server.worker.admission import QueuePolicy
 from server.worker.bridge import EngineBridge
-from server.config import ConfigError, ServeConfig, settings_changed
+from server.config import (REASONING_MODES, REASONING_OFF, ConfigError, ServeConfig,
+                           settings_changed)
 from server.door.cors import CorsPolicy
 from server.observe.engine_view import EngineView
 from server.door.gateway import GatewayApp, LoadingApp, Switch
@@ -197,10 +198,13 @@ def load(cfg: ServeConfig, handle: ServerHandle, wrap_engine: EngineWrapper | No
     try:                                 # the model's own template is parsed here
         served = ServedModel(model, cfg.model_id, engine.max_model_len(),
                              kv_capacity_tokens=engine.kv_size().capacity_tokens,
-                             chat_template=given_template)
+                             chat_template=given_template,
+                             reasoning=cfg.reasoning != REASONING_OFF)
     except ModelFormatError as exc:
         raise StartupError(f"cannot serve the model {exc.path}: {exc.problem}; give a working "
                            "template with --chat-template FILE ([engine].chat_template)") from None
+    if served.thinks:
+        log.info("chat template thinks: reasoning kept apart as reasoning_content ([engine].reasoning)")
     bridge.wake = handle.loop.wake
     workers = WorkerPool(wake=handle.loop.wake)    # the heavy, pure half of requests
     handle.bridge, handle.workers = bridge, workers
@@ -329,6 +333,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--chat-template", metavar="FILE",
                    help="a Jinja chat template that replaces the model's own (or gives one to a "
                         "model without); overrides [engine].chat_template")
+    p.add_argument("--reasoning", choices=REASONING_MODES,
+                   help="auto: a thinking template's reasoning kept apart (reasoning_content); "
+                        "off: answers as generated; overrides [engine].reasoning")
     p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"),
                    help="logging verbosity (default INFO: one line per start-up phase)")
     return p.parse_args(argv)
@@ -355,6 +362,8 @@ def config_from_args(args: argparse.Namespace, env=None) -> ServeConfig:
         overrides["trace_file"] = args.trace_file
     if args.chat_template:
         overrides["chat_template"] = args.chat_template
+    if args.reasoning:
+        overrides["reasoning"] = args.reasoning
     return replace(cfg, **overrides) if overrides else cfg
 
 
