@@ -103,3 +103,26 @@ def test_masks_allow_any_reasoning_token_then_only_the_answer():
         assert constraint.allows(ids[token])
         constraint.advance(ids[token])
     assert constraint.complete and constraint.allows(eos)
+
+
+def test_qwen3_token_ids_think_then_answer_under_json_mode():
+    """The real Qwen3 vocabulary (qwen3-tiny's tokenizer): `<think>` and `</think>` are single
+    (non-special) tokens; a thinking answer in its own ids passes the constraint token by
+    token, and once `</think>` is out a word the schema forbids is refused."""
+    from engine.api import load_model
+    from engine.grammar.constraint import Guides
+    from tests.oracle import ORACLE_DIR
+    tokenizer = load_model(str(ORACLE_DIR / "families" / "qwen3-tiny" / "model")).tokenizer
+    guides = Guides(tokenizer, tokenizer.vocab_size, tokenizer.eos_token_ids)
+    constraint = guides.constraint(GrammarCache().get(thinking(SCHEMA)))
+    ids = tokenizer.encode('<think>\nThe user wants {"a": "x"}? No: an integer.\n</think>\n\n')
+    assert tokenizer.encode("</think>") == [ids[-2]]              # one token
+    for token in ids:
+        assert constraint.allows(token), tokenizer.decode([token])
+        constraint.advance(token)
+    assert not constraint.allows(tokenizer.encode("Sure")[0])
+    assert not constraint.mask()[tokenizer.encode("Sure")[0]]
+    for token in tokenizer.encode('{"a": 7}'):
+        assert constraint.allows(token)
+        constraint.advance(token)
+    assert constraint.complete and constraint.allows(tokenizer.eos_token_ids[0])
