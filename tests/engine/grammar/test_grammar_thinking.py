@@ -126,3 +126,37 @@ def test_qwen3_token_ids_think_then_answer_under_json_mode():
         assert constraint.allows(token)
         constraint.advance(token)
     assert constraint.complete and constraint.allows(tokenizer.eos_token_ids[0])
+
+
+def test_the_engine_lets_a_forced_thought_through_and_constrains_the_answer_after_it():
+    """qwen3-tiny through the real engine, greedy, the prompt ending inside `<think>` (as
+    DeepSeek-R1's does) and `</think>` forced by logit_bias +100: with the prefix the grammar
+    lets the tag through, and after it only JSON, bias or not; without the prefix the same
+    bias cannot put the tag out."""
+    from engine.api import EngineConfig, GenRequest, SamplingParams, load_model
+    from engine.core.engine import Engine
+    from tests.oracle import ORACLE_DIR
+    model = load_model(str(ORACLE_DIR / "families" / "qwen3-tiny" / "model"))
+    tokenizer = model.tokenizer
+    close, = tokenizer.encode("</think>")
+    prompt = tuple(tokenizer.encode("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n"))
+    cache = GrammarCache()
+
+    def generate(spec: GrammarSpec) -> str:
+        engine = Engine(model, EngineConfig(num_kv_blocks=64, max_num_seqs=2))
+        params = SamplingParams(temperature=0.0, logit_bias=((close, 100.0),))
+        engine.add_request(GenRequest(prompt=prompt, params=params, max_tokens=40,
+                                      grammar=cache.get(spec)))
+        tokens = []
+        while engine.has_work():
+            tokens += [out.token for out in engine.step()]
+        return tokenizer.decode([t for t in tokens if t not in tokenizer.eos_token_ids])
+
+    json_object = GrammarSpec("json_object")
+    thought = generate(thinking(json_object, INSIDE))      # the prompt opened the tag
+    assert thought.startswith("</think>")                  # the biased tag went through first
+    answer = thought[len("</think>"):].lstrip("\n")
+    assert answer.startswith("{") and "</think>" not in answer     # then only JSON, bias or not
+    m, state = run(json_object, answer)
+    assert state != DEAD                                   # a valid JSON prefix (or whole)
+    assert not generate(json_object).startswith("</think>")        # no prefix: refused
