@@ -8,6 +8,7 @@ import json
 
 import openai
 import pytest
+import requests
 
 from engine.api import load_model
 from tests.e2e.helpers import openai_client, running_server
@@ -40,11 +41,11 @@ def serve(tokenizer, **overrides):
 def thinking(tokenizer):
     server, engines = serve(tokenizer)
     with server as handle:
-        yield openai_client(handle), engines[0]
+        yield openai_client(handle), engines[0], handle
 
 
 def test_a_chat_answer_has_reasoning_content_and_a_clean_content(thinking):
-    client, _ = thinking
+    client, _, _ = thinking
     done = client.chat.completions.create(model=MODEL, messages=HI, max_tokens=64)
     message = done.choices[0].message
     assert message.content == ANSWER and message.model_extra["reasoning_content"] == THOUGHT
@@ -52,7 +53,7 @@ def test_a_chat_answer_has_reasoning_content_and_a_clean_content(thinking):
 
 
 def test_a_streamed_chat_sends_the_reasoning_first(thinking):
-    client, _ = thinking
+    client, _, _ = thinking
     chunks = list(client.chat.completions.create(model=MODEL, messages=HI, max_tokens=64,
                                                  stream=True))
     deltas = [c.choices[0].delta for c in chunks if c.choices]
@@ -66,7 +67,7 @@ def test_a_streamed_chat_sends_the_reasoning_first(thinking):
                                    {"reasoning_effort": "none"}])
 def test_thinking_turned_off_reaches_the_template_and_the_answer_is_not_split(thinking, tokenizer,
                                                                               extra):
-    client, engine = thinking
+    client, engine, _ = thinking
     done = client.chat.completions.create(model=MODEL, messages=HI, max_tokens=64, **extra)
     prompt = tokenizer.decode(list(engine.requests[-1].prompt))
     assert prompt.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
@@ -75,7 +76,7 @@ def test_thinking_turned_off_reaches_the_template_and_the_answer_is_not_split(th
 
 
 def test_json_mode_is_constrained_after_the_thinking(thinking):
-    client, engine = thinking
+    client, engine, _ = thinking
     done = client.chat.completions.create(model=MODEL, messages=HI, max_tokens=64,
                                           response_format={"type": "json_object"})
     assert json.loads(done.choices[0].message.content) == {"greeting": "hello"}
@@ -84,7 +85,7 @@ def test_json_mode_is_constrained_after_the_thinking(thinking):
 
 
 def test_history_reasoning_content_is_rendered_for_the_template(thinking, tokenizer):
-    client, engine = thinking
+    client, engine, _ = thinking
     client.chat.completions.create(model=MODEL, max_tokens=8, messages=[
         {"role": "user", "content": "q"},
         {"role": "assistant", "content": "a", "reasoning_content": "earlier thought"}])
@@ -93,7 +94,7 @@ def test_history_reasoning_content_is_rendered_for_the_template(thinking, tokeni
 
 
 def test_bad_thinking_fields_are_400(thinking):
-    client, _ = thinking
+    client, _, _ = thinking
     with pytest.raises(openai.BadRequestError) as caught:
         client.chat.completions.create(model=MODEL, messages=HI,
                                        extra_body={"chat_template_kwargs": ["x"]})
@@ -104,7 +105,7 @@ def test_bad_thinking_fields_are_400(thinking):
 
 
 def test_the_responses_api_returns_a_reasoning_item_first(thinking):
-    client, _ = thinking
+    client, _, _ = thinking
     response = client.responses.create(model=MODEL, input="hi", max_output_tokens=64)
     reasoning, message = response.output
     assert reasoning.type == "reasoning" and [c.text for c in reasoning.content] == [THOUGHT]
@@ -126,3 +127,16 @@ def test_the_switch_off_serves_the_text_as_generated(tokenizer):
         done = openai_client(handle).chat.completions.create(model=MODEL, messages=HI, max_tokens=64)
     message = done.choices[0].message
     assert message.content == SCRIPT_TEXT and "reasoning_content" not in message.model_extra
+
+
+def test_tokenize_renders_with_the_same_template_variables(thinking, tokenizer):
+    _, _, handle = thinking
+    url = handle.http_url + "/v1/tokenize"
+
+    def count(**fields) -> int:
+        answer = requests.post(url, json={"model": MODEL, "messages": HI, **fields}, timeout=30)
+        assert answer.status_code == 200
+        return answer.json()["count"]
+    closed = len(tokenizer.encode("<think>\n\n</think>\n\n"))
+    assert count(chat_template_kwargs={"enable_thinking": False}) == count() + closed
+    assert count(reasoning_effort="none") == count() + closed
