@@ -15,6 +15,13 @@ matched so far (the Knuth-Morris-Pratt states), each step a tail call, so the re
 costs no stack however long it is. The newlines after the tag are the ones the server's
 splitter drops (server/text/reasoning.py), so the answer it returns is exactly what the
 request's grammar accepted.
+
+Cost: inside the reasoning nearly every token is allowed, so greedy and plain temperature
+sampling never build a mask there (guided.py keeps the sampled token); with filters or
+logprobs a mask is built once per automaton state and cached (measured over Qwen3's 151,669
+tokens: 110 ms for the free state, 0.006 ms when cached); reasoning that splits many
+multi-byte characters across tokens visits more states (the held UTF-8 bytes are part of a
+state), each one build.
 """
 from __future__ import annotations
 
