@@ -36,9 +36,10 @@ LEADING_SPACE = charset.chars(" \t\r\n")
 
 @dataclass(frozen=True)
 class ThinkPrefix:
-    """The two tags around the reasoning; `starts_inside`: the prompt already opened it."""
-    open: str = "<think>"
-    close: str = "</think>"
+    """The two tags around the reasoning (the server's text layer knows which a family
+    writes: server/text/reasoning.py); `starts_inside`: the prompt already opened it."""
+    open: str
+    close: str
     starts_inside: bool = False
 
 

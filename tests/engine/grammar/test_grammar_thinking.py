@@ -14,8 +14,8 @@ from engine.grammar.vocab import build_table
 
 SCHEMA = schema_spec({"type": "object", "properties": {"a": {"type": "integer"}},
                       "required": ["a"], "additionalProperties": False})
-THINK = ThinkPrefix()
-INSIDE = ThinkPrefix(starts_inside=True)
+THINK = ThinkPrefix("<think>", "</think>")
+INSIDE = ThinkPrefix("<think>", "</think>", starts_inside=True)
 
 
 def run(spec: GrammarSpec, text: str) -> tuple[Matcher, int]:

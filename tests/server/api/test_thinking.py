@@ -106,7 +106,7 @@ def test_the_grammar_is_moved_behind_the_reasoning_only_when_the_answer_thinks()
     assert after_thinking(None, Thinking()) is None
     moved = after_thinking(structured, Thinking(starts_inside=True))
     assert moved.param == "response_format"
-    assert moved.spec == replace(structured.spec, think=ThinkPrefix(starts_inside=True))
+    assert moved.spec == replace(structured.spec, think=ThinkPrefix("<think>", "</think>", starts_inside=True))
 
 
 # ---- chat answers ----------------------------------------------------------------------------
