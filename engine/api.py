@@ -28,6 +28,7 @@ from engine.grammar.budget import MAX_COMPILE_WORK
 from engine.grammar.compile import CallSyntax, GrammarCache, GrammarSpec, schema_spec
 from engine.grammar.errors import GrammarError, GrammarInvalid, GrammarUnsupported
 from engine.grammar.json_schema import MAX_SCHEMA_DEPTH
+from engine.grammar.thinking import ThinkPrefix
 from engine.kv.blocks import PREFIX_CACHE_RULE, check_prefix_cache
 from engine.memory import tune_malloc
 from engine.model.loader import KIND_CHAT, KIND_EMBEDDING, load_model, model_kind, model_name
@@ -51,6 +52,6 @@ __all__ = [
     "ModelConfig", "ModelFormatError", "UnsupportedModel",
     "PREFIX_CACHE_MODES", "PREFIX_CACHE_RULE", "PromptLogprobs", "PromptTooLong", "RequestId",
     "RequestRefused", "sample", "SamplingParams", "schema_spec", "SPECULATIVE_METHODS",
-    "SPECULATIVE_RULES", "SpeculativeConfig", "StepRecord", "Tokenizer", "TokenOut",
+    "SPECULATIVE_RULES", "SpeculativeConfig", "StepRecord", "ThinkPrefix", "Tokenizer", "TokenOut",
     "tune_malloc", "user_model_dir",
 ]

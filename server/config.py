@@ -46,6 +46,10 @@ MAX_ARRIVAL_WINDOW_MS = 1000                       # a longer wait would be a de
 # Prompt-lookup speculation is on unless a config says "none": its outputs are identical by
 # construction and its guards (engine/core/speculative.py) keep it to where it is free.
 DEFAULT_SPECULATIVE = "prompt_lookup"
+# A chat template that thinks (<think>, enable_thinking) gets its answers' reasoning kept
+# apart ("auto"), or served as generated, reasoning in `content` ("off").
+REASONING_AUTO, REASONING_OFF = "auto", "off"
+REASONING_MODES = (REASONING_AUTO, REASONING_OFF)
 
 
 class ConfigError(ValueError):
@@ -75,6 +79,7 @@ class ServeConfig:
     trace_file: str = ""                       # Chrome trace-event JSON of the steps; "" = off
     trace_max_mib: int = 64                    # the trace file stops (and says so) at this size
     chat_template: str = ""                    # a Jinja file replacing the model's own; "" = the model's
+    reasoning: str = REASONING_AUTO            # "auto": a thinking template's reasoning kept apart; "off"
     models: tuple[ModelEntry, ...] = ()        # [[models]]: more models beside model_dir's
 
     def __post_init__(self):
@@ -182,6 +187,7 @@ KEYS: dict[str, Key] = {
     "trace_file": _ANY,
     "trace_max_mib": Key(int, _positive, "an integer >= 1"),
     "chat_template": _ANY,
+    "reasoning": Key(str, lambda v: v in REASONING_MODES, '"auto" or "off"'),
     "speculative": Key(str, lambda v: v in ("", "none") + SPECULATIVE_METHODS,
                        f'{SPECULATIVE_RULES["method"]} or "none" (or a [engine.speculative] table)'),
 }
@@ -197,6 +203,7 @@ ENGINE_FIELDS = ("prefill_chunk", "block_size", "kv_cache_mib", "num_kv_blocks",
 SERVE_FIELDS = ("model_dir", "model_id", "http_listen", "health_listen", "queue_capacity",
                 "queue_deadline_ms", "arrival_window_ms", "drain_timeout_s",
                 "ping_interval_s", "engine_view", "trace_file", "trace_max_mib", "chat_template",
+                "reasoning",
                 "api_key", "cors_allow_origins", "access_log", "default_overrides", "models")
 # Relative to the config file's own folder when they come from a file.
 PATH_KEYS = ("model_dir", "api_key_file", "access_log", "trace_file", "chat_template")

@@ -23,7 +23,7 @@ from engine.api import (KIND_CHAT, Engine, KvSize, ModelFormatError, Unsupported
                         load_encoder, load_model, model_kind)
 from server.api import defaults as sampling
 from server.api.defaults import SamplingDefaults
-from server.config import ENGINE_FIELDS, ServeConfig
+from server.config import ENGINE_FIELDS, REASONING_OFF, ServeConfig
 from server.model_table import ModelEntry
 from server.observe.engine_view import EngineView
 from server.observe.trace import TraceWriter
@@ -170,10 +170,13 @@ def _load_chat(cfg: ServeConfig, loaded: LoadedModels, turn: ComputeTurn,
     try:                                 # the model's own template is parsed here
         loaded.served = ServedModel(model, cfg.model_id, engine.max_model_len(),
                                     kv_capacity_tokens=engine.kv_size().capacity_tokens,
-                                    chat_template=given_template)
+                                    chat_template=given_template,
+                                    reasoning=cfg.reasoning != REASONING_OFF)
     except ModelFormatError as exc:
         raise StartupError(f"cannot serve the model {exc.path}: {exc.problem}; give a working "
                            "template with --chat-template FILE ([engine].chat_template)") from None
+    if loaded.served.thinks:
+        log.info("chat template thinks: reasoning kept apart as reasoning_content ([engine].reasoning)")
 
 
 def _log_chat_template(cfg: ServeConfig, model_template: str | None, given: str | None) -> None:

@@ -38,7 +38,8 @@ from server.api.app import ApiApp
 from server.state import ServerState
 from server.door.auth import ApiKeyCheck
 from server.worker.bridge import EngineBridge
-from server.config import ConfigError, ServeConfig, settings_changed
+from server.config import (REASONING_MODES, ConfigError, ServeConfig,
+                           settings_changed)
 from server.door.cors import CorsPolicy
 from server.door.gateway import GatewayApp, LoadingApp, Switch
 from server.door.request_id import StampedApp
@@ -263,6 +264,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--chat-template", metavar="FILE",
                    help="a Jinja chat template that replaces the model's own (or gives one to a "
                         "model without); overrides [engine].chat_template")
+    p.add_argument("--reasoning", choices=REASONING_MODES,
+                   help="auto: a thinking template's reasoning kept apart (reasoning_content); "
+                        "off: answers as generated; overrides [engine].reasoning")
     p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"),
                    help="logging verbosity (default INFO: one line per start-up phase)")
     return p.parse_args(argv)
@@ -289,6 +293,8 @@ def config_from_args(args: argparse.Namespace, env=None) -> ServeConfig:
         overrides["trace_file"] = args.trace_file
     if args.chat_template:
         overrides["chat_template"] = args.chat_template
+    if args.reasoning:
+        overrides["reasoning"] = args.reasoning
     return replace(cfg, **overrides) if overrides else cfg
 
 

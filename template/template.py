@@ -81,8 +81,11 @@ class Template:
 
     def render_chat(self, messages: list, *, add_generation_prompt: bool = True, bos_token: str | None = "",
                     eos_token: str | None = "", tools: list | None = None, now: datetime | None = None,
-                    **extra: object) -> str:
+                    variables: dict | None = None, **extra: object) -> str:
+        """`variables` (a request's `chat_template_kwargs`) and `extra` are further names;
+        the ones set here win over them."""
         context = {"documents": None}
+        context.update(variables or {})
         context.update(extra)
         context.update(
             messages=[prepare_message(m) if isinstance(m, dict) else m for m in messages],
@@ -121,8 +124,11 @@ class ChatFormat:
         return cls(chat_template_for(source), bos_token or "", eos_token or "")
 
     def render(self, messages, *, add_generation_prompt: bool = True,
-               tools: list | None = None) -> str:
-        """Render a list of message mappings (TemplateError propagates to the caller)."""
+               tools: list | None = None, variables: dict | None = None) -> str:
+        """Render a list of message mappings (TemplateError propagates to the caller).
+        `variables` are further names the template may read (`enable_thinking`); they never
+        replace the ones set here."""
         return self.template.render_chat(
             [dict(m) for m in messages], add_generation_prompt=add_generation_prompt,
-            bos_token=self.bos_token, eos_token=self.eos_token, tools=tools)
+            bos_token=self.bos_token, eos_token=self.eos_token, tools=tools,
+            variables=variables)

@@ -188,6 +188,51 @@ def step_delay(delay_s: float):
     return lambda engine: StepDelay(engine, delay_s)
 
 
+class ScriptedAnswers(WrappedEngine):
+    """Every request is answered with the same token ids, one per step, the last with
+    FINISH_STOP; the model's forward never runs. So an end-to-end test gets exactly the text
+    it needs (a model thinking, say) through the real server's tokenizer, template and
+    text layer. `requests` holds the GenRequests it was given, in order."""
+
+    def __init__(self, engine, script: tuple[int, ...]):
+        super().__init__(engine)
+        self._script = tuple(script)
+        self._made: dict[int, int] = {}          # engine id -> tokens sent
+        self._requests: list[GenRequest] = []
+
+    @property
+    def requests(self) -> list[GenRequest]:
+        return self._requests
+
+    def add_request(self, req: GenRequest) -> int:
+        self._requests.append(req)
+        self._made[len(self._requests)] = 0
+        return len(self._requests)
+
+    def abort(self, rid: int) -> None:
+        self._made.pop(rid, None)
+
+    def abort_all(self) -> None:
+        self._made.clear()
+
+    def has_work(self) -> bool:
+        return bool(self._made)
+
+    def step(self) -> list[TokenOut]:
+        outs = []
+        for rid, made in list(self._made.items()):
+            last = made + 1 >= len(self._script)
+            outs.append(TokenOut(id=rid, token=self._script[made],
+                                 finish=FINISH_STOP if last else None))
+            self._made[rid] = made + 1
+            if last:
+                del self._made[rid]
+        return outs
+
+    def stats(self) -> EngineStats:
+        return EngineStats(active_sequences=len(self._made))
+
+
 class PacedSteps(WrappedEngine):
     """Each step waits for a permit the test hands out: the engine thread steps exactly as
     often as the test says, so "the request is still queued" holds until the test moves on."""

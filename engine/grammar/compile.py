@@ -1,7 +1,8 @@
 """What a request may ask for, compiled to a `Grammar`, and the cache that compiles it once.
 
 `GrammarSpec` is the request's side (a frozen value the server builds): a JSON Schema, any
-JSON object, a regex, a list of choices, tool calls in a given `CallSyntax`, or free text.
+JSON object, a regex, a list of choices, tool calls in a given `CallSyntax`, or free text;
+any of them after a model's free reasoning when `think` is set (thinking.py).
 `compile_spec(spec, budget)` compiles it, every stage spending from one `WorkBudget`
 (budget.py). `GrammarCache.get(spec)` compiles it once per canonical text (LRU-bounded) and
 remembers a refusal like a success, so a schema that is too large or unsupported costs one
@@ -23,6 +24,7 @@ from engine.grammar.budget import WorkBudget
 from engine.grammar.errors import GrammarError, GrammarInvalid
 from engine.grammar.json_schema import SchemaCompiler
 from engine.grammar.schema_dialect import canonical
+from engine.grammar.thinking import ThinkPrefix, with_think_prefix
 
 MAX_CACHED_GRAMMARS = 256
 CHOICE_WORK = 4                 # budget units per character of a regex or a choice list
@@ -54,11 +56,12 @@ class GrammarSpec:
     call_syntax: CallSyntax | None = None     # tool_calls: the text around the calls
     parallel: bool = True       # tool_calls: more than one call
     auto: bool = False          # tool_calls: text or calls, the model chooses
+    think: ThinkPrefix | None = None          # the model may think first (engine/grammar/thinking.py)
 
     @property
     def key(self) -> str:
         return json.dumps([self.kind, self.text, self.tools, repr(self.call_syntax), self.parallel,
-                           self.auto])
+                           self.auto, repr(self.think)])
 
 
 def schema_spec(schema) -> GrammarSpec:
@@ -76,29 +79,37 @@ def compile_spec(spec: GrammarSpec, budget: WorkBudget | None = None) -> Grammar
 def _compile(spec: GrammarSpec, budget: WorkBudget) -> Grammar:
     budget.spend(CHOICE_WORK * (len(spec.text) + sum(len(a) + len(b) for a, b in spec.tools)))
     if spec.kind == "text":
-        # every byte sequence (a model may write bytes that are not UTF-8): allows everything
+        # every byte sequence (a model may write bytes that are not UTF-8): allows everything,
+        # the thinking too
         return compile_grammar({"root": ex.star(ex.chars(((0, 255),)))}, "root", spec.key, raw_bytes=True,
                                budget=budget)
+    rules, root = _rules(spec, budget), "root"
+    if spec.think is not None:
+        rules, root = with_think_prefix(rules, root, spec.think)
+    return compile_grammar(rules, root, spec.key, budget=budget)
+
+
+def _rules(spec: GrammarSpec, budget: WorkBudget) -> dict[str, tuple]:
+    """The spec's named expressions, the answer's grammar under the name "root"."""
     if spec.kind == "regex":
-        return compile_grammar({"root": regex_subset.full_match(spec.text)}, "root", spec.key, budget=budget)
+        return {"root": regex_subset.full_match(spec.text)}
     if spec.kind == "choice":
-        return compile_grammar({"root": ex.alt(*(ex.lit(c) for c in json.loads(spec.text)))}, "root", spec.key,
-                               budget=budget)
+        return {"root": ex.alt(*(ex.lit(c) for c in json.loads(spec.text)))}
     if spec.kind == "json_object":
         compiler = SchemaCompiler({"type": "object", "additionalProperties": True}, budget)
         compiler.rules["root"] = compiler.value({"type": "object", "additionalProperties": True}, "$")
-        return compile_grammar(compiler.rules, "root", spec.key, budget=budget)
+        return compiler.rules
     if spec.kind == "json_schema":
         schema = json.loads(spec.text)
         compiler = SchemaCompiler(schema, budget)
         compiler.rules["root"] = compiler.value(schema, "$")
-        return compile_grammar(compiler.rules, "root", spec.key, budget=budget)
+        return compiler.rules
     if spec.kind == "tool_calls":
         return _tool_calls(spec, budget)
     raise GrammarInvalid(f"unknown grammar kind {spec.kind!r}")
 
 
-def _tool_calls(spec: GrammarSpec, budget: WorkBudget) -> Grammar:
+def _tool_calls(spec: GrammarSpec, budget: WorkBudget) -> dict[str, tuple]:
     fmt = spec.call_syntax
     compiler = SchemaCompiler({}, budget)
     calls = []
@@ -117,7 +128,7 @@ def _tool_calls(spec: GrammarSpec, budget: WorkBudget) -> Grammar:
     if spec.auto:
         root = ex.alt(root, ex.not_starting_with(fmt.trigger, ex.chars(charset.ANY)))
     compiler.rules["root"] = root
-    return compile_grammar(compiler.rules, "root", spec.key, budget=budget)
+    return compiler.rules
 
 
 class GrammarCache:

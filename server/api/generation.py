@@ -15,6 +15,7 @@ need the model, so they run after parsing (server/api/launch.py, server/text/ser
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from engine.api import SamplingParams
 from server.api.defaults import SamplingDefaults
@@ -23,6 +24,7 @@ from server.api.fields import (bad, boolean, integer, is_int, is_number, model_n
 from server.api.structured import Structured, parse_structured
 from server.api.tools import ToolsSpec
 from server.text.messages import Message
+from server.text.reasoning import Thinking
 
 MAX_STOP_STRINGS = 16           # `stop` sequences: OpenAI allows 4, eval harnesses send more
 MAX_STOP_TOKEN_IDS = 64
@@ -52,6 +54,9 @@ class GenSpec:
     top_logprobs: int = 0
     structured: Structured | None = None        # a grammar the output must follow
     tools: ToolsSpec | None = None              # chat: functions the model may call
+    template_vars: tuple[tuple[str, Any], ...] = ()   # chat: the template's further names
+    thinking: Thinking | None = None            # chat: the answer's reasoning split off (set
+                                                # once the prompt is rendered: launch.py)
 
 
 def _stop(doc: dict) -> tuple[str, ...]:

@@ -1,6 +1,7 @@
 """What the endpoint handlers share: `ApiContext` (the served model, the sampling defaults,
 the engine bridge, the stream context), `with_tools` (a request's tools in the served
-template's format, their grammar asked for: chat and Responses alike) and
+template's format, their grammar asked for: chat and Responses alike), `chat_prompt` (the
+template rendered, the answer's thinking split decided) and
 `launch_generation`, the one way a chat, completion or Responses request becomes engine
 requests and a `GenerationStream`.
 
@@ -30,6 +31,7 @@ from server.api.generation import GenSpec, parse_priority
 from server.api.offloop import OffLoop
 from server.api.streams import Echo, GenerationStream, Renderer, StreamContext
 from server.api.structured import Structured, compile_structured
+from server.api.thinking import after_thinking
 from server.api.tools import call_grammar_spec, check_tools_compile, with_format
 from server.errors import ApiError, bad
 from server.replies import Headers
@@ -130,8 +132,9 @@ def launch_generation(ctx: ApiContext, request: Request, spec: GenSpec,
     the launch admits them on the loop thread."""
     priority = priority_of(request)
     ctx.served.check_token_ids(tuple(t for t, _ in spec.params.logit_bias), "logit_bias")
-    grammar = (compile_structured(ctx.served.grammars, spec.structured)
-               if spec.structured else None)        # compiled once, shared by every choice
+    structured = after_thinking(spec.structured, spec.thinking)    # the answer's, not the thinking's
+    grammar = (compile_structured(ctx.served.grammars, structured)
+               if structured else None)             # compiled once, shared by every choice
     requests = [_gen_request(ctx.served, spec, prompt, endpoint.prompt_param, priority, j,
                              grammar)
                 for prompt in prompts for j in range(spec.n)]
@@ -170,6 +173,15 @@ def _gen_request(served: ServedModel, spec: GenSpec, prompt: list[int], prompt_p
                       seed=choice_seed(spec.seed, choice), max_tokens=max_tokens,
                       stop_ids=spec.stop_ids, priority=priority, prompt_logprobs=scored,
                       wait_for_prefix=choice > 0, grammar=grammar)
+
+
+def chat_prompt(ctx: ApiContext, spec: GenSpec,
+                offered: tuple[dict, ...]) -> tuple[GenSpec, list[int]]:
+    """The conversation through the chat template (with the request's template variables)
+    -> the prompt's ids, and the spec with the split its answer gets (`thinking`)."""
+    variables = dict(spec.template_vars)
+    text = ctx.served.render(spec.messages, tools=offered, variables=variables)
+    return replace(spec, thinking=ctx.served.thinking_for(text, variables)), ctx.served.encode(text)
 
 
 def with_tools(ctx: ApiContext, spec: GenSpec) -> tuple[GenSpec, tuple[dict, ...]]:

@@ -102,6 +102,7 @@ class SseRenderer:
 class Collected:
     """One choice's pieces, for a whole document."""
     parts: list[str] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)      # when the answer thinks
     entries: list[TokenLogprob] = field(default_factory=list)
     finish: str = FINISH_STOP
 
@@ -112,11 +113,13 @@ class WholeRenderer:
 
     def __init__(self, header: docs.Header, spec: GenSpec):
         self.header, self.logprobs = header, spec.logprobs
+        self.thinks = spec.thinking is not None        # the document names the reasoning
         self._choices: dict[int, Collected] = {}
 
     def piece(self, piece: Piece) -> bytes:
         choice = self._choices.setdefault(piece.index, Collected())
         choice.parts.append(piece.text)
+        choice.reasoning.append(piece.reasoning)
         choice.entries.extend(piece.prompt)
         if piece.logprob is not None:
             choice.entries.append(piece.logprob)
@@ -182,7 +185,7 @@ class GenerationStream:
         return GenerationText(tokenizer=self.ctx.tokenizer, stop=spec.stop,
                               logprobs=spec.logprobs, top_logprobs=spec.top_logprobs,
                               on_stop=lambda: self.ctx.bridge.abort(ticket), index=index,
-                              echo=echo)
+                              echo=echo, thinking=spec.thinking)
 
     def poll(self, now_s: float) -> StreamPoll:
         if self.tail is not None:

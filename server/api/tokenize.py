@@ -1,5 +1,6 @@
 """Tokenize and detokenize, `POST /tokenize` and `POST /detokenize` (vLLM's extras): a prompt
-or a chat (rendered by the served template) -> token ids, and token ids -> text.
+or a chat (rendered by the served template, with chat's `chat_template_kwargs` and
+`reasoning_effort`) -> token ids, and token ids -> text.
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from server.api.chat.parse import parse_messages
 from server.replies import JSON_CONTENT_TYPE, json_bytes_piecewise
 from server.api.fields import bad, boolean, load_json_object, model_name, token_ids
 from server.api.launch import TASK_TOKENIZE, ApiContext
+from server.api.thinking import template_variables
 from server.door.routes import Params
 from server.replies import Headers
 from server.http.protocol import Request, Response
@@ -26,6 +28,7 @@ class TokenizeSpec:
     # added special tokens (no BOS/EOS), which is what generation sees too.
     add_special_tokens: bool = True
     add_generation_prompt: bool = True
+    template_vars: tuple[tuple[str, object], ...] = ()   # chat_template_kwargs, as in chat
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,7 +46,8 @@ def parse_tokenize(body: bytes) -> TokenizeSpec:
     if doc.get("messages") is not None:
         return TokenizeSpec(model=model, messages=parse_messages(doc),
                             add_special_tokens=add_special,
-                            add_generation_prompt=boolean(doc, "add_generation_prompt", True))
+                            add_generation_prompt=boolean(doc, "add_generation_prompt", True),
+                            template_vars=template_variables(doc))
     prompt = doc.get("prompt")
     if not isinstance(prompt, str):
         raise bad("prompt", "'prompt' must be a string (or send 'messages').")
@@ -58,7 +62,8 @@ def parse_detokenize(body: bytes) -> DetokenizeSpec:
 def tokenize(ctx: ApiContext, request: Request, params: Params, extra: Headers) -> Response:
     spec = parse_tokenize(request.body)
     with ctx.serving(spec.model, TASK_TOKENIZE):
-        text = (ctx.served.render(spec.messages, add_generation_prompt=spec.add_generation_prompt)
+        text = (ctx.served.render(spec.messages, add_generation_prompt=spec.add_generation_prompt,
+                                  variables=dict(spec.template_vars))
                 if spec.messages else spec.prompt)
         tokens = ctx.served.encode(text, add_special_tokens=spec.add_special_tokens)
         return Response(status=200, headers=(JSON_CONTENT_TYPE,), body=json_bytes_piecewise(

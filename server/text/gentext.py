@@ -3,7 +3,10 @@
 `GenerationText` owns the `TextStream` (incremental UTF-8, stop strings), aborts the engine
 request when a stop string ends it, never sends the EOS token's text, makes the logprob
 entries (`TokenLogprob`), counts completion tokens and names the finish reason. A
-refusal, failure or expiry comes out as its `ApiError`. The renderers and the stream shell
+refusal, failure or expiry comes out as its `ApiError`. When the answer thinks (`Thinking`,
+server/text/reasoning.py) its text runs through a `ReasoningSplitter`: each piece carries
+the reasoning and the answer apart, so what reads `Piece.text` (tool calls, JSON) sees the
+answer only. The renderers and the stream shell
 of server/api/streams.py consume its `Piece`s; `Echo` is what `echo: true` sends first.
 """
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import Callable
 from engine.api import FINISH_LENGTH, FINISH_STOP, PromptLogprobs, TokenOut, Tokenizer
 from server.worker.events import Event
 from server.errors import ApiError
+from server.text.reasoning import Thinking
 from sse import TextStream
 
 
@@ -30,12 +34,14 @@ class TokenLogprob:
 @dataclass(frozen=True)
 class Piece:
     """Text that is safe to send, for one engine event; `finish` is set on the last piece.
-    `index` is the choice's; `prompt` holds an echoed prompt's scored tokens."""
+    `index` is the choice's; `prompt` holds an echoed prompt's scored tokens; `reasoning`
+    the thinking text of the piece when the answer is split (`text` is then the answer's)."""
     text: str
     logprob: TokenLogprob | None = None
     finish: str | None = None
     index: int = 0
     prompt: tuple[TokenLogprob, ...] = ()
+    reasoning: str = ""
 
 
 @dataclass(frozen=True)
@@ -55,7 +61,7 @@ class GenerationText:
 
     def __init__(self, *, tokenizer: Tokenizer, stop: tuple[str, ...], logprobs: bool,
                  top_logprobs: int, on_stop: Callable[[], None], index: int = 0,
-                 echo: Echo | None = None):
+                 echo: Echo | None = None, thinking: Thinking | None = None):
         self._tokenizer = tokenizer
         self._text = TextStream(stop)
         self._logprobs, self._top_logprobs = logprobs, top_logprobs
@@ -63,6 +69,7 @@ class GenerationText:
         self.index = index
         self._echo = echo                       # sent once, before the first completion text
         self._prompt: list[TokenLogprob] = []
+        self._split = None if thinking is None else thinking.splitter()
         self.completion_tokens = 0
 
     def feed(self, ev: Event) -> Piece | ApiError | None:
@@ -71,8 +78,7 @@ class GenerationText:
         if not isinstance(ev, TokenOut):
             return ev.error()                   # refused, failed or expired
         if ev.token is None:                    # the finish alone (length, stop)
-            return Piece(self._echo_text() + self._text.finish(),
-                         finish=_finish_reason(ev.finish), index=self.index)
+            return self._piece(self._text.finish(), None, _finish_reason(ev.finish))
         self.completion_tokens += 1
         is_stop_token = ev.finish == FINISH_STOP    # EOS / a stop id: its text is never sent
         raw = b"" if is_stop_token else self._tokenizer.token_bytes(ev.token)
@@ -86,7 +92,15 @@ class GenerationText:
             finish = _finish_reason(ev.finish)
         entry = None if (is_stop_token or not self._logprobs) else self._logprob(
             raw, ev.logprob, ev.top_logprobs)
-        return Piece(self._echo_text() + text, entry, finish, self.index)
+        return self._piece(text, entry, finish)
+
+    def _piece(self, text: str, entry: TokenLogprob | None, finish: str | None) -> Piece:
+        if self._split is None:
+            return Piece(self._echo_text() + text, entry, finish, self.index)
+        split = self._split.push(text)
+        if finish is not None:
+            split = split + self._split.finish()
+        return Piece(split.content, entry, finish, self.index, reasoning=split.reasoning)
 
     def _echo_text(self) -> str:
         text, self._echo = ("" if self._echo is None else self._echo.text), None

@@ -50,14 +50,16 @@ Content = str | tuple[TextPart, ...]
 @dataclass(frozen=True)
 class Message:
     """One turn of a conversation. `tool_calls` is None when the turn sent none (an empty
-    tuple when it sent `[]`); `extra` keeps any other field the client sent, in its order,
-    for templates that read it (e.g. a reasoning text)."""
+    tuple when it sent `[]`); `reasoning_content` is an earlier answer's thinking, sent back
+    (Qwen3's template renders it inside `<think>`); `extra` keeps any other field the client
+    sent, in its order, for templates that read it."""
     role: str
     content: Content = ""
     name: str | None = None
     tool_calls: tuple[ToolCall, ...] | None = None
     tool_call_id: str | None = None
     extra: tuple[tuple[str, Any], ...] = ()
+    reasoning_content: str | None = None
 
 
 def check_part(where: str, part: Any, text_types: tuple[str, ...] = (TEXT_PART,)) -> TextPart:
@@ -115,6 +117,8 @@ def message_for_template(message: Message, iterates_parts: bool) -> dict:
         out["tool_calls"] = [_call_for_template(call) for call in message.tool_calls]
     if message.tool_call_id is not None:
         out["tool_call_id"] = message.tool_call_id
+    if message.reasoning_content is not None:
+        out["reasoning_content"] = message.reasoning_content
     out.update(message.extra)
     return out
 

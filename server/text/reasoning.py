@@ -19,6 +19,10 @@ A stream that ends inside REASONING (max_tokens) keeps what it wrote as reasonin
 
 Invariant, checked by the tests at every split point: the pieces joined equal the split of
 the whole text at once.
+
+Which requests are split (`request_thinking`): those to a template that thinks
+(`template_thinks`, read from its text at start-up) unless the request turned thinking off;
+the rendered prompt's end says whether the model starts inside the tag.
 """
 from __future__ import annotations
 
@@ -26,6 +30,7 @@ from dataclasses import dataclass
 
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
+ENABLE_THINKING = "enable_thinking"     # the template variable that turns thinking off (Qwen3)
 
 START, REASONING, ANSWER = "start", "reasoning", "answer"
 
@@ -144,3 +149,34 @@ def split_whole(text: str, tags: ThinkTags = ThinkTags(), *, starts_inside: bool
     """The split of a whole answer (non-streamed responses)."""
     splitter = ReasoningSplitter(tags, starts_inside=starts_inside)
     return splitter.push(text) + splitter.finish()
+
+
+# ---- when a request thinks --------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Thinking:
+    """One request's answer is split: the tags, and whether its prompt already opened them."""
+    tags: ThinkTags = ThinkTags()
+    starts_inside: bool = False
+
+    def splitter(self) -> ReasoningSplitter:
+        return ReasoningSplitter(self.tags, starts_inside=self.starts_inside)
+
+
+def template_thinks(source: str, tags: ThinkTags = ThinkTags()) -> bool:
+    """A chat template that makes its model think names the tag (Qwen3, DeepSeek-R1) or the
+    switch (`enable_thinking`) somewhere in its text."""
+    return tags.open in source or ENABLE_THINKING in source
+
+
+def request_thinking(thinks: bool, prompt: str, variables: dict,
+                     tags: ThinkTags = ThinkTags()) -> Thinking | None:
+    """The split a request's answer gets, or None (the answer as generated): the served
+    template thinks and the request did not turn it off (`enable_thinking: false`), or the
+    rendered prompt ends inside an open tag (DeepSeek-R1 opens it whatever the request says)."""
+    if not thinks:
+        return None
+    inside = prompt.rstrip().endswith(tags.open)
+    if variables.get(ENABLE_THINKING) is False and not inside:
+        return None
+    return Thinking(tags, starts_inside=inside)

@@ -19,6 +19,7 @@ from pathlib import Path
 from engine.api import GrammarCache, Model, ModelFormatError, PromptTooLong, Tokenizer, check_context
 from server.errors import ApiError
 from server.text.messages import Message, for_template
+from server.text.reasoning import Thinking, request_thinking, template_thinks
 from server.text.toolformats import tool_format, with_default_prompt
 from template import ChatFormat, Template, TemplateError, TemplateSyntaxError
 
@@ -30,10 +31,13 @@ class TemplateFileError(Exception):
 class ServedModel:
     """The model as the API sees it: id, chat format, tokenizer, context length.
 
-    `chat_template` (the text of a configured file) replaces the model's own when given."""
+    `chat_template` (the text of a configured file) replaces the model's own when given;
+    `reasoning` False ([engine].reasoning = "off") serves a thinking template's answers as
+    generated, the reasoning left in `content`."""
 
     def __init__(self, model: Model, model_id: str, max_model_len: int, *,
-                 kv_capacity_tokens: int | None = None, chat_template: str | None = None):
+                 kv_capacity_tokens: int | None = None, chat_template: str | None = None,
+                 reasoning: bool = True):
         self.id = model_id
         self.model = model
         self.tokenizer: Tokenizer = model.tokenizer
@@ -51,17 +55,23 @@ class ServedModel:
                                    f"chat template does not parse: {err}") from None
         self.reads_tools = "tools" in self.chat.template.names   # else: the default tool prompt
         self.tool_format = tool_format(self.chat.template.source, self.reads_tools)
+        self.thinks = reasoning and template_thinks(self.chat.template.source)
+
+    def thinking_for(self, prompt: str, variables: dict) -> Thinking | None:
+        """How the answer to this rendered prompt is split (None: not at all)."""
+        return request_thinking(self.thinks, prompt, variables)
 
     def render(self, messages: tuple[Message, ...], *, add_generation_prompt: bool = True,
-               tools: tuple[dict, ...] = ()) -> str:
+               tools: tuple[dict, ...] = (), variables: dict | None = None) -> str:
         """`tools` reach the template's `tools` variable, or the default prompt
-        (server/text/toolformats.py) when the template never reads them."""
+        (server/text/toolformats.py) when the template never reads them; `variables`
+        (`chat_template_kwargs`, `enable_thinking`) are the template's other names."""
         try:
             prepared = for_template(messages, self.chat.template.iterates_content_parts)
             if not self.reads_tools:
                 prepared, tools = with_default_prompt(prepared, tools), ()
             return self.chat.render(prepared, add_generation_prompt=add_generation_prompt,
-                                    tools=list(tools) or None)
+                                    tools=list(tools) or None, variables=variables or {})
         except TemplateError as exc:
             raise ApiError("template_error", exc.message, param="messages") from None
 

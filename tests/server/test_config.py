@@ -164,3 +164,18 @@ def test_chat_template_key_from_the_file_the_env_and_the_command_line(tmp_path):
     assert config_from_args(args, env=env).chat_template == "cli.jinja"     # the flag wins
     with pytest.raises(ConfigError, match=r"\[engine\].chat_template"):
         ServeConfig.from_toml("[engine]\nchat_template = 3\n", env={})
+
+
+def test_reasoning_key_from_the_file_the_env_and_the_command_line():
+    from server.serve import config_from_args, parse_args
+    assert ServeConfig.from_toml("", env={}).reasoning == "auto"
+    assert ServeConfig.from_toml('[engine]\nreasoning = "off"\n', env={}).reasoning == "off"
+    env = {"TL_ENGINE__REASONING": "off"}
+    assert ServeConfig.from_toml('[engine]\nreasoning = "auto"\n', env=env).reasoning == "off"
+    args = parse_args(["--reasoning", "auto"])
+    assert config_from_args(args, env=env).reasoning == "auto"          # the flag wins
+    for text in ('[engine]\nreasoning = "on"\n', "[engine]\nreasoning = false\n"):
+        with pytest.raises(ConfigError, match=r"\[engine\].reasoning: expected \"auto\" or \"off\""):
+            ServeConfig.from_toml(text, env={})
+    with pytest.raises(SystemExit):
+        parse_args(["--reasoning", "maybe"])

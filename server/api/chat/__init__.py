@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from server.api.chat.parse import parse_chat
 from server.api.chat.render import renderer
-from server.api.launch import (ApiContext, Endpoint, Launch, launch_generation,
-                               with_tools)
+from server.api.launch import (ApiContext, Endpoint, Launch, chat_prompt,
+                               launch_generation, with_tools)
 from server.door.routes import Params
 from server.replies import Headers
 from server.http.protocol import Request
@@ -20,6 +20,6 @@ def chat(ctx: ApiContext, request: Request, params: Params, extra: Headers) -> L
     spec = parse_chat(request.body, ctx.defaults)
     with ctx.serving(spec.model):
         spec, offered = with_tools(ctx, spec)
-        prompt = ctx.served.encode(ctx.served.render(spec.messages, tools=offered))
+        spec, prompt = chat_prompt(ctx, spec, offered)
         return launch_generation(ctx, request, spec, [prompt], CHAT, extra,
                                  lambda header: renderer(spec, header))

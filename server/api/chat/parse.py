@@ -1,7 +1,8 @@
 """The chat request: `parse_chat(body)` -> `GenSpec` (kind "chat") with the conversation as
 typed `Message`s (server/text/messages.py), built once here from the JSON. Content parts are
 checked by the text layer; `tools`, `tool_choice`, `parallel_tool_calls` and the history's
-`tool_calls` by server/api/tools.py; the shared sampling fields by server/api/generation.py.
+`tool_calls` by server/api/tools.py; `chat_template_kwargs` and `reasoning_effort` by
+server/api/thinking.py; the shared sampling fields by server/api/generation.py.
 `parse_messages` serves /tokenize too.
 """
 from __future__ import annotations
@@ -13,13 +14,15 @@ from engine.api import MAX_TOP_LOGPROBS
 from server.api.defaults import SamplingDefaults
 from server.api.fields import bad, boolean, integer, load_json_object, unsupported
 from server.api.generation import GenSpec, common_fields
+from server.api.thinking import template_variables
 from server.api.tools import check_tool_calls, check_tool_message, parse_tools
 from server.text.messages import Message, check_content
 
 MAX_MESSAGES = 4096             # a conversation longer than this is abuse, not chat
 ROLES = frozenset({"system", "user", "assistant", "developer", "tool"})
 FORCED_CHOICES = ("required", "named")      # tool choices a grammar enforces
-MESSAGE_FIELDS = frozenset({"role", "content", "name", "tool_calls", "tool_call_id"})
+MESSAGE_FIELDS = frozenset({"role", "content", "name", "tool_calls", "tool_call_id",
+                            "reasoning_content"})
 
 
 def _message(i: int, m: Any) -> Message:
@@ -39,9 +42,13 @@ def _message(i: int, m: Any) -> Message:
         calls = check_tool_calls(f"{where}.tool_calls", calls)
     if role == "tool":
         check_tool_message(where, m)
+    reasoning = m.get("reasoning_content")
+    if reasoning is not None and not isinstance(reasoning, str):
+        raise bad(f"{where}.reasoning_content", f"'{where}.reasoning_content' must be a string.")
     extra = () if m.keys() <= MESSAGE_FIELDS else tuple(   # fields a template may read
         (k, v) for k, v in m.items() if k not in MESSAGE_FIELDS and v is not None)
-    return Message(role, content, m.get("name"), calls, m.get("tool_call_id"), extra)
+    return Message(role, content, m.get("name"), calls, m.get("tool_call_id"), extra,
+                   reasoning)
 
 
 def parse_messages(doc: dict) -> tuple[Message, ...]:
@@ -67,4 +74,5 @@ def parse_chat(body: bytes, defaults: SamplingDefaults = SamplingDefaults()) -> 
     if tools is not None and tools.choice in FORCED_CHOICES and common.structured:
         raise unsupported("tool_choice", f"A forced 'tool_choice' cannot be combined with "
                                          f"'{common.structured.param}'.")
-    return replace(common, messages=checked, tools=tools)
+    return replace(common, messages=checked, tools=tools,
+                   template_vars=template_variables(doc))

@@ -11,6 +11,11 @@ text once it cannot start a trigger, and each call once its JSON object is compl
 (server/api/tools.py `argument_fragments`). Per-token logprobs are not sent in tool-call
 streams. A call repeating an earlier one ends the answer: the renderer names the choice in
 its `cut`, and the stream shell (server/api/streams.py) aborts the engine request.
+
+When the answer thinks (`spec.thinking`), pieces carry the reasoning apart
+(server/text/gentext.py): it goes out as `delta.reasoning_content` (vLLM's name) and, whole,
+as `message.reasoning_content` (null when the model wrote none); the calls are parsed from
+the answer's text only. Without thinking, not a byte changes.
 """
 from __future__ import annotations
 
@@ -51,18 +56,29 @@ class ChatChunks(SseRenderer):
 
     def _chunk(self, piece: Piece) -> dict:
         entries = None if piece.logprob is None else [_chat_entry(piece.logprob)]
-        return docs.chat_chunk(self.header, {"content": piece.text}, piece.finish, entries,
+        return docs.chat_chunk(self.header, content_delta(piece), piece.finish, entries,
                                index=piece.index)
 
     def _usage_chunk(self, usage: dict) -> dict:
         return docs.chat_usage_chunk(self.header, usage)
 
 
+def content_delta(piece: Piece) -> dict:
+    """A piece's delta: its content; reasoning first when it holds some (content then only
+    when there is any)."""
+    if not piece.reasoning:
+        return {"content": piece.text}
+    return {"reasoning_content": piece.reasoning, **({"content": piece.text} if piece.text else {})}
+
+
 class ChatDocument(WholeRenderer):
     def _document(self, index: int, text: str, choice: Collected, usage: dict) -> dict:
         entries = [_chat_entry(e) for e in choice.entries] if self.logprobs else None
-        return docs.chat_completion(self.header, text, choice.finish, usage, entries,
-                                    index=index)
+        document = docs.chat_completion(self.header, text, choice.finish, usage, entries,
+                                        index=index)
+        if self.thinks:
+            document["choices"][0]["message"]["reasoning_content"] = "".join(choice.reasoning) or None
+        return document
 
 
 def call_document(call: Call, call_id: str) -> dict:
@@ -118,7 +134,8 @@ class ToolChatChunks(ChatChunks):
 
     def piece(self, piece: Piece) -> bytes:
         scanner = self._scanners.setdefault(piece.index, CallScanner(self.fmt, self.parallel))
-        deltas = scanner.push(piece.text)
+        deltas = ([{"reasoning_content": piece.reasoning}] if piece.reasoning else []) \
+            + scanner.push(piece.text)
         if scanner.cut:
             self.cut.add(piece.index)
         if piece.finish is not None:
@@ -153,8 +170,8 @@ class ToolChatDocument(ChatDocument):
         content, calls = split_calls(text, self.fmt, self.parallel)
         if calls:
             out = document["choices"][0]
-            out["message"] = {"role": "assistant", "content": content,
-                              "tool_calls": [call_document(c, new_call_id(self.fmt)) for c in calls]}
+            out["message"].update(content=content, tool_calls=[
+                call_document(c, new_call_id(self.fmt)) for c in calls])
             if out["finish_reason"] == FINISH_STOP:
                 out["finish_reason"] = FINISH_TOOL_CALLS
         return document

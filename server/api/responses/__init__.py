@@ -30,8 +30,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from server.api.launch import (ApiContext, Endpoint, Launch, launch_generation,
-                               with_tools)
+from server.api.launch import (ApiContext, Endpoint, Launch, chat_prompt,
+                               launch_generation, with_tools)
 from server.door.routes import Params
 from server.replies import Headers
 from server.api.responses.parse import ResponsesSpec, parse_responses
@@ -47,7 +47,7 @@ def responses(ctx: ApiContext, request: Request, params: Params, extra: Headers)
     spec = parse_responses(request.body, ctx.defaults)
     with ctx.serving(spec.gen.model):
         gen, offered = with_tools(ctx, spec.gen)
+        gen, prompt = chat_prompt(ctx, gen, offered)
         spec = replace(spec, gen=gen)
-        prompt = ctx.served.encode(ctx.served.render(gen.messages, tools=offered))
         return launch_generation(ctx, request, gen, [prompt], RESPONSES, extra,
                                  lambda header: renderer(spec, header))

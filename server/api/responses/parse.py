@@ -15,14 +15,15 @@ from server.api.fields import (bad, boolean, integer, load_json_object, model_na
 from server.api.generation import GenSpec
 from server.api.responses.tools import function_call, parse_response_tools, tool_message
 from server.api.structured import Structured
+from server.api.thinking import reasoning_effort, template_variables
 from server.text.messages import Message, check_content
 
 MAX_INPUT_ITEMS = 4096          # as many as chat's MAX_MESSAGES
 INPUT_ROLES = frozenset({"user", "assistant", "system", "developer"})
 TEXT_PARTS = ("input_text", "output_text")  # output_text: an earlier answer sent back
-# Items a stateful server or one with reasoning or custom (grammar) tools would take.
-UNSERVED_ITEMS = frozenset({"reasoning", "item_reference", "custom_tool_call",
-                            "custom_tool_call_output"})
+# Items a stateful server or one with custom (grammar) tools would take.
+UNSERVED_ITEMS = frozenset({"item_reference", "custom_tool_call", "custom_tool_call_output"})
+REASONING_PARTS = ("reasoning_text",)   # a reasoning item's content, sent back
 # Request fields that need server-side state: refused when set (not when false / null).
 STATEFUL_FIELDS = ("previous_response_id", "conversation")
 NO_STATE = ("This server is stateless: it stores no responses, so '{name}' is not supported; "
@@ -50,7 +51,7 @@ def _item(i: int, item: Any) -> Message:
     kind = item.get("type", "message")
     if kind in UNSERVED_ITEMS:
         raise unsupported(f"{where}.type", f"Input items of type {kind!r} are not supported "
-                                           "(no stored state, reasoning or custom tools).")
+                                           "(no stored state or custom tools).")
     if kind != "message":
         raise bad(f"{where}.type", f"{kind!r} is not a valid input item type; expected "
                                    "'message', 'function_call' or 'function_call_output'.")
@@ -62,13 +63,32 @@ def _item(i: int, item: Any) -> Message:
     return Message(role, check_content(f"{where}.content", item.get("content"), TEXT_PARTS))
 
 
+def _reasoning(i: int, item: dict) -> Message:
+    """A `reasoning` item sent back: an assistant turn holding only its reasoning text (the
+    message or calls after it join it). Items with a summary only carry no text."""
+    parts = check_content(f"input[{i}].content", item.get("content") or [], REASONING_PARTS)
+    return Message("assistant", "", reasoning_content="".join(p.text for p in parts))
+
+
+def _joins_reasoning(turns: list[Message], message: Message) -> bool:
+    """An assistant message right after a reasoning item is that reasoning's answer."""
+    if message.role != "assistant" or not turns:
+        return False
+    last = turns[-1]
+    return (last.role == "assistant" and last.reasoning_content is not None
+            and last.content == "" and last.tool_calls is None)
+
+
 def _turns(items: list) -> list[Message]:
     """Input items -> chat messages; `function_call` items join the assistant turn before
-    them (a message item or earlier calls), else start one; outputs are `tool` messages."""
+    them (a message item or earlier calls), else start one; a `reasoning` item starts the
+    assistant turn after it; outputs are `tool` messages."""
     turns: list[Message] = []
     for i, item in enumerate(items):
         kind = item.get("type") if isinstance(item, dict) else None
-        if kind == "function_call":
+        if kind == "reasoning":
+            turns.append(_reasoning(i, item))
+        elif kind == "function_call":
             call = function_call(f"input[{i}]", item)
             if turns and turns[-1].role == "assistant":
                 turns[-1] = replace(turns[-1], tool_calls=(turns[-1].tool_calls or ()) + (call,))
@@ -77,7 +97,10 @@ def _turns(items: list) -> list[Message]:
         elif kind == "function_call_output":
             turns.append(tool_message(f"input[{i}]", item))
         else:
-            turns.append(_item(i, item))
+            message = _item(i, item)
+            if _joins_reasoning(turns, message):
+                message = replace(message, reasoning_content=turns.pop().reasoning_content)
+            turns.append(message)
     return turns
 
 
@@ -133,6 +156,16 @@ def _refuse_unserved(doc: dict) -> None:
         raise unsupported("background", NO_STATE.format(name="background"))
 
 
+def _effort(doc: dict) -> str | None:
+    """`reasoning: {"effort": ...}` (its `summary` asks for summaries: none are made)."""
+    reasoning = doc.get("reasoning")
+    if reasoning is None:
+        return None
+    if not isinstance(reasoning, dict):
+        raise bad("reasoning", "'reasoning' must be an object with an 'effort'.")
+    return reasoning_effort(reasoning.get("effort"), "reasoning.effort")
+
+
 def _optional_str(doc: dict, name: str) -> str | None:
     v = doc.get(name)
     if v is not None and not isinstance(v, str):
@@ -163,7 +196,7 @@ def parse_responses(body: bytes, defaults: SamplingDefaults = SamplingDefaults()
     gen = GenSpec(kind="responses", model=model, messages=messages,
                   max_tokens=defaults.max_tokens if max_output is None else max_output,
                   params=params, stream=boolean(doc, "stream"), structured=structured,
-                  tools=tools)
+                  tools=tools, template_vars=template_variables(doc, _effort(doc)))
     return ResponsesSpec(gen=gen, instructions=instructions, max_output_tokens=max_output,
                          text_format=fmt, tool_choice=doc.get("tool_choice") or "auto",
                          parallel_tool_calls=boolean(doc, "parallel_tool_calls", True),

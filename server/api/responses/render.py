@@ -10,11 +10,18 @@ typed SSE events, each `event: <type>` + `data: <json>` with a `sequence_number`
 With tools offered, the text runs through a `CallSplitter` (server/text/toolparse.py): the
 answer's calls become `function_call` output items after the message item (left out when
 the answer is calls only), their events from server/api/responses/tools.py.
+
+When the answer thinks (server/text/reasoning.py), its reasoning is a `reasoning` item
+before the message (OpenAI's shape: `summary` [], `content` [{"type": "reasoning_text"}]),
+streamed as output_item.added, content_part.added, response.reasoning_text.delta...,
+response.reasoning_text.done, content_part.done, output_item.done; the items after it
+take the next output indexes.
 """
 from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 
 from engine.api import FINISH_LENGTH
 from server.api import documents as docs
@@ -55,24 +62,43 @@ def message_item(item_id: str, status: str, parts: list[dict]) -> dict:
             "content": parts}
 
 
+def reasoning_text(text: str) -> dict:
+    return {"type": "reasoning_text", "text": text}
+
+
+def reasoning_item(item_id: str, status: str, parts: list[dict]) -> dict:
+    return {"id": item_id, "type": "reasoning", "summary": [], "content": parts,
+            "status": status}
+
+
+@dataclass(frozen=True)
+class Thought:
+    """Reasoning text of a piece (the answer's text comes as plain str)."""
+    text: str
+
+
 class _Answer:
     """What both renderers share: the ids, the request's echo, the text and calls so far.
     With tools offered, the text runs through a `CallSplitter` (server/text/toolparse.py)."""
 
     def __init__(self, header: docs.Header, spec: ResponsesSpec):
-        self.id, self.item_id = new_id("resp"), new_id("msg")
+        self.id, self.item_id, self.reasoning_id = new_id("resp"), new_id("msg"), new_id("rs")
         self.created_at, self.model, self.spec = header.created, header.model, spec
         tools = spec.gen.tools
+        self.thinks = spec.gen.thinking is not None     # empty answer text waits for real text
         self.splitter = (CallSplitter(tools.fmt, tools.parallel)
                          if tools is not None and tools.offered else None)
         self.parts: list[str] = []
+        self.thoughts: list[str] = []
         self.calls: list[FunctionCall] = []
         self.finish: str | None = None
 
-    def take(self, piece: Piece) -> list[str | FunctionCall]:
-        """The piece's content text and the calls it completes, in order."""
+    def take(self, piece: Piece) -> list[Thought | str | FunctionCall]:
+        """The piece's reasoning, content text and the calls it completes, in order."""
+        thought = [Thought(piece.reasoning)] if piece.reasoning else []
+        self.thoughts.append(piece.reasoning)
         if self.splitter is None:
-            outs: list = [piece.text]
+            outs: list = [piece.text] if piece.text or not self.thinks else []
         else:
             outs = self.splitter.push(piece.text)
             if piece.finish is not None:
@@ -83,7 +109,7 @@ class _Answer:
                  for out in outs]
         for out in taken:
             (self.parts if isinstance(out, str) else self.calls).append(out)
-        return taken
+        return thought + taken
 
     @property
     def cut(self) -> bool:
@@ -93,6 +119,10 @@ class _Answer:
     @property
     def text(self) -> str:
         return "".join(self.parts)
+
+    @property
+    def reasoning(self) -> str:
+        return "".join(self.thoughts)
 
     @property
     def has_message(self) -> bool:
@@ -105,9 +135,13 @@ class _Answer:
     def item(self, status: str) -> dict:
         return message_item(self.item_id, status, [output_text(self.text)])
 
+    def reasoning_item(self, status: str) -> dict:
+        return reasoning_item(self.reasoning_id, status, [reasoning_text(self.reasoning)])
+
     def output(self, status: str) -> list[dict]:
+        thought = [self.reasoning_item(status)] if self.reasoning else []
         message = [self.item(status)] if self.has_message else []
-        return message + [function_call_item(call) for call in self.calls]
+        return thought + message + [function_call_item(call) for call in self.calls]
 
     def response(self, status: str, output: list[dict], use: dict | None = None,
                  error: ApiError | None = None) -> dict:
@@ -156,15 +190,17 @@ class ResponseDocument:
 
 class ResponseEvents(ResponseDocument):
     """The typed event stream; the opening events go out with the first piece (the head).
-    The message item (output_index 0) opens at the first text, and closes when the first
-    call comes or at the end; each call is the next output item."""
+    The reasoning item (when the answer thinks) opens at the first reasoning text and closes
+    at the first answer text; the message item opens at the first text, and closes when the
+    first call comes or at the end; each call is the next output item."""
     streamed = True
 
     def __init__(self, header: docs.Header, spec: ResponsesSpec):
         super().__init__(header, spec)
         self.sequence_number = 0
         self.opened = False
-        self.message = MESSAGE_NONE
+        self.message = self.thought = MESSAGE_NONE
+        self.message_index = self.thought_index = 0
         self.items = 0                          # output items added so far
 
     def _event(self, document: dict) -> bytes:
@@ -173,9 +209,32 @@ class ResponseEvents(ResponseDocument):
         return event(replies.json_bytes(document), name=document["type"])
 
     def _place(self, kind: str, **fields) -> bytes:
-        """An event about the message item (output_index 0) and its one text part."""
-        return self._event({"type": kind, "item_id": self.answer.item_id, "output_index": 0,
-                            "content_index": 0, **fields})
+        """An event about the message item and its one text part."""
+        return self._event({"type": kind, "item_id": self.answer.item_id,
+                            "output_index": self.message_index, "content_index": 0, **fields})
+
+    def _place_thought(self, kind: str, **fields) -> bytes:
+        """An event about the reasoning item and its one reasoning_text part."""
+        return self._event({"type": kind, "item_id": self.answer.reasoning_id,
+                            "output_index": self.thought_index, "content_index": 0, **fields})
+
+    def _thought(self, text: str) -> bytes:
+        out = b""
+        if self.thought == MESSAGE_NONE:
+            self.thought, self.thought_index, self.items = MESSAGE_OPEN, self.items, self.items + 1
+            out = (self._event({"type": "response.output_item.added", "output_index": self.thought_index,
+                                "item": reasoning_item(self.answer.reasoning_id, "in_progress", [])})
+                   + self._place_thought("response.content_part.added", part=reasoning_text("")))
+        return out + self._place_thought("response.reasoning_text.delta", delta=text)
+
+    def _close_thought(self, status: str) -> bytes:
+        if self.thought != MESSAGE_OPEN:
+            return b""
+        self.thought, text = MESSAGE_CLOSED, self.answer.reasoning
+        return (self._place_thought("response.reasoning_text.done", text=text)
+                + self._place_thought("response.content_part.done", part=reasoning_text(text))
+                + self._event({"type": "response.output_item.done", "output_index": self.thought_index,
+                               "item": self.answer.reasoning_item(status)}))
 
     def _open(self) -> bytes:
         if self.opened:
@@ -188,8 +247,9 @@ class ResponseEvents(ResponseDocument):
     def _open_message(self) -> bytes:
         if self.message != MESSAGE_NONE:
             return b""
-        self.message, self.items = MESSAGE_OPEN, self.items + 1
-        return (self._event({"type": "response.output_item.added", "output_index": 0,
+        closing = self._close_thought(STATUS_COMPLETED)
+        self.message, self.message_index, self.items = MESSAGE_OPEN, self.items, self.items + 1
+        return closing + (self._event({"type": "response.output_item.added", "output_index": self.message_index,
                              "item": message_item(self.answer.item_id, "in_progress", [])})
                 + self._place("response.content_part.added", part=output_text("")))
 
@@ -199,7 +259,7 @@ class ResponseEvents(ResponseDocument):
         self.message, text = MESSAGE_CLOSED, self.answer.text
         return (self._place("response.output_text.done", text=text, logprobs=[])
                 + self._place("response.content_part.done", part=output_text(text))
-                + self._event({"type": "response.output_item.done", "output_index": 0,
+                + self._event({"type": "response.output_item.done", "output_index": self.message_index,
                                "item": self.answer.item(status)}))
 
     def _text(self, text: str) -> bytes:
@@ -209,7 +269,7 @@ class ResponseEvents(ResponseDocument):
         return opening + self._place("response.output_text.delta", delta=text, logprobs=[])
 
     def _call(self, call: FunctionCall) -> bytes:
-        closing = self._close_message(STATUS_COMPLETED)
+        closing = self._close_thought(STATUS_COMPLETED) + self._close_message(STATUS_COMPLETED)
         index, self.items = self.items, self.items + 1
         return closing + b"".join(self._event(e) for e in call_events(call, index))
 
@@ -217,13 +277,17 @@ class ResponseEvents(ResponseDocument):
         taken = self.answer.take(piece)
         out = self._open()                      # numbered before the first item's events
         for part in taken:
-            out += self._text(part) if isinstance(part, str) else self._call(part)
+            if isinstance(part, Thought):
+                out += self._thought(part.text)
+            else:
+                out += self._text(part) if isinstance(part, str) else self._call(part)
         return out
 
     def finish(self, use: dict) -> bytes:
         answer, status = self.answer, self.answer.status()
         kind = "response.completed" if status == STATUS_COMPLETED else "response.incomplete"
-        out = self._open() + (self._open_message() if answer.has_message else b"")
+        out = self._open() + self._close_thought(status)
+        out += self._open_message() if answer.has_message else b""
         return (out + self._close_message(status)
                 + self._event({"type": kind,
                                "response": answer.response(status, answer.output(status), use)}))

@@ -88,7 +88,7 @@ def test_text_format_json_schema_and_json_object_become_grammars_text_is_a_no_op
     ({"tools": [{"type": "web_search_preview"}]}, "tools[0].type"),
     ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "u"}]}]},
      "input[0].content[0].type"),
-    ({"input": [{"type": "reasoning", "id": "rs_1", "summary": []}]}, "input[0].type"),
+    ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input[0].type"),
 ])
 def test_stateful_builtin_tool_and_media_fields_are_422_naming_the_field(fields, param):
     err = refusal(**{"input": "x", **fields})
