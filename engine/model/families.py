@@ -7,11 +7,15 @@ options:
             GGUF `rope_freqs` tensor, read by weights.py); GGUF Q/K rows permuted
     qwen2   + q/k/v projection biases; GGUF rows not permuted (llama.cpp uses NEOX RoPE)
     qwen3   + per-head q/k RMSNorm before RoPE, explicit head_dim; GGUF rows not permuted
-    gemma3  (GGUF only) + q/k norms, norms after attention and MLP, embeddings x sqrt(d),
-            GeGLU (gelu_tanh), 5 sliding-window layers (RoPE base 10,000) then 1 global
-            (the file's base), repeated; GGUF rows not permuted. llama.cpp stores Gemma's
-            RMSNorm factor `1 + w` in the file, so every norm multiplies by the stored value
-            as the other families do; a config.json stores `w` and is refused for now.
+    gemma3  + q/k norms, norms after attention and MLP, embeddings x sqrt(d), GeGLU
+            (gelu_tanh), `query_pre_attn_scalar`, sliding-window layers with their own
+            RoPE base (GGUF: 5 local then 1 global, base 10,000; config.json: `layer_types`
+            or `sliding_window_pattern`, `rope_local_base_freq`); GGUF rows not permuted.
+            Gemma's RMSNorm multiplies by `1 + w`: llama.cpp stores `1 + w` in the GGUF,
+            a config.json's safetensors store `w`, so a folder's norms get `hf_norm_offset`
+            (1) added at load and both end with the same stored factor the decoder
+            multiplies by. A `gemma3` config (Gemma3ForConditionalGeneration) is read
+            through its `text_config`; a vision tower is refused (text only).
 
 "Never load and answer wrongly": a config key or GGUF key that would change the maths and
 is not implemented here (another RoPE scaling type, partial rotary, logit soft-capping,
@@ -35,16 +39,16 @@ class FamilyTraits:
     qkv_bias: bool
     qk_norm: bool
     gguf_qk_permuted: bool       # llama.cpp's converter permutes Q/K rows (adjacent-pair RoPE)
+    hf_norm_offset: float = 0.0  # added to a folder's RMSNorm weights (Gemma stores w of 1 + w)
 
 
 FAMILIES = {
     "llama": FamilyTraits(qkv_bias=False, qk_norm=False, gguf_qk_permuted=True),
     "qwen2": FamilyTraits(qkv_bias=True, qk_norm=False, gguf_qk_permuted=False),
     "qwen3": FamilyTraits(qkv_bias=False, qk_norm=True, gguf_qk_permuted=False),
-    "gemma3": FamilyTraits(qkv_bias=False, qk_norm=True, gguf_qk_permuted=False),
+    "gemma3": FamilyTraits(qkv_bias=False, qk_norm=True, gguf_qk_permuted=False,
+                           hf_norm_offset=1.0),
 }
-# Families whose config.json form is not read (its norm weights are w, the GGUF's 1 + w).
-GGUF_ONLY_FAMILIES = ("gemma3",)
 # Gemma 3: layer i is global iff (i + 1) % GEMMA3_GLOBAL_EVERY == 0 (5 local : 1 global,
 # llama.cpp's swa pattern, transformers' layer_types); local layers' RoPE base is
 # transformers' gemma3 default (the GGUF stores only the global one).
@@ -52,7 +56,24 @@ GEMMA3_GLOBAL_EVERY = 6
 GEMMA3_LOCAL_ROPE_THETA = 10000.0
 GEMMA3_ACTIVATION = "gelu_tanh"
 HF_ARCHITECTURES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2",
-                    "Qwen3ForCausalLM": "qwen3"}
+                    "Qwen3ForCausalLM": "qwen3", "Gemma3ForCausalLM": "gemma3",
+                    "Gemma3ForConditionalGeneration": "gemma3"}
+# config.json model_type -> family, for the names that are not a family's own.
+HF_MODEL_TYPES = {"gemma3_text": "gemma3"}
+GEMMA3_MULTIMODAL_TYPE = "gemma3"       # Gemma3ForConditionalGeneration: text in text_config
+# transformers' Gemma3TextConfig defaults: a text_config inside a `gemma3` config.json holds
+# only the values that differ from them (save_pretrained writes sub-configs as a diff).
+GEMMA3_HF_DEFAULTS = {
+    "vocab_size": 262_208, "hidden_size": 2304, "intermediate_size": 9216,
+    "num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4,
+    "head_dim": 256, "hidden_activation": "gelu_pytorch_tanh",
+    "max_position_embeddings": 131_072, "rms_norm_eps": 1e-6, "eos_token_id": 1,
+    "bos_token_id": 2, "tie_word_embeddings": True, "rope_theta": 1_000_000.0,
+    "query_pre_attn_scalar": 256, "sliding_window": 4096, "rope_local_base_freq": 10_000.0,
+    "sliding_window_pattern": GEMMA3_GLOBAL_EVERY,
+}
+GEMMA3_HF_ACTIVATIONS = ("gelu_pytorch_tanh", "gelu_tanh")   # both GELU's tanh approximation
+SLIDING_ATTENTION = "sliding_attention"
 ROPE_TYPES_PLAIN = (None, "default")
 ROPE_TYPE_LLAMA3 = "llama3"
 LLAMA3_KEYS = ("factor", "low_freq_factor", "high_freq_factor",
@@ -81,6 +102,11 @@ def _options(family: str, rope_scaling: Llama3RopeScaling | None) -> FamilyOptio
                          rope_scaling=rope_scaling)
 
 
+def hf_norm_offset(options: FamilyOptions) -> float:
+    """What a folder's RMSNorm weights need added to be the factor the decoder multiplies by."""
+    return FAMILIES[options.family].hf_norm_offset
+
+
 # --- Hugging Face config.json ----------------------------------------------------------
 
 def family_from_hf(cfg: dict, path: str) -> str:
@@ -93,18 +119,59 @@ def family_from_hf(cfg: dict, path: str) -> str:
             _refuse(path, "architectures", f"architecture {unknown[0]!r} is not served "
                                            f"(served: {', '.join(HF_ARCHITECTURES)})")
         return HF_ARCHITECTURES[archs[0]]
-    if model_type in GGUF_ONLY_FAMILIES:
-        _refuse(path, "model_type", f"{model_type!r} from config.json (only its GGUF is "
-                                    f"served: the GGUF stores the norms' 1 + w)")
+    model_type = HF_MODEL_TYPES.get(model_type, model_type)
     if model_type not in FAMILIES:
         _refuse(path, "model_type", f"architecture {model_type!r} is not served "
                                     f"(served: {', '.join(FAMILIES)})")
     return model_type
 
 
+def hf_text_config(cfg: dict, path: str) -> dict:
+    """config.json -> the flat dict of the decoder's keys. Gemma 3: a multimodal config's
+    `text_config` (no vision tower), its defaults filled in, RoPE bases flattened."""
+    if cfg.get("model_type") == GEMMA3_MULTIMODAL_TYPE:
+        if cfg.get("vision_config") is not None:
+            _refuse(path, "vision_config", "a vision tower (only Gemma 3's text model is "
+                                           "served)")
+        text = cfg.get("text_config")
+        if not isinstance(text, dict):
+            raise ModelFormatError(path, "a gemma3 config.json without a text_config")
+        outer = {k: cfg[k] for k in ("bos_token_id", "eos_token_id") if k in cfg}
+        cfg = {**text, **outer, "model_type": "gemma3_text"}
+    if family_from_hf(cfg, path) != "gemma3":
+        return cfg
+    flat = {**GEMMA3_HF_DEFAULTS, **{k: v for k, v in cfg.items() if v is not None}}
+    return _gemma3_rope_bases(flat, path)
+
+
+def _gemma3_rope_bases(cfg: dict, path: str) -> dict:
+    """Gemma 3's RoPE: transformers 5's `rope_parameters` per layer type, or 4's
+    `rope_theta` / `rope_local_base_freq` / `rope_scaling`, -> the two bases (plain only)."""
+    params = cfg.pop("rope_parameters", None) or {}
+    per_type = params if any(isinstance(v, dict) for v in params.values()) else \
+        ({FULL_ATTENTION: params} if params else {})
+    for layer_type, base_key in ((FULL_ATTENTION, "rope_theta"),
+                                 (SLIDING_ATTENTION, "rope_local_base_freq")):
+        one = per_type.get(layer_type) or {}
+        rope_type = one.get("rope_type", one.get("type"))
+        if rope_type not in ROPE_TYPES_PLAIN:
+            _refuse(path, f"rope_parameters.{layer_type}.rope_type",
+                    f"RoPE scaling type {rope_type!r}")
+        if one.get("rope_theta") is not None:
+            cfg[base_key] = one["rope_theta"]
+    scaling = cfg.pop("rope_scaling", None) or {}
+    rope_type = scaling.get("rope_type", scaling.get("type"))
+    if rope_type not in ROPE_TYPES_PLAIN:       # Gemma 3 4B+: "linear", factor 8 (global)
+        _refuse(path, "rope_scaling.rope_type", f"RoPE scaling type {rope_type!r}")
+    return cfg
+
+
 def options_from_hf(cfg: dict, path: str) -> FamilyOptions:
-    """config.json -> FamilyOptions, refusing every key that changes unimplemented maths."""
+    """A flat config (`hf_text_config`) -> FamilyOptions, refusing every key that changes
+    unimplemented maths."""
     family = family_from_hf(cfg, path)
+    if family == "gemma3":
+        return _gemma3_hf_options(cfg, path)
     for key in HF_REFUSED_KEYS:
         if cfg.get(key):
             _refuse(path, key, f"set to {cfg[key]!r}")
@@ -144,6 +211,49 @@ def _hf_rope_scaling(cfg: dict, path: str) -> Llama3RopeScaling | None:
             high_freq_factor=float(params["high_freq_factor"]),
             original_max_positions=int(params["original_max_position_embeddings"]))
     return scaling
+
+
+def _gemma3_hf_options(cfg: dict, path: str) -> FamilyOptions:
+    """Gemma 3's options from its (flat, defaulted) config.json keys."""
+    for key in HF_REFUSED_KEYS + ("use_bidirectional_attention",):
+        if cfg.get(key):
+            _refuse(path, key, f"set to {cfg[key]!r}")
+    if cfg.get("attention_bias"):
+        _refuse(path, "attention_bias", "q/k/v/o biases are not read for this family")
+    act = cfg["hidden_activation"]
+    if act not in GEMMA3_HF_ACTIVATIONS:
+        _refuse(path, "hidden_activation", f"activation {act!r} (only gelu_pytorch_tanh)")
+    try:
+        num_layers, hidden = int(cfg["num_hidden_layers"]), int(cfg["hidden_size"])
+        window, head_dim = int(cfg["sliding_window"]), int(cfg["head_dim"])
+        scalar = float(cfg["query_pre_attn_scalar"])    # scores x scalar**-0.5
+        sliding = _gemma3_sliding_layers(cfg, num_layers, path)
+        return dataclasses.replace(
+            _options("gemma3", None), post_norms=True, embed_scale=math.sqrt(hidden),
+            mlp_activation=GEMMA3_ACTIVATION,
+            attn_scale=None if scalar == head_dim else scalar ** -0.5,   # None: hd**-0.5
+            sliding_window=window if any(sliding) else None,
+            sliding_layers=sliding if any(sliding) else (),
+            local_rope_theta=float(cfg["rope_local_base_freq"]))
+    except ModelFormatError:
+        raise                       # already names the key (a ValueError too)
+    except (TypeError, ValueError) as e:
+        raise ModelFormatError(path, f"bad gemma3 config value: {e}") from None
+
+
+def _gemma3_sliding_layers(cfg: dict, num_layers: int, path: str) -> tuple[bool, ...]:
+    """Which layers slide: `layer_types`, else every `sliding_window_pattern`-th is global."""
+    types = cfg.get("layer_types")
+    if types is None:
+        every = int(cfg["sliding_window_pattern"])
+        return tuple((i + 1) % every != 0 for i in range(num_layers))
+    unknown = sorted({t for t in types if t not in (FULL_ATTENTION, SLIDING_ATTENTION)})
+    if unknown:
+        _refuse(path, "layer_types", f"layer types {unknown}")
+    if len(types) != num_layers:
+        raise ModelFormatError(path, f"layer_types has {len(types)} entries for "
+                                     f"{num_layers} layers")
+    return tuple(t == SLIDING_ATTENTION for t in types)
 
 
 # --- GGUF metadata -----------------------------------------------------------------------

@@ -39,11 +39,11 @@ import numpy as np
 from engine.encoder.spec import is_bert_folder
 from engine.errors import ModelFormatError, UnsupportedModel
 from engine.formats.gguf import GGUFFile
-from engine.model.families import gguf_qk_permuted
+from engine.model.families import gguf_qk_permuted, hf_norm_offset
 from engine.model.spec import LlamaWeights, Model, ModelConfig
 from engine.formats.safetensors import read_safetensors_dir
-from engine.model.weights import (GGUF_NAMES, HF_NAMES, TensorSource, as_ids, build_weights,
-                            config_from_gguf, config_from_hf)
+from engine.model.weights import (GGUF_NAMES, TensorSource, as_ids, build_weights,
+                                  config_from_gguf, config_from_hf, hf_role_names)
 
 VERSION_DIR = re.compile(r"v\d+(\.\d+)*")
 TEMPLATE_FILE = "chat_template.jinja"
@@ -127,11 +127,13 @@ def _load_gguf(file: Path, directory: Path) -> Model:
 def _load_hf(directory: Path) -> Model:
     config = config_from_hf(_read_json(directory / "config.json"), str(directory / "config.json"))
     files = read_safetensors_dir(directory)
-    source = TensorSource(path=str(directory),
-                          shapes={n: f.header[n]["shape"] for n, f in files.items()},
+    shapes = {n: f.header[n]["shape"] for n, f in files.items()}
+    source = TensorSource(path=str(directory), shapes=shapes,
                           get=lambda name: files[name].tensor(name),
                           get_input_major=lambda parts: _fused_t(files, parts),
-                          role_names=HF_NAMES, is_gguf_permuted=False)
+                          role_names=hf_role_names(config.options.family, shapes),
+                          is_gguf_permuted=False,
+                          norm_offset=hf_norm_offset(config.options))
     config, weights = build_weights(source, config)
     tokenizer_config = _read_json(directory / "tokenizer_config.json")
     tokenizer = _hf_tokenizer(directory, tokenizer_config)

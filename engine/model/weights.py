@@ -30,7 +30,7 @@ from typing import Callable
 import numpy as np
 
 from engine.errors import ModelFormatError, UnsupportedModel
-from engine.model.families import options_from_gguf, options_from_hf
+from engine.model.families import hf_text_config, options_from_gguf, options_from_hf
 from engine.model.spec import LayerWeights, LlamaWeights, ModelConfig
 
 DEFAULT_ROPE_THETA = 10000.0
@@ -59,6 +59,19 @@ HF_NAMES = {
     "q_norm": "model.layers.{i}.self_attn.q_norm.weight",
     "k_norm": "model.layers.{i}.self_attn.k_norm.weight",
 }
+# Gemma 3's folder names differ where its block differs: post_attention_layernorm is the norm
+# AFTER attention (Llama's is the MLP's pre-norm), pre_feedforward_layernorm the MLP's.
+HF_GEMMA3_NAMES = {
+    **HF_NAMES,
+    "mlp_norm": "model.layers.{i}.pre_feedforward_layernorm.weight",
+    "post_attn_norm": "model.layers.{i}.post_attention_layernorm.weight",
+    "post_mlp_norm": "model.layers.{i}.post_feedforward_layernorm.weight",
+}
+# Where a folder's decoder sits: Gemma3ForCausalLM ("model."), Gemma3ForConditionalGeneration
+# saved by transformers >= 4.52 ("model.language_model.") or before ("language_model.model.",
+# its LM head "language_model.lm_head.").
+HF_BODY_PREFIXES = ("model.", "model.language_model.", "language_model.model.")
+HF_HEAD_PREFIXES = ("", "language_model.")
 GGUF_NAMES = {
     "embed": "token_embd.weight", "final_norm": "output_norm.weight",
     "lm_head": "output.weight",
@@ -78,7 +91,8 @@ GGUF_NAMES = {
 LAYER_ROLES = ("attn_norm", "q", "k", "v", "o", "mlp_norm", "gate", "up", "down")
 BIAS_ROLES = ("q_bias", "k_bias", "v_bias")
 QK_NORM_ROLES = ("q_norm", "k_norm")
-POST_NORM_ROLES = ("post_attn_norm", "post_mlp_norm")      # GGUF only (Gemma 3)
+POST_NORM_ROLES = ("post_attn_norm", "post_mlp_norm")      # Gemma 3
+NORM_ROLES = ("attn_norm", "mlp_norm", "final_norm") + QK_NORM_ROLES + POST_NORM_ROLES
 
 
 @dataclass(frozen=True)
@@ -92,6 +106,7 @@ class TensorSource:
     #   -> float32 [in, sum(out_i)]: the matrices transposed and fused column-wise
     role_names: dict[str, str]
     is_gguf_permuted: bool          # Q/K rows in ggml's adjacent-pair order
+    norm_offset: float = 0.0        # added to every RMSNorm weight read (a Gemma folder: 1)
 
 
 # --- configs ---------------------------------------------------------------------------
@@ -108,8 +123,19 @@ def as_ids(value) -> tuple[int, ...]:
     return tuple(int(v) for v in value) if isinstance(value, (list, tuple)) else (int(value),)
 
 
+def hf_role_names(family: str, shapes: dict) -> dict[str, str]:
+    """The tensor names of a folder of `family`, under the prefix its embedding is found at."""
+    names = HF_GEMMA3_NAMES if family == "gemma3" else HF_NAMES
+    body = next((p for p in HF_BODY_PREFIXES if f"{p}embed_tokens.weight" in shapes), "model.")
+    head = next((p for p in HF_HEAD_PREFIXES if f"{p}lm_head.weight" in shapes), "")
+    return {role: (head + name if role == "lm_head" else body + name.removeprefix("model."))
+            for role, name in names.items()}
+
+
 def config_from_hf(cfg: dict, path: str) -> ModelConfig:
-    """config.json (Llama/Qwen2/Qwen3) -> ModelConfig. rope_theta may sit in rope_parameters."""
+    """config.json (Llama/Qwen2/Qwen3/Gemma 3) -> ModelConfig. rope_theta may sit in
+    rope_parameters; a Gemma 3 multimodal config is read through its text_config."""
+    cfg = hf_text_config(cfg, path)
     options = options_from_hf(cfg, path)
     try:
         heads = int(_require(cfg, "num_attention_heads", path))
@@ -220,7 +246,10 @@ def _owned_f32(array: np.ndarray) -> np.ndarray:
 
 
 def _vector(src: TensorSource, role: str, size: int, layer: int = 0) -> np.ndarray:
-    return _owned_f32(src.get(_name(src, role, (size,), layer)))
+    vector = _owned_f32(src.get(_name(src, role, (size,), layer)))          # [size]
+    if src.norm_offset and role in NORM_ROLES:      # float32 1 + w, as Gemma3RMSNorm computes
+        vector = (vector + np.float32(src.norm_offset)).astype(np.float32)
+    return vector
 
 
 def _input_major(src: TensorSource, roles: list[tuple[str, tuple, int]],

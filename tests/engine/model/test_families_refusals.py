@@ -46,8 +46,10 @@ def _folder(tmp_path, family: str, **edits):
 
 
 FOLDER_REFUSALS = [
-    ("qwen2-tiny", {"model_type": "gemma3"}, "model_type", "only its GGUF"),
-    ("qwen2-tiny", {"model_type": "gemma3_text"}, "model_type", "gemma3_text"),
+    ("qwen2-tiny", {"model_type": "gemma3", "text_config": {},
+                    "vision_config": {"model_type": "siglip_vision_model"}},
+     "vision_config", "vision tower"),
+    ("qwen2-tiny", {"model_type": "gemma3_text"}, "unknown tensor", "gemma3"),
     ("qwen2-tiny", {"model_type": None, "architectures": ["MistralForCausalLM"]},
      "architectures", "MistralForCausalLM"),
     ("llama32-tiny", {"rope_scaling": {"rope_type": "yarn", "factor": 4.0}},
