@@ -19,7 +19,10 @@ Config keys come from `config.json` (`config_from_hf`) or the GGUF `llama.*` met
 (`config_from_gguf`), with the family's options from engine/model/families.py (which refuses
 what is not implemented). The family decides the optional tensors (Qwen2's q/k/v biases,
 Qwen3's and Gemma's q/k norms, Gemma's post-norms, a Llama 3 GGUF's `rope_freqs` divisors); any missing key, missing tensor,
-unknown tensor or wrong shape raises `ModelFormatError` naming the file.
+unknown tensor or wrong shape raises `ModelFormatError` naming the file. A Gemma 3 folder
+has its own norm names (`hf_role_names`, also under a multimodal model's prefix) and stores
+Gemma's RMSNorm factor as `w` of `1 + w`: its `TensorSource.norm_offset` adds the 1, so both
+formats hand the decoder the `1 + w` llama.cpp stores.
 """
 from __future__ import annotations
 

@@ -105,7 +105,7 @@ def _is_norm(hf_name: str) -> bool:
 
 def write_folder(folder, tensors: dict[str, np.ndarray], config: dict):
     """A loadable HF folder: config.json, model.safetensors, the byte tokenizer's config."""
-    folder.mkdir()
+    folder.mkdir(parents=True)
     (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
     (folder / "tokenizer_config.json").write_text(
         json.dumps({"tokenizer_class": "ByteTokenizer"}), encoding="utf-8")
@@ -219,3 +219,89 @@ def test_a_vision_tower_is_refused(tmp_path):
     folder = write_folder(tmp_path / "tower", _random_hf_tensors() | tower, _hf_config())
     with pytest.raises(UnsupportedModel, match="unknown tensor vision_tower"):
         load_model(folder)
+
+
+def _config_of(tmp_path, config: dict) -> ModelConfig:
+    return load_model(write_folder(tmp_path / "c", _random_hf_tensors(), config)).config
+
+
+def test_older_and_newer_config_forms_read_the_same(tmp_path, pair):
+    """transformers 4.50's `sliding_window_pattern` (every 6th layer global, its default)
+    and 5's `rope_parameters` per layer type give the options `layer_types` gives."""
+    folder, _, _ = pair
+    older = _hf_config(layer_types=None, sliding_window_pattern=6)
+    assert _config_of(tmp_path / "a", older).options == folder.config.options
+    newer = _hf_config(rope_theta=None, rope_local_base_freq=None, rope_parameters={
+        "full_attention": {"rope_type": "default", "rope_theta": ROPE_THETA},
+        "sliding_attention": {"rope_type": "default", "rope_theta": LOCAL_ROPE_THETA}})
+    assert _config_of(tmp_path / "b", newer) == folder.config
+
+
+def test_query_pre_attn_scalar_sets_the_attention_scale(tmp_path):
+    """Gemma 3 27B's scalar (168) is not its head_dim (128): scores x scalar**-0.5."""
+    config = _config_of(tmp_path, _hf_config(query_pre_attn_scalar=4 * HEAD_DIM))
+    assert config.attn_scale == pytest.approx((4 * HEAD_DIM) ** -0.5) != HEAD_DIM ** -0.5
+
+
+# --- the real Gemma 3 270M, its GGUF written out as a folder -------------------------------
+
+ORACLE_TOLERANCE = 1e-3             # as tests/engine/model/test_gemma3.py (README: ~2e-5)
+
+
+def _hf_tensors_of(config: ModelConfig, weights: LlamaWeights) -> dict[str, np.ndarray]:
+    """Loaded weights (fused, input-major, norms 1 + w) -> HF tensors ([out, in], norms w)."""
+    q, kv, ff = config.q_size, config.kv_size, config.intermediate_size
+    tensors = {"model.embed_tokens.weight": weights.embed,
+               "model.norm.weight": weights.final_norm - np.float32(1)}
+    for i, layer in enumerate(weights.layers):
+        p = f"model.layers.{i}."
+        tensors |= {p + "self_attn.q_proj.weight": layer.wqkv[:, :q].T,
+                    p + "self_attn.k_proj.weight": layer.wqkv[:, q:q + kv].T,
+                    p + "self_attn.v_proj.weight": layer.wqkv[:, q + kv:].T,
+                    p + "self_attn.o_proj.weight": layer.wo.T,
+                    p + "mlp.gate_proj.weight": layer.w_gate_up[:, :ff].T,
+                    p + "mlp.up_proj.weight": layer.w_gate_up[:, ff:].T,
+                    p + "mlp.down_proj.weight": layer.w_down.T}
+        norms = {"input_layernorm": layer.attn_norm, "pre_feedforward_layernorm": layer.mlp_norm,
+                 "post_attention_layernorm": layer.post_attn_norm,
+                 "post_feedforward_layernorm": layer.post_mlp_norm,
+                 "self_attn.q_norm": layer.q_norm, "self_attn.k_norm": layer.k_norm}
+        tensors |= {p + f"{n}.weight": w - np.float32(1) for n, w in norms.items()}
+    return tensors
+
+
+def _hf_config_of(config: ModelConfig) -> dict:
+    options = config.options
+    return _hf_config(
+        vocab_size=config.vocab_size, hidden_size=config.hidden_size,
+        intermediate_size=config.intermediate_size, num_hidden_layers=config.num_layers,
+        num_attention_heads=config.num_heads, num_key_value_heads=config.num_kv_heads,
+        head_dim=config.head_dim, rms_norm_eps=config.rms_norm_eps,
+        rope_theta=config.rope_theta, rope_local_base_freq=options.local_rope_theta,
+        sliding_window=options.sliding_window, query_pre_attn_scalar=config.head_dim,
+        layer_types=["sliding_attention" if s else "full_attention"
+                     for s in options.sliding_layers],
+        max_position_embeddings=config.max_position_embeddings)
+
+
+@pytest.mark.real_model
+def test_real_gemma_as_a_folder_answers_as_its_gguf_and_hugging_face(tmp_path):
+    from cli.fetch import GEMMA, ensure_model
+    from tests.oracle import ORACLE_DIR, REPO_ROOT
+    gguf = ensure_model(REPO_ROOT / GEMMA.default_dest, model=GEMMA.name) / GEMMA.gguf_name
+    config, weights = load_gguf_weights(gguf)
+    folder = write_folder(tmp_path / "gemma-3-270m", _hf_tensors_of(config, weights),
+                          _hf_config_of(config))
+    model = load_model(folder)
+    assert model.config.options == config.options
+    oracle = ORACLE_DIR / "families" / "gemma3-270m"
+    with open(oracle / "logits_cases.jsonl", encoding="utf-8") as f:
+        cases = [json.loads(line) for line in f if line.strip()]
+    for j, case in enumerate(cases):          # logits_1: 724 tokens, past the 512 window
+        ids = case["prompt_ids"]
+        got = llama.logits_from_hidden(
+            model.weights, llama.hidden_states(model.config, model.weights, ids)[-1:])[0]
+        want = llama.logits_from_hidden(weights, llama.hidden_states(config, weights, ids)[-1:])[0]
+        assert float(np.max(np.abs(got - want))) <= EXACT, f"logits_{j} vs the GGUF"
+        hf = np.load(oracle / f"logits_{j}.npy")                                   # [V]
+        assert float(np.max(np.abs(got - hf))) <= ORACLE_TOLERANCE, f"logits_{j} vs HF"
