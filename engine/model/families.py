@@ -153,6 +153,9 @@ def _gemma3_rope_bases(cfg: dict, path: str) -> dict:
     for layer_type, base_key in ((FULL_ATTENTION, "rope_theta"),
                                  (SLIDING_ATTENTION, "rope_local_base_freq")):
         one = per_type.get(layer_type) or {}
+        partial = one.get("partial_rotary_factor", cfg.get("partial_rotary_factor"))
+        if partial not in (None, 1, 1.0):
+            _refuse(path, "partial_rotary_factor", f"partial rotary ({partial!r})")
         rope_type = one.get("rope_type", one.get("type"))
         if rope_type not in ROPE_TYPES_PLAIN:
             _refuse(path, f"rope_parameters.{layer_type}.rope_type",

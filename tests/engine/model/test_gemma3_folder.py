@@ -189,6 +189,7 @@ GEMMA_REFUSALS = [
     ({"rope_parameters": {"full_attention": {"rope_type": "yarn", "factor": 4.0},
                           "sliding_attention": {"rope_type": "default"}}},
      "rope_parameters.full_attention.rope_type", "yarn"),
+    ({"partial_rotary_factor": 0.5}, "partial_rotary_factor", "0.5"),
     ({"hidden_activation": "gelu"}, "hidden_activation", "gelu"),
     ({"use_bidirectional_attention": True}, "use_bidirectional_attention", "True"),
     ({"layer_types": ["chunked_attention"] * NUM_LAYERS}, "layer_types", "chunked_attention"),
