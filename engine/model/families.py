@@ -10,7 +10,8 @@ options:
     gemma3  + q/k norms, norms after attention and MLP, embeddings x sqrt(d), GeGLU
             (gelu_tanh), `query_pre_attn_scalar`, sliding-window layers with their own
             RoPE base (GGUF: 5 local then 1 global, base 10,000; config.json: `layer_types`
-            or `sliding_window_pattern`, `rope_local_base_freq`); GGUF rows not permuted.
+            or `sliding_window_pattern`, `rope_local_base_freq`, and "linear" RoPE scaling
+            of the global layers); GGUF rows not permuted.
             Gemma's RMSNorm multiplies by `1 + w`: llama.cpp stores `1 + w` in the GGUF,
             a config.json's safetensors store `w`, so a folder's norms get `hf_norm_offset`
             (1) added at load and both end with the same stored factor the decoder
@@ -74,6 +75,8 @@ GEMMA3_HF_DEFAULTS = {
 }
 GEMMA3_HF_ACTIVATIONS = ("gelu_pytorch_tanh", "gelu_tanh")   # both GELU's tanh approximation
 SLIDING_ATTENTION = "sliding_attention"
+ROPE_TYPE_LINEAR = "linear"             # Gemma 3 4B+: global layers' frequencies / factor
+GEMMA3_LINEAR_FACTOR_KEY = "_global_rope_linear_factor"   # set by _gemma3_rope_bases
 ROPE_TYPES_PLAIN = (None, "default")
 ROPE_TYPE_LLAMA3 = "llama3"
 LLAMA3_KEYS = ("factor", "low_freq_factor", "high_freq_factor",
@@ -146,7 +149,8 @@ def hf_text_config(cfg: dict, path: str) -> dict:
 
 def _gemma3_rope_bases(cfg: dict, path: str) -> dict:
     """Gemma 3's RoPE: transformers 5's `rope_parameters` per layer type, or 4's
-    `rope_theta` / `rope_local_base_freq` / `rope_scaling`, -> the two bases (plain only)."""
+    `rope_theta` / `rope_local_base_freq` / `rope_scaling`, -> the two bases and the global
+    layers' linear factor (`GEMMA3_LINEAR_FACTOR_KEY`; Gemma 3 4B+: 8); other types refused."""
     params = cfg.pop("rope_parameters", None) or {}
     per_type = params if any(isinstance(v, dict) for v in params.values()) else \
         ({FULL_ATTENTION: params} if params else {})
@@ -156,17 +160,25 @@ def _gemma3_rope_bases(cfg: dict, path: str) -> dict:
         partial = one.get("partial_rotary_factor", cfg.get("partial_rotary_factor"))
         if partial not in (None, 1, 1.0):
             _refuse(path, "partial_rotary_factor", f"partial rotary ({partial!r})")
-        rope_type = one.get("rope_type", one.get("type"))
-        if rope_type not in ROPE_TYPES_PLAIN:
-            _refuse(path, f"rope_parameters.{layer_type}.rope_type",
-                    f"RoPE scaling type {rope_type!r}")
+        linear_ok = layer_type == FULL_ATTENTION
+        _gemma3_scaling(cfg, one, f"rope_parameters.{layer_type}", linear_ok, path)
         if one.get("rope_theta") is not None:
             cfg[base_key] = one["rope_theta"]
-    scaling = cfg.pop("rope_scaling", None) or {}
-    rope_type = scaling.get("rope_type", scaling.get("type"))
-    if rope_type not in ROPE_TYPES_PLAIN:       # Gemma 3 4B+: "linear", factor 8 (global)
-        _refuse(path, "rope_scaling.rope_type", f"RoPE scaling type {rope_type!r}")
+    _gemma3_scaling(cfg, cfg.pop("rope_scaling", None) or {}, "rope_scaling", True, path)
     return cfg
+
+
+def _gemma3_scaling(cfg: dict, params: dict, key: str, linear_ok: bool, path: str) -> None:
+    """Plain RoPE, or (global layers) transformers' "linear" with its factor; else refuse."""
+    rope_type = params.get("rope_type", params.get("type"))
+    if rope_type in ROPE_TYPES_PLAIN:
+        return
+    if rope_type != ROPE_TYPE_LINEAR or not linear_ok:
+        _refuse(path, f"{key}.rope_type", f"RoPE scaling type {rope_type!r}")
+    try:
+        cfg[GEMMA3_LINEAR_FACTOR_KEY] = float(params["factor"])
+    except (KeyError, TypeError, ValueError):
+        raise ModelFormatError(path, f"{key}: linear RoPE scaling without a factor") from None
 
 
 def options_from_hf(cfg: dict, path: str) -> FamilyOptions:
@@ -237,7 +249,8 @@ def _gemma3_hf_options(cfg: dict, path: str) -> FamilyOptions:
             attn_scale=None if scalar == head_dim else scalar ** -0.5,   # None: hd**-0.5
             sliding_window=window if any(sliding) else None,
             sliding_layers=sliding if any(sliding) else (),
-            local_rope_theta=float(cfg["rope_local_base_freq"]))
+            local_rope_theta=float(cfg["rope_local_base_freq"]),
+            global_rope_linear_factor=cfg.get(GEMMA3_LINEAR_FACTOR_KEY))
     except ModelFormatError:
         raise                       # already names the key (a ValueError too)
     except (TypeError, ValueError) as e:

@@ -79,18 +79,22 @@ def rope_for(config: ModelConfig, positions, layer: int = -1) -> tuple[np.ndarra
     layer `layer`'s RoPE base (sliding layers may have their own; -1: the global base)."""
     theta = config.rope_theta if layer < 0 else config.layer_rope_theta(layer)
     inv_freq = rope.inv_freq_for(config.head_dim, theta, config.options)   # [hd/2]
+    factor = config.options.global_rope_linear_factor
+    if factor is not None and (layer < 0 or config.options.layer_window(layer) is None):
+        inv_freq = (inv_freq / F32(factor)).astype(F32)     # transformers' linear: inv_freq /= f
     return rope.cos_sin(positions, inv_freq)
 
 
 def rope_per_layer(config: ModelConfig, positions) -> list[tuple[np.ndarray, np.ndarray]]:
-    """(cos, sin) [n, hd/2] of every layer; layers with the same RoPE base share arrays."""
-    by_theta: dict[float, tuple[np.ndarray, np.ndarray]] = {}
+    """(cos, sin) [n, hd/2] of every layer; layers with the same RoPE base and kind (sliding
+    or global: a linear factor scales only the global ones) share arrays."""
+    by_kind: dict[tuple[float, bool], tuple[np.ndarray, np.ndarray]] = {}
     tables = []
     for layer in range(config.num_layers):
-        theta = config.layer_rope_theta(layer)
-        if theta not in by_theta:
-            by_theta[theta] = rope_for(config, positions, layer)
-        tables.append(by_theta[theta])
+        kind = (config.layer_rope_theta(layer), config.options.layer_window(layer) is None)
+        if kind not in by_kind:
+            by_kind[kind] = rope_for(config, positions, layer)
+        tables.append(by_kind[kind])
     return tables
 
 

@@ -14,7 +14,8 @@ where the numbers came from. Conventions fixed here, once:
 The families served (Llama 2/3.x, Qwen2, Qwen3, Gemma 3) are ONE decoder: what differs
 between them is a `FamilyOptions` value in the config (q/k/v biases, per-head q/k RMSNorm,
 Llama 3 RoPE scaling, per-pair RoPE divisors from a GGUF; Gemma's post-norms, embedding
-scale, GeGLU, attention scale, per-layer sliding windows and RoPE bases), read by the
+scale, GeGLU, attention scale, per-layer sliding windows and RoPE bases, the global
+layers' linear RoPE factor), read by the
 same forward pass
 (`engine/model/families.py` decides the options and refuses what is not implemented).
 
@@ -57,6 +58,9 @@ class FamilyOptions:
     sliding_window: int | None = None
     sliding_layers: tuple[bool, ...] = ()
     local_rope_theta: float | None = None
+    # Gemma 3 4B+ (HF rope_type "linear" on full-attention layers): the global layers'
+    # RoPE frequencies are divided by this (positions / factor); sliding layers keep theirs.
+    global_rope_linear_factor: float | None = None
 
     def layer_window(self, layer: int) -> int | None:
         """The sliding window of layer `layer` in tokens (None: it sees every earlier key)."""

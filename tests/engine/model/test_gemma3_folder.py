@@ -184,8 +184,11 @@ def test_multimodal_layout_reads_the_same_weights(tmp_path, pair):
 GEMMA_REFUSALS = [
     ({"attn_logit_softcapping": 50.0}, "attn_logit_softcapping", "50.0"),
     ({"final_logit_softcapping": 30.0}, "final_logit_softcapping", "30.0"),
-    ({"rope_scaling": {"rope_type": "linear", "factor": 8.0}}, "rope_scaling.rope_type",
-     "linear"),
+    ({"rope_scaling": {"rope_type": "dynamic", "factor": 8.0}}, "rope_scaling.rope_type",
+     "dynamic"),
+    ({"rope_parameters": {"full_attention": {"rope_type": "default"},
+                          "sliding_attention": {"rope_type": "linear", "factor": 8.0}}},
+     "rope_parameters.sliding_attention.rope_type", "linear"),
     ({"rope_parameters": {"full_attention": {"rope_type": "yarn", "factor": 4.0},
                           "sliding_attention": {"rope_type": "default"}}},
      "rope_parameters.full_attention.rope_type", "yarn"),
@@ -306,3 +309,29 @@ def test_real_gemma_as_a_folder_answers_as_its_gguf_and_hugging_face(tmp_path):
         assert float(np.max(np.abs(got - want))) <= EXACT, f"logits_{j} vs the GGUF"
         hf = np.load(oracle / f"logits_{j}.npy")                                   # [V]
         assert float(np.max(np.abs(got - hf))) <= ORACLE_TOLERANCE, f"logits_{j} vs HF"
+
+
+LINEAR_FACTOR = 8.0                 # Gemma 3 4B+'s rope_scaling on its global layers
+
+
+def test_linear_rope_scaling_divides_only_the_global_layers_frequencies(tmp_path, pair):
+    """transformers' "linear" type (`inv_freq /= factor`) on full-attention layers, in its
+    4.x (`rope_scaling`) and 5.x (`rope_parameters.full_attention`) spellings."""
+    from engine.model import rope
+    folder, _, _ = pair
+    older = _config_of(tmp_path / "a", _hf_config(
+        rope_scaling={"rope_type": "linear", "factor": LINEAR_FACTOR}))
+    newer = _config_of(tmp_path / "b", _hf_config(rope_theta=None, rope_parameters={
+        "full_attention": {"rope_type": "linear", "factor": LINEAR_FACTOR,
+                           "rope_theta": ROPE_THETA},
+        "sliding_attention": {"rope_type": "default", "rope_theta": LOCAL_ROPE_THETA}}))
+    assert older == newer and older.options.global_rope_linear_factor == LINEAR_FACTOR
+    positions = np.arange(40)
+    tables = llama.rope_per_layer(older, positions)                 # [(cos, sin) [n, hd/2]]
+    scaled = rope.plain_inv_freq(HEAD_DIM, ROPE_THETA) / np.float32(LINEAR_FACTOR)
+    local = rope.plain_inv_freq(HEAD_DIM, LOCAL_ROPE_THETA)
+    for layer, (cos, sin) in enumerate(tables):
+        want_cos, want_sin = rope.cos_sin(positions, local if layer != 5 else scaled)
+        assert np.array_equal(cos, want_cos) and np.array_equal(sin, want_sin), layer
+    got = llama.forward(older, folder.weights, PROMPT)[-1]
+    assert float(np.max(np.abs(got - llama.forward(folder.config, folder.weights, PROMPT)[-1]))) > 1e-3
