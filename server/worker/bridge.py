@@ -53,6 +53,7 @@ from server.worker.compute_turn import ComputeTurn
 from server.worker.embedding_jobs import EmbedTicket, EmbeddingJobs
 from server.worker.events import Event, Failed, Invalid, TooLong, expired_event
 from server.worker.observers import EngineWatcher, StepTracer
+from server.worker.owned_thread import OwnedThread
 from server.worker.waiting import RefusedClients, WaitEstimator, WaitInputs, retry_after_s
 
 log = logging.getLogger("tlserve.bridge")
@@ -83,7 +84,7 @@ class Ticket:
         self.queued_s = 0.0                     # admitted at (bridge clock), for the trace
 
 
-class EngineBridge:
+class EngineBridge(OwnedThread):
     """Owns the engine thread. Public methods are thread-safe unless noted."""
 
     def __init__(self, engine: Engine, *, queue: QueuePolicy,
@@ -181,13 +182,6 @@ class EngineBridge:
         if refusal is not None:
             self.refused.refused(self._clock(), retry_s)
             raise refusal
-
-    def stop(self, timeout_s: float = 10.0) -> None:
-        with self._cond:
-            self._stopping = True
-            self._cond.notify()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
 
     def _post(self, command: tuple) -> None:
         with self._cond:

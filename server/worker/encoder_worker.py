@@ -37,6 +37,7 @@ from engine.api import Encoder
 from server.worker.admission import AdmissionGate, QueuePolicy, engine_down_error, reserve_or_refusal
 from server.worker.compute_turn import ComputeTurn
 from server.worker.embedding_jobs import EmbedTicket, encode_vectors
+from server.worker.owned_thread import OwnedThread
 from server.worker.waiting import retry_after_s
 from server.replies import RawJson, json_bytes
 
@@ -78,7 +79,7 @@ def render_rows(vectors: np.ndarray, encoding_format: str) -> list:
     return encode_vectors(vectors, encoding_format)
 
 
-class EncoderWorker:
+class EncoderWorker(OwnedThread):
     """Owns one encoder's thread. Public methods are thread-safe unless noted."""
 
     def __init__(self, encoder: Encoder, *, model_id: str, queue: QueuePolicy,
@@ -107,13 +108,6 @@ class EncoderWorker:
         self._thread = threading.Thread(target=self._run, name=f"tl-encoder-{self.model_id}",
                                         daemon=True)
         self._thread.start()
-
-    def stop(self, timeout_s: float = 10.0) -> None:
-        with self._cond:
-            self._stopping = True
-            self._cond.notify()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
 
     def is_healthy(self) -> bool:
         thread = self._thread
