@@ -54,6 +54,7 @@ FAMILIES = {
 # llama.cpp's swa pattern, transformers' layer_types); local layers' RoPE base is
 # transformers' gemma3 default (the GGUF stores only the global one).
 GEMMA3_GLOBAL_EVERY = 6
+GEMMA3_27B_LAYERS = 62        # the one Gemma 3 whose query_pre_attn_scalar is not head_dim
 GEMMA3_LOCAL_ROPE_THETA = 10000.0
 GEMMA3_ACTIVATION = "gelu_tanh"
 HF_ARCHITECTURES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2",
@@ -303,11 +304,16 @@ def _gemma3_gguf_options(meta: dict, path: str, options: FamilyOptions) -> Famil
         window = int(meta.get("gemma3.attention.sliding_window") or 0)
         num_layers = int(meta["gemma3.block_count"])
         hidden = int(meta["gemma3.embedding_length"])
+        heads = int(meta["gemma3.attention.head_count"])
     except (KeyError, TypeError, ValueError) as e:
         raise ModelFormatError(path, f"gemma3 metadata: {e!r}") from None
     sliding = tuple((i + 1) % GEMMA3_GLOBAL_EVERY != 0 for i in range(num_layers))
+    # The GGUF stores no query_pre_attn_scalar: it equals head_dim in every Gemma 3 but the
+    # 27B (62 layers), whose scalar is hidden / heads = 168 against head_dim 128; llama.cpp
+    # knows the 27B by its layer count, and so do we.
+    scale = (hidden / heads) ** -0.5 if num_layers == GEMMA3_27B_LAYERS else None
     return dataclasses.replace(
-        options, post_norms=True, embed_scale=math.sqrt(hidden),
+        options, post_norms=True, embed_scale=math.sqrt(hidden), attn_scale=scale,
         mlp_activation=GEMMA3_ACTIVATION,
         sliding_window=window or None, sliding_layers=sliding if window else (),
         local_rope_theta=GEMMA3_LOCAL_ROPE_THETA)

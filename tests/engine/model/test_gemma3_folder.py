@@ -247,6 +247,21 @@ def test_query_pre_attn_scalar_sets_the_attention_scale(tmp_path):
     assert config.attn_scale == pytest.approx((4 * HEAD_DIM) ** -0.5) != HEAD_DIM ** -0.5
 
 
+GEMMA3_27B_META = {"general.architecture": "gemma3", "gemma3.block_count": 62,
+                   "gemma3.embedding_length": 5376, "gemma3.attention.head_count": 32,
+                   "gemma3.attention.key_length": 128, "gemma3.attention.value_length": 128,
+                   "gemma3.attention.sliding_window": 1024}
+
+
+@pytest.mark.parametrize("layers,scale", [(62, 168 ** -0.5), (26, None), (18, None)])
+def test_a_gemma3_gguf_scales_scores_as_its_folder_would(layers, scale):
+    """The GGUF has no query_pre_attn_scalar: the 27B (62 layers) scales by
+    (hidden / heads)**-0.5 = 168**-0.5, as its config.json says; the others by head_dim."""
+    from engine.model.families import options_from_gguf
+    options = options_from_gguf({**GEMMA3_27B_META, "gemma3.block_count": layers}, "m.gguf")
+    assert options.attn_scale == (pytest.approx(scale) if scale else None)
+
+
 # --- the real Gemma 3 270M, its GGUF written out as a folder -------------------------------
 
 ORACLE_TOLERANCE = 1e-3             # as tests/engine/model/test_gemma3.py (README: ~2e-5)
