@@ -70,9 +70,18 @@ class TextStream:
 
     def _held_back_chars(self, text: str) -> int:
         """Length of the longest suffix of `text` that is a proper prefix of a stop string."""
-        longest = min(len(text), self._max_stop_chars - 1)
-        for size in range(longest, 0, -1):
-            suffix = text[-size:]
-            if any(s.startswith(suffix) for s in self._stops):
-                return size
-        return 0
+        return partial_marker_chars(text, self._stops, self._max_stop_chars)
+
+
+def partial_marker_chars(text: str, markers: tuple[str, ...],
+                         max_marker_chars: int | None = None) -> int:
+    """Length of the longest suffix of `text` that is a proper prefix of one of `markers`:
+    what a stream holds back while a marker (a stop string, a closing tag, a tool-call
+    trigger) may still be starting. `max_marker_chars`: the longest marker, if known."""
+    if max_marker_chars is None:
+        max_marker_chars = max((len(m) for m in markers), default=0)
+    for size in range(min(len(text), max_marker_chars - 1), 0, -1):
+        suffix = text[-size:]
+        if any(m.startswith(suffix) for m in markers):
+            return size
+    return 0

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sse import partial_marker_chars
+
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
 ENABLE_THINKING = "enable_thinking"     # the template variable that turns thinking off (Qwen3)
@@ -50,14 +52,6 @@ class Split:
 
     def __add__(self, other: Split) -> Split:
         return Split(self.reasoning + other.reasoning, self.content + other.content)
-
-
-def _partial_tail(text: str, tag: str) -> int:
-    """Length of the longest suffix of `text` that is a proper prefix of `tag`."""
-    for length in range(min(len(text), len(tag) - 1), 0, -1):
-        if tag.startswith(text[-length:]):
-            return length
-    return 0
 
 
 class ReasoningSplitter:
@@ -126,7 +120,7 @@ class ReasoningSplitter:
             return self._reasoning(before.rstrip("\n"))
         # Hold back a possible start of the closing tag and trailing newlines (they are
         # dropped if the tag follows them).
-        keep = _partial_tail(self._held, self._tags.close)
+        keep = partial_marker_chars(self._held, (self._tags.close,))
         body = self._held[:len(self._held) - keep]
         safe = body.rstrip("\n")
         self._held = self._held[len(safe):]

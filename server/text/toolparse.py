@@ -18,6 +18,7 @@ import json
 import os
 from dataclasses import dataclass
 
+from sse import partial_marker_chars
 from server.text.toolformats import MISTRAL, ToolCallFormat
 
 SEPARATORS = (",", ";", "<|python_tag|>")       # between calls, besides the format's markers
@@ -150,8 +151,7 @@ class CallSplitter:
             self.free = True
             keep = 0
         else:
-            keep = next((k for k in range(min(len(trigger) - 1, len(self.pending)), 0, -1)
-                         if self.pending.endswith(trigger[:k])), 0)
+            keep = partial_marker_chars(self.pending, (trigger,))
         out, self.pending = self.pending[:len(self.pending) - keep], self.pending[len(self.pending) - keep:]
         return [out] if out else []
 
