@@ -88,3 +88,11 @@ def wait_too_long_error(wait_s: float, deadline_ms: int, retry_s: int) -> ApiErr
                     f"The server is busy: a new request would wait about {wait_s:.1f} s for a "
                     f"batch slot, longer than the {deadline_ms} ms it holds a request; "
                     f"retry after {retry_s} s.", headers=(("Retry-After", str(retry_s)),))
+
+
+def leave_queue(ticket) -> None:
+    """Release a ticket's admission slot (its `on_leave_queue`), exactly once: when the
+    engine first takes it, or when it ends before that."""
+    release, ticket.on_leave_queue = ticket.on_leave_queue, None
+    if release is not None:
+        release()

@@ -46,7 +46,7 @@ from typing import Callable
 
 from engine.api import (FINISH_DEADLINE, Engine, EngineStats, GenRequest, PromptLogprobs,
                         PromptTooLong, RequestRefused, TokenOut)
-from server.worker.admission import (AdmissionGate, QueuePolicy, engine_down_error,
+from server.worker.admission import (AdmissionGate, QueuePolicy, engine_down_error, leave_queue,
                                      reserve_or_refusal)
 from server.worker.arrivals import ArrivalWindow
 from server.worker.compute_turn import ComputeTurn
@@ -195,7 +195,7 @@ class EngineBridge(OwnedThread):
     def _refuse(command: tuple, reason: str) -> None:
         """End a command the engine thread will never run (it stopped or died)."""
         verb, ticket = command
-        EngineBridge._leave_queue(ticket)
+        leave_queue(ticket)
         if verb == "embed":
             ticket.error, ticket.done = reason, True
         elif verb == "add":
@@ -261,18 +261,18 @@ class EngineBridge(OwnedThread):
             log.error("request %s: engine command %s failed: %s", ticket.request_id, verb,
                       traceback.format_exc())
             if verb == "add" and not ticket.is_finished:
-                self._leave_queue(ticket)
+                leave_queue(ticket)
                 ticket.is_finished = True
                 ticket.events.append(Failed(f"engine refused the request: {exc}"))
 
     def _add(self, ticket: Ticket) -> None:
         if ticket.is_aborted:
-            self._leave_queue(ticket)
+            leave_queue(ticket)
             return
         try:
             ticket.engine_id = self._engine.add_request(ticket.request)
         except RequestRefused as exc:              # anything else is a bug: _apply -> Failed (500)
-            self._leave_queue(ticket)
+            leave_queue(ticket)
             ticket.is_finished = True
             kind = TooLong if isinstance(exc, PromptTooLong) else Invalid
             ticket.events.append(kind(str(exc)))
@@ -287,11 +287,11 @@ class EngineBridge(OwnedThread):
             del self._live[ticket.engine_id]
             if self.tracer is not None:
                 self.tracer.finished(ticket.engine_id, "aborted", self._clock())
-        self._leave_queue(ticket)
+        leave_queue(ticket)
         ticket.is_finished = True
 
     def _embed(self, ticket: EmbedTicket) -> None:
-        self._leave_queue(ticket)                                  # taken off the inbox: slot free
+        leave_queue(ticket)                                  # taken off the inbox: slot free
         self._embeds.start(self._engine, ticket)                   # steps pack its inputs
 
     def _step(self) -> None:
@@ -327,7 +327,7 @@ class EngineBridge(OwnedThread):
     def _deliver(self, ticket: Ticket, out: TokenOut | PromptLogprobs, now: float) -> None:
         if isinstance(out, PromptLogprobs):     # a scored prefill chunk: scheduled, no token
             ticket.is_scheduled = True
-            self._leave_queue(ticket)
+            leave_queue(ticket)
             ticket.events.append(out)
             return
         if out.token is not None:
@@ -335,7 +335,7 @@ class EngineBridge(OwnedThread):
             ticket.first_token_s = ticket.first_token_s or now
             ticket.last_token_s = now
         if out.token is not None or out.finish is not None:
-            self._leave_queue(ticket)
+            leave_queue(ticket)
         if out.finish is not None:
             ticket.is_finished = True
             self._live.pop(out.id, None)
@@ -346,17 +346,10 @@ class EngineBridge(OwnedThread):
         else:
             ticket.events.append(out)
 
-    @staticmethod
-    def _leave_queue(ticket: Ticket | EmbedTicket) -> None:
-        """Release the ticket's admission slot, exactly once."""
-        if ticket.on_leave_queue is not None:
-            release, ticket.on_leave_queue = ticket.on_leave_queue, None
-            release()
-
     def _fail_all(self, message: str) -> None:
         for ticket in list(self._live.values()):
             log.warning("request %s failed: %s", ticket.request_id, message)
-            self._leave_queue(ticket)
+            leave_queue(ticket)
             ticket.is_finished = True
             ticket.events.append(Failed(message))
         self._live.clear()

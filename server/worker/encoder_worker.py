@@ -34,7 +34,8 @@ from typing import Callable
 import numpy as np
 
 from engine.api import Encoder
-from server.worker.admission import AdmissionGate, QueuePolicy, engine_down_error, reserve_or_refusal
+from server.worker.admission import (AdmissionGate, QueuePolicy, engine_down_error, leave_queue,
+                                     reserve_or_refusal)
 from server.worker.compute_turn import ComputeTurn
 from server.worker.embedding_jobs import EmbedTicket, encode_vectors
 from server.worker.owned_thread import OwnedThread
@@ -155,7 +156,7 @@ class EncoderWorker(OwnedThread):
             if self._stopping or not self._inbox:
                 return False
             ticket = self._inbox.popleft()
-        _leave_queue(ticket)                            # taken: its admission slot frees
+        leave_queue(ticket)                            # taken: its admission slot frees
         self._publish(running=1)
         try:
             self._compute(ticket)
@@ -213,12 +214,6 @@ class EncoderWorker(OwnedThread):
         with self._cond:
             queued, self._inbox = list(self._inbox), deque()
         for ticket in queued:
-            _leave_queue(ticket)
+            leave_queue(ticket)
             ticket.error, ticket.done = reason, True
         self.wake()
-
-
-def _leave_queue(ticket: EmbedTicket) -> None:
-    release, ticket.on_leave_queue = ticket.on_leave_queue, None
-    if release is not None:
-        release()
