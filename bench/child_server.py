@@ -111,3 +111,18 @@ def idle_after(server: Server, within_s: float = FREE_WITHIN_S) -> dict:
         time.sleep(0.05)
         state = server.idle_state()
     return state
+
+
+def rss_mib(pid: int) -> float:
+    """A process's resident memory (VmRSS) in MiB; 0 once it is gone."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (for a child server's listener)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

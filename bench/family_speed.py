@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -29,6 +28,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.child_server import free_port, rss_mib  # noqa: E402
 from bench.load_server import Endpoint, spawned  # noqa: E402
 from bench.load_client import Target  # noqa: E402
 from bench.load_sweep import measure  # noqa: E402
@@ -59,19 +59,6 @@ def gguf_of(name: str) -> Path:
     if not found:
         raise SystemExit(f"no GGUF for {name}: python tlserve.py fetch-model {name}")
     return found[0]
-
-
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def load_args(ns: argparse.Namespace) -> argparse.Namespace:

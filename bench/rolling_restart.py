@@ -35,7 +35,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -47,6 +46,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.child_server import free_port  # noqa: E402  (shared)
+
 HAPROXY_CFG = ROOT / "deploy" / "haproxy" / "haproxy.cfg"
 OUT = ROOT / "bench" / "out"
 READY_TIMEOUT_S = 180
@@ -57,12 +58,6 @@ CLIENT_TIMEOUT_S = QUEUE_DEADLINE_S + 60.0                 # longest silence a s
 STOP_MARGIN_S = 30.0                 # after the drain: engine stop and exit
 DRAIN_CUT = "drain timeout: cancelling"                    # the loop's log line
 MAX_TOKENS = 64                      # per request (--max-tokens)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def find_haproxy() -> str:

@@ -28,7 +28,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.child_server import Server, idle_after, served_model  # noqa: E402
+from bench.child_server import Server, idle_after, rss_mib, served_model  # noqa: E402
 
 RSS_INTERVAL_S = 5.0
 WARMUP_SHARE = 0.3               # RSS growth is measured from the first sample after this share
@@ -92,13 +92,6 @@ def one(addr: tuple[str, int], kind: str, model: str, rng: random.Random) -> str
                 return status
             if kind == "slow_client":
                 time.sleep(SLOW_PAUSE_S / 5)
-
-
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
 
 
 def soak(server: Server, seconds: float, workers: int, seed: int) -> dict:
