@@ -62,6 +62,9 @@ class GenRequest:
     # computing the whole KV blocks this prompt shares with it, wait, then take them from
     # the prefix cache (shared, not copied; the partial tail block is recomputed).
     wait_for_prefix: bool = False
+    # Predicted output (OpenAI's `prediction`): token ids the answer is expected to repeat
+    # (the file being edited). Only a source of speculative drafts: outputs never change.
+    prediction: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,6 +74,10 @@ class TokenOut:
     logprob: float = 0.0
     top_logprobs: tuple[tuple[int, float], ...] = ()
     finish: str | None = None      # None while the request goes on
+    # On the TokenOut that finishes a request with a `prediction` (else 0): its drafted
+    # prediction tokens the model accepted / rejected (OpenAI's usage.completion_tokens_details).
+    accepted_prediction_tokens: int = 0
+    rejected_prediction_tokens: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -128,6 +135,8 @@ class EngineStats:
     evictions_total: int = 0
     spec_draft_tokens: int = 0
     spec_accepted_tokens: int = 0
+    # Per draft source, since start: (source name, drafted tokens, accepted tokens).
+    spec_by_source: tuple[tuple[str, int, int], ...] = ()
     steps_total: int = 0
 
 
