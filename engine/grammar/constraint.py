@@ -96,6 +96,11 @@ class Constraint:
         if nxt != DEAD:                      # a refused token (never sampled) leaves the state
             self.state = nxt
 
+    def forced_drafts(self, max_tokens: int) -> list[int]:
+        """Up to `max_tokens` token ids for the text the grammar forces next (issue 24's
+        grammar draft source; [] until it lands: no drafts, outputs unchanged)."""
+        return []
+
     @property
     def complete(self) -> bool:
         """The text so far is a whole sentence of the grammar."""
