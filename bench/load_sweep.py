@@ -48,7 +48,7 @@ from bench.load_server import (HIT_COUNTER, PROMPT_COUNTER, STEPS_COUNTER, at_ur
                                chat_body, chat_prompt, config_sets, settings_env, spawned)
 from bench.mix_ceiling import ROOFLINE_SHAPE, MixCeiling, StepMix, bound_row  # noqa: E402
 from bench.roofline import ROOFLINE_MAX_BATCH, run_roofline                # noqa: E402
-from engine.core.speculative import SPEC_MAX_DECODING                      # noqa: E402
+DRAFTS_MAY_RIDE_UP_TO_STREAMS = 8   # bound rows timed only above this: fewer streams draft most
 
 REPO_KEY = "repo"                 # in a --config-set: spawn tlserve.py from that checkout
 CELL_PROMPT_STRIDE = 1_000_000    # each cell's prompts start at its own index: none repeats
@@ -183,7 +183,7 @@ def sweep(args: argparse.Namespace, roof: dict) -> list[dict]:
                 mix = row.pop("mix", None)
                 # timed with the server idle; not where the server may draft: the drafts'
                 # rows are in no counter, and a step's tokens can exceed its rows
-                if mix is not None and args.roofline and streams > SPEC_MAX_DECODING:
+                if mix is not None and args.roofline and streams > DRAFTS_MAY_RIDE_UP_TO_STREAMS:
                     ceiling = ceiling or MixCeiling(ROOFLINE_SHAPE)
                     bound = ceiling.bound(mix, min(streams, ROOFLINE_MAX_BATCH))
                     row.update(bound_row(row["tok_s"], mix, bound))

@@ -24,7 +24,8 @@ MAX_TOP_LOGPROBS = 20
 
 # The allowed values of two settings, the one source for the engine's checks and the server's.
 PREFIX_CACHE_MODES = ("radix", "none")        # EngineConfig.prefix_cache
-SPECULATIVE_METHODS = ("prompt_lookup",)      # SpeculativeConfig.method
+# SpeculativeConfig.method: "auto" = every draft source; else that one source alone
+SPECULATIVE_METHODS = ("auto", "prompt_lookup", "suffix", "prediction", "grammar")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,8 +96,8 @@ class PromptLogprobs:
 
 @dataclass(frozen=True, kw_only=True)
 class SpeculativeConfig:
-    method: str = "prompt_lookup"  # one of SPECULATIVE_METHODS
-    num_speculative_tokens: int = 4
+    method: str = "auto"           # one of SPECULATIVE_METHODS (engine/core/drafts/policy.py)
+    num_speculative_tokens: int = 4  # prompt lookup's drafts, at most (the other sources: up to 32)
     prompt_lookup_min: int = 2     # n-gram sizes tried, longest first
     prompt_lookup_max: int = 4
 

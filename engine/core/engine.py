@@ -9,7 +9,8 @@ and returns its id; every `step()` is the same checklist (nano-vllm's shape):
              embedding inputs as prefill-only rows in what is left of the token budget
              (engine/core/embedding.py; `add_embedding` / `take_embeddings`)
     sample   one token per sampling row with the request's own seeded stream
-             (engine/core/sampler.py); speculative rows are verified in order
+             (engine/core/sampler.py); speculative rows are verified in order, and the
+             speculation policy learns from them (engine/core/drafts/)
     commit   full blocks into the prefix cache; finished sequences release their blocks
 
 and returns one `TokenOut` per produced token. A token in the model's EOS ids (unless
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import random
 import time
+from dataclasses import replace
 from typing import Callable
 
 import numpy as np
@@ -46,6 +48,7 @@ from engine.core.embedding import EmbedDone, EmbeddingQueue, embed_budget_tokens
 from engine.core.sequence import Sequence
 from engine.core.snapshot import EngineSnapshot, StepRecord, build_snapshot, step_record
 from engine.core import prompt_scores, speculative
+from engine.core.drafts.policy import Draft, DraftPolicy, prediction_counts
 from engine.core.guided import sample_guided
 from engine.grammar.constraint import Guides
 
@@ -85,11 +88,12 @@ class Engine:
         # The decode mirror may hold at most as many bytes as the pools (see engine/kv/mirror.py).
         self.runner = ModelRunner(mc, model.weights, self.kv, self._max_model_len,
                                   mirror_bytes=self.kv.nbytes)
-        drafter = None
+        self.scheduler = Scheduler(config, self.blocks)
+        self.drafts: DraftPolicy | None = None             # speculation off
         if config.speculative is not None:
             speculative.check_config(config.speculative)
-            drafter = self._drafts
-        self.scheduler = Scheduler(config, self.blocks, drafter)
+            self.drafts = DraftPolicy(config.speculative, self.scheduler.step_cost, self._max_model_len)
+            self.scheduler.drafter = self.drafts.propose
         self.eos_ids = frozenset(int(t) for t in mc.eos_token_ids)
         self.embeddings = EmbeddingQueue(self.blocks, mc.hidden_size, config.prefill_chunk,
                                          self._max_model_len)   # embeddings: engine/core/embedding.py
@@ -98,8 +102,7 @@ class Engine:
         self._next_id = 0
         self._last_batch_tokens = 0
         self._steps_total = 0
-        self._spec_draft_tokens = 0
-        self._spec_accepted_tokens = 0
+        self._step_accepted: dict[RequestId, int] = {}     # this step's accepted drafts (step records)
         self.record_steps = False          # True: each step leaves a StepRecord in last_step
         self.last_step: StepRecord | None = None
 
@@ -149,6 +152,7 @@ class Engine:
         (and a PromptLogprobs per prefill chunk of a request that scores its prompt)."""
         if self.record_steps:
             self.last_step, start_s = None, self.clock()    # None: a step without a batch
+            self._step_accepted = {}
         outs = [TokenOut(id=s.id, token=None, finish=FINISH_DEADLINE)
                 for s in self.scheduler.expire(self.clock())]
         for out in outs:
@@ -157,7 +161,7 @@ class Engine:
         for copy in plan.copies:                         # prefix hits that end inside a block
             self.kv.copy_rows(copy.src_block, copy.dst_block, copy.num_tokens)
         for seq in plan.cannot_fit:
-            outs.append(TokenOut(id=seq.id, token=None, finish=FINISH_LENGTH))
+            outs.append(self._finishing(seq, TokenOut(id=seq.id, token=None, finish=FINISH_LENGTH)))
             self._seqs.pop(seq.id, None)
             self._finish(seq)
         embeds = self._embedding_rows(plan) if self.embeddings.has_work() else []
@@ -182,7 +186,7 @@ class Engine:
         self.scheduler.step_cost.observe(self._last_batch_tokens, self.clock() - scheduled_s)
         if self.record_steps:
             times_s = (start_s, scheduled_s, forward_s, self.clock())
-            self.last_step = step_record(self._steps_total, times_s, plan)
+            self.last_step = step_record(self._steps_total, times_s, plan, self._step_accepted)
         return outs
 
     def _embedding_rows(self, plan: StepPlan) -> list:
@@ -220,24 +224,36 @@ class Engine:
             self._seqs.pop(seq.id, None)
             self._finish(seq)
             return outs + [TokenOut(id=seq.id, token=None, finish=FINISH_LENGTH)]
+        accepted, mismatched = 0, False
         for j in range(logits.shape[0]):
             out = self._sample(seq, logits[j], int(argmax[j]))
             outs.append(out)
-            if out.finish is not None:
-                break
             if j < len(item.drafts):
                 if out.token != item.drafts[j]:
+                    mismatched = True
                     break
-                seq.num_computed += 1                    # the draft's K/V is now valid
-                self._spec_accepted_tokens += 1
-        self._spec_draft_tokens += len(item.drafts)
+                accepted += 1
+                if out.finish is None:
+                    seq.num_computed += 1                # the draft's K/V is now valid
+            if out.finish is not None:
+                break
         if item.drafts:
-            accepted = seq.num_computed > start + item.num_tokens
-            seq.draft_misses = 0 if accepted else seq.draft_misses + 1
-            seq.draft_pause_steps = speculative.pause_after(seq.draft_misses)
+            self.drafts.settle(seq, Draft(item.draft_source, item.drafts), accepted, mismatched)
+            if self.record_steps:
+                self._step_accepted[seq.id] = accepted
             if outs[-1].finish is None:
                 self._commit_full_blocks(seq)            # blocks filled by accepted drafts
+        if outs[-1].finish is not None:
+            outs[-1] = self._finishing(seq, outs[-1])
         return outs
+
+    @staticmethod
+    def _finishing(seq: Sequence, out: TokenOut) -> TokenOut:
+        """The finishing TokenOut with the request's prediction counts (0, 0 without one)."""
+        accepted, rejected = prediction_counts(seq)
+        if not (accepted or rejected):
+            return out
+        return replace(out, accepted_prediction_tokens=accepted, rejected_prediction_tokens=rejected)
 
     def _sample(self, seq: Sequence, logits_row: np.ndarray, argmax: int) -> TokenOut:
         """Sample one token; `argmax` is the row's raw argmax, the answer for plain greedy."""
@@ -270,6 +286,8 @@ class Engine:
 
     def _finish(self, seq: Sequence) -> None:
         self.scheduler.remove(seq)
+        if self.drafts is not None:
+            self.drafts.finish(seq)                      # its text joins the suffix store
 
     def _commit_full_blocks(self, seq: Sequence) -> None:
         """Offer newly filled blocks of computed tokens to the prefix cache."""
@@ -283,14 +301,6 @@ class Engine:
                 seq.blocks[i] = node.block           # the tree's copy, when it already had one
             seq.radix_node = node
             seq.num_committed_blocks += 1
-
-    def _drafts(self, seq: Sequence, budget: int) -> list[int]:
-        if seq.draft_pause_steps > 0:                    # its last drafts all missed
-            seq.draft_pause_steps -= 1
-            return []
-        room = min(budget, seq.req.max_tokens - seq.num_generated - 1,
-                   self._max_model_len - len(seq.tokens) - 1)
-        return speculative.propose(seq.tokens, self.config.speculative, room)
 
     # ----------------------------------------------------------------- side doors
 
@@ -323,6 +333,7 @@ class Engine:
 
     def stats(self) -> EngineStats:
         sch, blocks = self.scheduler, self.blocks
+        by_source = self.drafts.by_source() if self.drafts is not None else ()
         return EngineStats(
             kv_blocks_used=blocks.num_used_blocks,
             kv_blocks_cached=blocks.num_cached_blocks,
@@ -336,7 +347,8 @@ class Engine:
             preemptions_total=sch.preemptions_total,
             prefix_waits_total=sch.prefix_waits_total,
             evictions_total=blocks.evictions_total,
-            spec_draft_tokens=self._spec_draft_tokens,
-            spec_accepted_tokens=self._spec_accepted_tokens,
+            spec_draft_tokens=sum(drafted for _, drafted, _ in by_source),
+            spec_accepted_tokens=sum(accepted for _, _, accepted in by_source),
+            spec_by_source=by_source,
             steps_total=self._steps_total,
         )

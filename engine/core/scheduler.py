@@ -13,7 +13,8 @@ then answers its first requests one step after another, not all at the end of on
 step), except that one prompt may always take a whole `prefill_chunk`.
 
 1. running sequences, highest priority then earliest arrival first: a decoding one gets
-   its one token (plus speculative drafts when there is budget), a prefilling one its next
+   its one token (plus the drafts the speculation policy chooses for this batch size,
+   engine/core/drafts/policy.py, within the budget), a prefilling one its next
    piece of at most `prefill_chunk` tokens -- so long prompts never stall the decodes;
 2. if a running sequence needs a block and none is left (after evicting cached blocks),
    the lowest-priority, latest-arrived running sequence is *preempted by recompute*: its
@@ -46,7 +47,7 @@ from typing import Callable
 from engine.types import EngineConfig
 from engine.kv.blocks import BlockManager
 from engine.core.sequence import Sequence
-from engine.core.speculative import SPEC_MAX_DECODING
+from engine.core.drafts.policy import Draft
 from engine.core.step_cost import StepCostModel
 
 # A waiting request is passed over while a running sequence still computes at least this
@@ -61,6 +62,7 @@ class Scheduled:
     num_tokens: int                     # tokens computed this step, from seq.num_computed on
     samples: bool                       # the chunk reaches the last known token: its last rows sample
     drafts: tuple[int, ...] = ()        # speculative tokens appended after the last token
+    draft_source: str = ""              # the draft source that proposed them
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +92,7 @@ class Scheduler:
     """Waiting queue + running set + the per-step batching decision."""
 
     def __init__(self, config: EngineConfig, blocks: BlockManager,
-                 drafter: Callable[[Sequence, int], list[int]] | None = None):
+                 drafter: Callable[[Sequence, int, int], Draft | None] | None = None):
         self.config = config
         self.blocks = blocks
         self.drafter = drafter
@@ -100,7 +102,7 @@ class Scheduler:
         self.prefix_hit_tokens = 0
         self.prompt_tokens = 0
         self.prefix_waits_total = 0         # requests passed over for a prefix in flight
-        self._speculate = True              # this step: few enough decode rows for drafts
+        self._decoding = 0                  # this step's decoding sequences (the draft rule's batch)
         self.step_cost = StepCostModel()    # fed by the engine after every step
 
     # ----------------------------------------------------------------- queue
@@ -139,7 +141,7 @@ class Scheduler:
         budget = self.config.max_batched_tokens
         decoding = self._num_decoding()
         prefill_room = plan.prefill_allowance = self._allowance(decoding)
-        self._speculate = decoding <= SPEC_MAX_DECODING
+        self._decoding = decoding
         self.running.sort(key=lambda s: s.sort_key)
         index = 0
         while index < len(self.running) and budget > 0:
@@ -193,12 +195,15 @@ class Scheduler:
     def _schedule_running(self, seq: Sequence, budget: int, plan: StepPlan) -> Scheduled | None:
         remaining = seq.num_uncomputed
         drafts: tuple[int, ...] = ()
-        if remaining == 1 and self.drafter is not None and self._speculate and budget > 1:
-            drafts = tuple(self.drafter(seq, budget - 1))
+        source = ""
+        if remaining == 1 and self.drafter is not None and budget > 1:
+            draft = self.drafter(seq, budget - 1, self._decoding)
+            if draft is not None:
+                drafts, source = draft.tokens, draft.source
         want = min(remaining, self.config.prefill_chunk, budget)
         while True:
             if self.blocks.grow(seq.blocks, seq.num_computed + want + len(drafts)):
-                return Scheduled(seq, want, want == remaining, drafts)
+                return Scheduled(seq, want, want == remaining, drafts, source)
             if drafts:                     # try again without the speculation first
                 drafts = ()
                 continue

@@ -22,7 +22,7 @@ class Sequence:
                  "arrival", "num_generated", "output_counts", "radix_node",
                  "num_committed_blocks", "was_scheduled", "stop_ids", "eos_ids",
                  "_prompt_set", "constraint", "num_prompt_scored", "prompt_scored",
-                 "waited_for_prefix", "draft_misses", "draft_pause_steps")
+                 "waited_for_prefix", "draft_misses", "draft_pause_steps", "drafts")
 
     def __init__(self, seq_id: int, req: GenRequest, *, seed: int, arrival: int,
                  eos_ids: frozenset[int]):
@@ -48,6 +48,7 @@ class Sequence:
         self.waited_for_prefix = False               # passed over once for a prefix in flight
         self.draft_misses = 0                        # speculation: all-rejected drafts in a row
         self.draft_pause_steps = 0                   # ... and the steps left without drafts
+        self.drafts = None                           # engine/core/drafts/policy.py SeqDrafts, made on use
 
     @property
     def sort_key(self) -> tuple[int, int]:

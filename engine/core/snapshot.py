@@ -44,6 +44,7 @@ class StepRow:
     num_tokens: int                 # tokens computed for it (drafts not included)
     is_prefill: bool                # a prompt piece (or a recompute), not a one-token decode
     num_drafts: int = 0             # speculative tokens verified after them
+    num_accepted: int = 0           # ... of which the model produced (accepted drafts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,11 +70,21 @@ class StepRecord:
     def decode_rows(self) -> int:
         return sum(1 for r in self.rows if not r.is_prefill)
 
+    @property
+    def drafted_rows(self) -> int:
+        return sum(r.num_drafts for r in self.rows)
+
+    @property
+    def accepted_rows(self) -> int:
+        return sum(r.num_accepted for r in self.rows)
+
 
 def step_record(step: int, times_s: tuple[float, float, float, float],
-                plan: StepPlan) -> StepRecord:
+                plan: StepPlan, accepted: dict[int, int]) -> StepRecord:
+    """`accepted`: sequence id -> drafts of this step the model produced."""
     rows = tuple(StepRow(item.seq.id, item.num_tokens,
-                         not (item.samples and item.num_tokens == 1), len(item.drafts))
+                         not (item.samples and item.num_tokens == 1), len(item.drafts),
+                         accepted.get(item.seq.id, 0))
                  for item in plan.scheduled)
     return StepRecord(step, *times_s, rows=rows,
                       preempted=tuple(seq.id for seq in plan.preempted))

@@ -1,7 +1,7 @@
 """Every engine feature for every family, checked against the dense reference.
 
 Each test runs one engine feature (paged KV with small blocks, chunked prefill, the radix
-prefix cache, preemption, prompt-lookup speculation, n > 1 forks, prompt logprobs,
+prefix cache, preemption, speculation (every draft source), n > 1 forks, prompt logprobs,
 embeddings, JSON-schema grammars) on a tiny random model of each family
 (tests/engine/core/family_models.py) and compares it with the dense forward of
 engine/model/llama.py: greedy tokens token for token, logprobs within LOGPROB_ATOL. The
@@ -44,7 +44,7 @@ WINDOW_EFFECT = 0.05         # a windowless reference is off by at least this mu
 NEW_TOKENS = 10
 # Random models rarely continue a passage; over this many prompts and tokens each family's
 # greedy runs repeat themselves often enough that drafts (from 1-grams up) are accepted.
-SPEC_PASSAGES = 8            # at most speculative.SPEC_MAX_DECODING: they all get drafts
+SPEC_PASSAGES = 8
 SPEC_TOKENS = 40
 JSON_TOKENS = 120            # SCHEMA's text with MAX_WS_CHARS of whitespace at every gap fits
 BLOCK = 4
@@ -139,18 +139,24 @@ def test_preemption_in_a_tiny_pool_leaves_the_outputs_unchanged(family):
 
 
 @per_family
-def test_prompt_lookup_speculation_accepts_drafts_and_changes_nothing(family):
+def test_speculation_accepts_drafts_and_changes_nothing(family):
+    """Every draft source on ("auto"): repetitive prompts for prompt lookup, and a
+    prediction (the plain answer with its second half changed) that is partly accepted."""
     model = family_model(family)
     rng = np.random.default_rng(7)
     passages = [tuple(int(t) for t in rng.integers(0, 256, 6)) for _ in range(SPEC_PASSAGES)]
     prompts = [p * 3 + p[:2] for p in passages]            # "repeat the passage"
     requests = [GenRequest(prompt=p, params=GREEDY, max_tokens=SPEC_TOKENS) for p in prompts]
     _, plain = _run(model, requests)
+    half = SPEC_TOKENS // 2
+    requests = [dataclasses.replace(r, prediction=tuple(tokens_of(o)[:half]) + tuple(range(half)))
+                for r, o in zip(requests, plain)]
     spec = SpeculativeConfig(num_speculative_tokens=4, prompt_lookup_min=1, prompt_lookup_max=3)
     engine, drafted = _run(model, requests, speculative=spec)
     assert [tokens_of(o) for o in drafted] == [tokens_of(o) for o in plain]
     assert [tokens_of(o) for o in plain] == [dense_greedy(model, p, SPEC_TOKENS) for p in prompts]
-    assert engine.stats().spec_accepted_tokens > 0
+    by_source = {name: (drafted, accepted) for name, drafted, accepted in engine.stats().spec_by_source}
+    assert by_source["prediction"][0] > by_source["prediction"][1] > 0
 
 
 @per_family

@@ -1,0 +1,32 @@
+"""Prompt lookup: drafts from the request's own context.
+
+When a model repeats or edits text it was given (summaries that quote, code edits, "repeat
+this passage"), the next tokens often already appear in the context right after the
+current last few tokens. `propose` finds the most recent earlier occurrence of the
+context's last n-gram (n from `prompt_lookup_max` down to `prompt_lookup_min`) and
+proposes the tokens that followed it.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from engine.types import SpeculativeConfig
+
+
+def propose(tokens: list[int], config: SpeculativeConfig, max_draft: int) -> list[int]:
+    """Up to `max_draft` tokens that followed the latest earlier match of the last n-gram."""
+    max_draft = min(max_draft, config.num_speculative_tokens)
+    if max_draft <= 0:
+        return []
+    context = np.asarray(tokens, dtype=np.int64)                           # [T]
+    total = context.shape[0]
+    for n in range(config.prompt_lookup_max, config.prompt_lookup_min - 1, -1):
+        if total <= n:
+            continue
+        windows = sliding_window_view(context[:total - 1], n)                # [T-n, n]: starts 0..T-n-1
+        hits = np.flatnonzero((windows == context[total - n:]).all(axis=1))  # earlier occurrences
+        if hits.size:
+            start = int(hits[-1]) + n                                       # the token after the match
+            return context[start:start + max_draft].tolist()
+    return []

@@ -1,0 +1,208 @@
+"""The speculation policy: per decoding sequence and step, which source drafts and how many tokens.
+
+Sources are tried in `SOURCES` order (the surest first: what a grammar forces, then the
+request's prediction, then earlier requests' text, then the request's own context); the
+first that offers a draft of at least one token under the length rule drafts.
+
+The draft-length rule. A step of B decoding rows plus D draft rows takes about
+`fixed_s + (B + D) * per_row_s` (engine/core/step_cost.py learns both). If a source's
+drafts are accepted position by position with probability a (the first rejection ends
+them), the i-th draft adds a^i expected tokens and costs one row. Adding it raises the
+batch's expected tokens per second iff its gain per row beats the step's rate so far
+(T expected tokens over a step of B + i - 1 rows):
+
+    a^i / per_row_s  >  T / (fixed_s + (B + i - 1) * per_row_s)
+    i.e.  a^i * (1 + (B + i - 1) * r)  >  T * r,          r = per_row_s / fixed_s
+
+and since a^i shrinks, the first draft that fails ends the draft. So: many drafts at one
+stream (the step is bound by reading the weights, r small), fewer as B grows, none when
+a is near 0 -- replacing a fixed "no drafts above N streams" cut. Each sequence is
+decided alone (the other sequences' drafts are not in its T; the rule then drafts a
+little more than the batch optimum). At most `SPEC_MAX_DRAFT_TOKENS` per sequence and
+the step's token budget.
+
+Acceptance a is measured per source over all requests (decayed, from a prior: grammar
+and prediction high) and per sequence (its own trials, the source's rate as prior). A
+trial is a verified draft position: accepted, or the mismatch that ended the draft.
+
+Back-off for guesses: when all of a sequence's suffix or prompt-lookup drafts miss, those
+two sources pause for 1, 2, 4 ... steps (`speculative.pause_after`), so plain chat pays
+for few drafts. Nothing here changes an output: it only chooses rows to verify.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from engine.core.drafts import lookup
+from engine.core.drafts.prediction import PredictionTrack
+from engine.core.drafts.suffix import SuffixStore
+from engine.core.sequence import Sequence
+from engine.core.speculative import pause_after
+from engine.core.step_cost import StepCostModel
+from engine.types import SpeculativeConfig
+
+GRAMMAR, PREDICTION, SUFFIX, PROMPT_LOOKUP = "grammar", "prediction", "suffix", "prompt_lookup"
+SOURCES = (GRAMMAR, PREDICTION, SUFFIX, PROMPT_LOOKUP)       # tried in this order
+METHOD_SOURCES = {"auto": SOURCES} | {source: (source,) for source in SOURCES}   # config method -> sources
+GUESSING_SOURCES = frozenset((SUFFIX, PROMPT_LOOKUP))       # paused after misses
+
+SPEC_MAX_DRAFT_TOKENS = 32         # drafts of one sequence in one step, at most
+# Acceptance per draft position assumed before any is measured, and its weight in trials.
+PRIOR_ACCEPTANCE = {GRAMMAR: 0.95, PREDICTION: 0.9, SUFFIX: 0.6, PROMPT_LOOKUP: 0.5}
+PRIOR_TRIALS = 8.0                 # a source's prior counts as this many trials
+SEQ_PRIOR_TRIALS = 4.0             # the source's rate counts as this many of a sequence's trials
+MAX_SOURCE_TRIALS = 2000.0         # past this a source's counts halve: recent requests count more
+MAX_ACCEPTANCE = 0.99              # a rate never taken as certain
+PRIOR_ROW_COST_RATIO = 0.1         # per_row_s / fixed_s until the step cost is learned
+
+
+def draft_length(acceptance: float, row_cost_ratio: float, decoding_rows: int, max_tokens: int) -> int:
+    """Drafts worth their rows: add the next while its expected tokens per row beat the
+    expected tokens per second of the step so far (in units of the step's fixed time)."""
+    acceptance = min(acceptance, MAX_ACCEPTANCE)
+    rows = max(1, decoding_rows)
+    k, gain, expected_tokens = 0, acceptance, float(rows)
+    while k < max_tokens and gain * (1.0 + (rows + k) * row_cost_ratio) > expected_tokens * row_cost_ratio:
+        expected_tokens += gain
+        k += 1
+        gain *= acceptance
+    return k
+
+
+@dataclass(frozen=True, slots=True)
+class Draft:
+    source: str
+    tokens: tuple[int, ...]
+
+
+@dataclass(slots=True)
+class Trials:
+    """Verified draft positions: accepted ones out of all (weights, so they can decay)."""
+    accepted: float = 0.0
+    trials: float = 0.0
+
+    def rate(self, prior: float, prior_trials: float) -> float:
+        return (self.accepted + prior * prior_trials) / (self.trials + prior_trials)
+
+    def add(self, accepted: int, trials: int, max_trials: float | None = None) -> None:
+        self.accepted += accepted
+        self.trials += trials
+        if max_trials is not None and self.trials > max_trials:
+            self.accepted, self.trials = self.accepted / 2, self.trials / 2
+
+
+@dataclass(slots=True)
+class SeqDrafts:
+    """A sequence's speculation state (on `Sequence.drafts`)."""
+    track: PredictionTrack | None
+    trials: dict[str, Trials] = field(default_factory=dict)
+    prediction_accepted: int = 0        # drafted prediction tokens the model produced
+    prediction_rejected: int = 0        # ... and the others
+
+
+@dataclass(slots=True)
+class SourceCount:
+    drafted: int = 0
+    accepted: int = 0
+
+
+class DraftPolicy:
+    """Chooses drafts (`propose`, the scheduler's drafter) and learns from them (`settle`)."""
+
+    def __init__(self, config: SpeculativeConfig, step_cost: StepCostModel, max_model_len: int,
+                 store: SuffixStore | None = None):
+        self.config = config
+        self.sources = METHOD_SOURCES[config.method]
+        self.step_cost = step_cost
+        self.max_model_len = max_model_len
+        self.store = store if store is not None or SUFFIX not in self.sources else SuffixStore()
+        self.trials = {source: Trials() for source in self.sources}
+        self.counts = {source: SourceCount() for source in self.sources}
+
+    # -- choosing ---------------------------------------------------------------------------
+
+    def propose(self, seq: Sequence, budget_tokens: int, decoding_rows: int) -> Draft | None:
+        """The draft for `seq` this step (None: none), within `budget_tokens` rows."""
+        state = self._state(seq)
+        room = min(budget_tokens, SPEC_MAX_DRAFT_TOKENS, seq.req.max_tokens - seq.num_generated - 1,
+                   self.max_model_len - len(seq.tokens) - 1)
+        paused = seq.draft_pause_steps > 0
+        if paused:
+            seq.draft_pause_steps -= 1
+        if room <= 0:
+            return None
+        if state.track is not None:
+            state.track.follow(seq.tokens[seq.num_prompt:])
+        ratio = self.row_cost_ratio()
+        for source in self.sources:
+            if paused and source in GUESSING_SOURCES:
+                continue
+            k = draft_length(self.acceptance(seq, source), ratio, decoding_rows, room)
+            tokens = self._offer(source, seq, state, k) if k > 0 else []
+            if tokens:
+                return Draft(source, tuple(tokens))
+        return None
+
+    def row_cost_ratio(self) -> float:
+        """per_row_s / fixed_s of a step, as learned (the prior until then)."""
+        fitted = self.step_cost.fit()
+        if fitted is None:
+            return PRIOR_ROW_COST_RATIO
+        fixed_s, per_row_s = fitted
+        return per_row_s / fixed_s if fixed_s > 0 else float("inf")
+
+    def acceptance(self, seq: Sequence, source: str) -> float:
+        """The per-position acceptance of `source` for `seq`: its own trials, the source's as prior."""
+        overall = self.trials[source].rate(PRIOR_ACCEPTANCE[source], PRIOR_TRIALS)
+        own = self._state(seq).trials.get(source)
+        return overall if own is None else own.rate(overall, SEQ_PRIOR_TRIALS)
+
+    def _offer(self, source: str, seq: Sequence, state: SeqDrafts, k: int) -> list[int]:
+        if source == GRAMMAR:
+            return seq.constraint.forced_drafts(k) if seq.constraint is not None else []
+        if source == PREDICTION:
+            return state.track.propose(seq.tokens, k) if state.track is not None else []
+        if source == SUFFIX:
+            return self.store.propose(seq.tokens, k)
+        return lookup.propose(seq.tokens, self.config, k)
+
+    @staticmethod
+    def _state(seq: Sequence) -> SeqDrafts:
+        if seq.drafts is None:
+            track = PredictionTrack(seq.req.prediction) if seq.req.prediction else None
+            seq.drafts = SeqDrafts(track)
+        return seq.drafts
+
+    # -- learning ---------------------------------------------------------------------------
+
+    def settle(self, seq: Sequence, draft: Draft, accepted: int, mismatched: bool) -> None:
+        """After verification: `accepted` leading drafts were produced; `mismatched`: the
+        next one was not (False when the request finished first, or every draft held)."""
+        trials = accepted + int(mismatched)
+        state = self._state(seq)
+        self.trials[draft.source].add(accepted, trials, MAX_SOURCE_TRIALS)
+        state.trials.setdefault(draft.source, Trials()).add(accepted, trials)
+        count = self.counts[draft.source]
+        count.drafted += len(draft.tokens)
+        count.accepted += accepted
+        if draft.source == PREDICTION:
+            state.prediction_accepted += accepted
+            state.prediction_rejected += len(draft.tokens) - accepted
+        if draft.source in GUESSING_SOURCES:
+            seq.draft_misses = 0 if accepted else seq.draft_misses + 1
+            seq.draft_pause_steps = pause_after(seq.draft_misses)
+
+    def finish(self, seq: Sequence) -> None:
+        """A request ended: its text joins the suffix store."""
+        if self.store is not None and seq.num_generated > 0:
+            self.store.add(seq.tokens)
+
+    def by_source(self) -> tuple[tuple[str, int, int], ...]:
+        """(source, drafted tokens, accepted tokens) per enabled source, since start."""
+        return tuple((s, self.counts[s].drafted, self.counts[s].accepted) for s in self.sources)
+
+
+def prediction_counts(seq: Sequence) -> tuple[int, int]:
+    """(accepted, rejected) drafted prediction tokens of a request so far."""
+    state = seq.drafts
+    return (0, 0) if state is None else (state.prediction_accepted, state.prediction_rejected)

@@ -1,0 +1,121 @@
+"""Suffix drafts (the SuffixDecoding idea): continue the context the way earlier text did.
+
+Agent loops, extraction and chat templates repeat what the server produced before: the
+same tool call with new arguments, the same JSON keys, the same template lines. The store
+keeps the most recent `SUFFIX_STORE_TOKENS` tokens of finished requests (prompt + output,
+one document each, documents separated by a boundary) in a ring, and an index from every
+`SUFFIX_KEY_TOKENS`-gram to the ring positions where it ends (oldest first). To draft for
+a context, `propose` takes the positions of the context's last key (the most recent
+`SUFFIX_MAX_CANDIDATES`), measures how far back each one agrees with the context (up to
+`SUFFIX_MAX_MATCH_TOKENS`), and continues after the LONGEST agreement (the most recent
+among equals), up to the end of that document.
+
+Bounded by construction: the ring has a fixed size, and writing a token over the oldest
+one first removes the index entry that ended there, so the index never holds more than
+the ring's tokens. Per step a sequence costs one dict lookup and at most
+`SUFFIX_MAX_CANDIDATES * SUFFIX_MAX_MATCH_TOKENS` token comparisons.
+
+What it is not: a suffix tree with frequency counts (the paper's); the ring + n-gram index
+answers the same question, longest suffix match, with a few lines and a hard memory bound.
+"""
+from __future__ import annotations
+
+from collections import deque
+from itertools import islice
+
+SUFFIX_STORE_TOKENS = 262_144      # ring size: the most recent tokens kept (~2 MiB of ids + index)
+SUFFIX_KEY_TOKENS = 3              # the shortest agreement that may draft (the index key length)
+SUFFIX_MAX_MATCH_TOKENS = 32       # agreement measured up to this far back
+SUFFIX_MAX_CANDIDATES = 8          # most recent occurrences of the key examined per proposal
+SUFFIX_MAX_DOCUMENT_TOKENS = SUFFIX_STORE_TOKENS // 4   # one request's tail kept, at most
+BOUNDARY = -1                      # between documents: no match or continuation crosses it
+
+
+class SuffixStore:
+    """The ring of recent tokens and its n-gram index (engine thread only)."""
+
+    def __init__(self, capacity_tokens: int = SUFFIX_STORE_TOKENS):
+        self.capacity_tokens = capacity_tokens
+        self._ring: list[int] = [BOUNDARY] * capacity_tokens     # [capacity]: token at pos % capacity
+        self._keys: list[int | None] = [None] * capacity_tokens  # [capacity]: the key ending there
+        self._index: dict[int, deque[int]] = {}                  # key -> absolute end positions, oldest first
+        self._written = 0                                        # tokens ever written (absolute position)
+
+    @property
+    def indexed_positions(self) -> int:
+        """Entries in the index (at most `capacity_tokens`)."""
+        return sum(len(positions) for positions in self._index.values())
+
+    @property
+    def num_keys(self) -> int:
+        return len(self._index)
+
+    def add(self, tokens) -> None:
+        """One finished document (a request's prompt + output), its last part if long."""
+        self._put(BOUNDARY)
+        limit = min(SUFFIX_MAX_DOCUMENT_TOKENS, self.capacity_tokens - 1)
+        for token in list(tokens)[-limit:]:
+            self._put(int(token))
+
+    def propose(self, context: list[int], max_tokens: int) -> list[int]:
+        """Up to `max_tokens` that followed the longest earlier agreement with `context`'s end."""
+        if max_tokens <= 0 or len(context) < SUFFIX_KEY_TOKENS:
+            return []
+        positions = self._index.get(hash(tuple(context[-SUFFIX_KEY_TOKENS:])))
+        if not positions:
+            return []
+        best_len, best_end = 0, -1
+        for end in islice(reversed(positions), SUFFIX_MAX_CANDIDATES):    # most recent first
+            if self._at(end + 1) == BOUNDARY:
+                continue                                                  # nothing follows it
+            agreed = self._agreement(context, end)
+            if agreed > best_len:
+                best_len, best_end = agreed, end
+        if best_len < SUFFIX_KEY_TOKENS:          # a hash collision, not a match
+            return []
+        draft: list[int] = []
+        pos = best_end + 1
+        while len(draft) < max_tokens and (token := self._at(pos)) != BOUNDARY:
+            draft.append(token)
+            pos += 1
+        return draft
+
+    # -- the ring --------------------------------------------------------------------------
+
+    def _at(self, pos: int) -> int:
+        """The token at absolute position `pos`, BOUNDARY outside what the ring still holds."""
+        if pos >= self._written or pos < self._written - self.capacity_tokens:
+            return BOUNDARY
+        return self._ring[pos % self.capacity_tokens]
+
+    def _agreement(self, context: list[int], end: int) -> int:
+        """How many of context's last tokens equal the ring's tokens ending at `end`."""
+        limit = min(SUFFIX_MAX_MATCH_TOKENS, len(context))
+        n = 0
+        while n < limit and self._at(end - n) == context[-1 - n]:
+            n += 1
+        return n
+
+    def _put(self, token: int) -> None:
+        pos = self._written
+        slot = pos % self.capacity_tokens
+        old_key = self._keys[slot]
+        if old_key is not None:                   # forget the entry that ended in this slot
+            old = self._index[old_key]
+            old.popleft()                         # it is the oldest of its key
+            if not old:
+                del self._index[old_key]
+        self._ring[slot] = token
+        self._written += 1
+        key = self._key_ending(pos)
+        self._keys[slot] = key
+        if key is not None:
+            self._index.setdefault(key, deque()).append(pos)
+
+    def _key_ending(self, pos: int) -> int | None:
+        """The key of the `SUFFIX_KEY_TOKENS` tokens ending at `pos` (None across a boundary)."""
+        start = pos - SUFFIX_KEY_TOKENS + 1
+        if start < max(0, self._written - self.capacity_tokens):
+            return None
+        gram = tuple(self._ring[p % self.capacity_tokens] for p in range(start, pos + 1))
+        return None if BOUNDARY in gram else hash(gram)

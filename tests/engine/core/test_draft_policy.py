@@ -1,0 +1,110 @@
+"""The speculation policy's parts on their own: the draft-length rule (with an injected step
+cost), the suffix store's bound and choice of match, and the prediction cursor."""
+from __future__ import annotations
+
+import pytest
+
+from engine.core.drafts.policy import (PRIOR_ACCEPTANCE, PREDICTION, SPEC_MAX_DRAFT_TOKENS, DraftPolicy,
+                                       draft_length)
+from engine.core.drafts.prediction import PredictionTrack
+from engine.core.drafts.suffix import SUFFIX_KEY_TOKENS, SuffixStore
+from engine.core.sequence import Sequence
+from engine.core.step_cost import StepCostModel
+from engine.types import GenRequest, SpeculativeConfig
+
+FIXED_S, PER_ROW_S = 0.030, 0.002      # an injected step: 30 ms to read the weights, 2 ms a row
+
+
+def test_the_rule_drafts_more_at_one_row_than_at_sixteen_and_none_when_drafts_miss():
+    ratio = PER_ROW_S / FIXED_S
+    one, sixteen = (draft_length(0.8, ratio, rows, SPEC_MAX_DRAFT_TOKENS) for rows in (1, 16))
+    assert one > sixteen > 0
+    assert draft_length(0.01, ratio, 1, SPEC_MAX_DRAFT_TOKENS) == 0
+    assert draft_length(0.5, ratio, 128, SPEC_MAX_DRAFT_TOKENS) == 0     # compute-bound: no drafts
+    assert draft_length(0.999, ratio, 1, SPEC_MAX_DRAFT_TOKENS) == SPEC_MAX_DRAFT_TOKENS
+    assert draft_length(0.999, ratio, 1, 5) == 5                         # the room left caps it
+    lengths = [draft_length(a / 10, ratio, 4, SPEC_MAX_DRAFT_TOKENS) for a in range(10)]
+    assert lengths == sorted(lengths)                                    # surer sources draft more
+
+
+def test_each_draft_the_rule_takes_raises_the_expected_tokens_per_second():
+    """The rule against brute force: for every k, the batch's expected tokens per second of
+    step time with k drafts for one of its B sequences (others without) peaks at the rule's k."""
+    for rows in (1, 2, 4, 16):
+        for acceptance in (0.3, 0.6, 0.9):
+            def rate(k):
+                tokens = rows + sum(acceptance ** i for i in range(1, k + 1))
+                return tokens / (FIXED_S + (rows + k) * PER_ROW_S)
+            best = max(range(SPEC_MAX_DRAFT_TOKENS + 1), key=rate)
+            chosen = draft_length(acceptance, PER_ROW_S / FIXED_S, rows, SPEC_MAX_DRAFT_TOKENS)
+            assert rate(chosen) == pytest.approx(rate(best), rel=0.01), (rows, acceptance, chosen, best)
+
+
+def _learned_cost() -> StepCostModel:
+    cost = StepCostModel()
+    for step in range(40):
+        rows = 1 + step % 32
+        cost.observe(rows, FIXED_S + PER_ROW_S * rows)
+    return cost
+
+
+def _sequence(prediction: tuple[int, ...], seq_id: int = 0) -> Sequence:
+    req = GenRequest(prompt=(1, 2, 3), max_tokens=200, prediction=prediction)
+    seq = Sequence(seq_id, req, seed=0, arrival=seq_id, eos_ids=frozenset())
+    seq.num_computed = len(seq.tokens) - 1                              # decoding
+    return seq
+
+
+def test_the_policy_uses_the_learned_step_cost_and_the_measured_acceptance():
+    policy = DraftPolicy(SpeculativeConfig(method="prediction"), _learned_cost(), max_model_len=512)
+    assert policy.row_cost_ratio() == pytest.approx(PER_ROW_S / FIXED_S)
+    prediction = tuple(range(10, 110))
+    alone = policy.propose(_sequence(prediction), 1000, decoding_rows=1)
+    crowded = policy.propose(_sequence(prediction, 1), 1000, decoding_rows=16)
+    assert alone.source == crowded.source == PREDICTION
+    assert alone.tokens[:len(crowded.tokens)] == crowded.tokens == prediction[:len(crowded.tokens)]
+    assert len(alone.tokens) > len(crowded.tokens) > 0
+    assert policy.acceptance(_sequence(prediction, 2), PREDICTION) == pytest.approx(PRIOR_ACCEPTANCE[PREDICTION])
+    for _ in range(200):                                                # every draft misses at once
+        policy.settle(_sequence(prediction, 3), alone, accepted=0, mismatched=True)
+    assert policy.acceptance(_sequence(prediction, 4), PREDICTION) < 0.05
+    assert policy.propose(_sequence(prediction, 5), 1000, decoding_rows=1) is None
+    assert policy.by_source() == ((PREDICTION, 200 * len(alone.tokens), 0),)
+
+
+def test_the_suffix_store_stays_within_its_bound_and_forgets_the_oldest():
+    store = SuffixStore(capacity_tokens=64)
+    for doc in range(200):                                              # 200 x 11 tokens into 64
+        store.add([doc % 7, 100 + doc, 1, 2, 3, 4, 5, 6, 7, 8, 1000 + doc])
+        assert store.indexed_positions <= 64 and store.num_keys <= 64
+        assert len(store._ring) == len(store._keys) == 64
+    assert store.propose([5, 6, 7, 8], 3) == [1199]                     # the latest document's end
+    assert store.propose([0, 100, 1], 2) == []                          # document 0 is gone
+    assert store.propose([3, 299, 1], 4) == [2, 3, 4, 5]                # document 199 is kept
+
+
+def test_the_suffix_store_continues_the_longest_agreement_then_the_most_recent():
+    store = SuffixStore(capacity_tokens=1024)
+    store.add([9, 8, 1, 2, 3, 40, 41])                  # agrees with the context over 5 tokens
+    store.add([7, 1, 2, 3, 50, 51])                     # over 3 only, but newer
+    store.add([6, 1, 2, 3, 60, 61])                     # over 3 only, newest
+    assert store.propose([0, 9, 8, 1, 2, 3], 5) == [40, 41]             # the end of that document
+    assert store.propose([0, 5, 5, 1, 2, 3], 5) == [60, 61]
+    assert store.propose([1, 2], 5) == []                               # shorter than a key
+    assert store.propose([0, 4, 2, 3], 5) == []
+    assert SUFFIX_KEY_TOKENS == 3
+
+
+def test_the_prediction_cursor_follows_diverges_and_realigns_forward():
+    prediction = (1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3, 9, 9, 9)
+    track = PredictionTrack(prediction)
+    assert track.propose([100], 3) == [1, 2, 3]                         # the output's start
+    track.follow([1, 2, 3, 4])
+    assert track.propose([100, 1, 2, 3, 4], 2) == [5, 6]
+    track.follow([1, 2, 3, 4, 77])                                      # the changed token
+    assert track.propose([100, 1, 2, 3, 4, 77], 2) == []                # no agreement yet
+    track.follow([1, 2, 3, 4, 77, 1, 2, 3])
+    # "1 2 3" occurs at 0..2 and 8..10: the cursor (at 4) moves forward, after the second
+    assert track.propose([100, 1, 2, 3, 4, 77, 1, 2, 3], 5) == [9, 9, 9]
+    track.follow([1, 2, 3, 4, 77, 1, 2, 3, 9, 9, 9])
+    assert track.propose([0], 4) == []                                  # the prediction is spent
