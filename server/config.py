@@ -43,9 +43,10 @@ ENV_PREFIX = "TL_ENGINE__"
 ACCESS_LOG_STREAMS = ("stdout", "stderr", "off")   # else: a file path
 REDACTED = "<redacted>"
 MAX_ARRIVAL_WINDOW_MS = 1000                       # a longer wait would be a delay, not a window
-# Prompt-lookup speculation is on unless a config says "none": its outputs are identical by
-# construction and its guards (engine/core/speculative.py) keep it to where it is free.
-DEFAULT_SPECULATIVE = "prompt_lookup"
+# Speculation is on unless a config says "none": its outputs are identical by construction
+# and its draft-length rule (engine/core/drafts/policy.py) keeps it to where it pays. "auto"
+# is every draft source (grammar, prediction, suffix, prompt lookup); a source's name, it alone.
+DEFAULT_SPECULATIVE = "auto"
 # A chat template that thinks (<think>, enable_thinking) gets its answers' reasoning kept
 # apart ("auto"), or served as generated, reasoning in `content` ("off").
 REASONING_AUTO, REASONING_OFF = "auto", "off"

@@ -31,7 +31,8 @@ def test_runtime_toml_and_env_overrides():
     assert cfg.engine.prefix_cache == "radix" and cfg.engine.prefill_chunk == 512
     # defaults
     assert cfg.engine.block_size == 16 and cfg.queue_capacity == 1024
-    assert cfg.engine.speculative == SpeculativeConfig()      # prompt lookup, on by default
+    assert cfg.engine.speculative == SpeculativeConfig()      # on by default ...
+    assert SpeculativeConfig().method == "auto"               # ... with every draft source
     assert ServeConfig.from_toml('[engine]\nspeculative = "none"\n', {}).engine.speculative is None
     # environment overrides win over the file, converted with the key's type
     env = {"TL_ENGINE__PREFILL_CHUNK": "64", "TL_ENGINE__PREFIX_CACHE": "none",
@@ -67,7 +68,9 @@ def test_runtime_toml_and_env_overrides():
 
 def test_speculative_forms():
     cfg = ServeConfig.from_toml('[engine]\nspeculative = "prompt_lookup"\n', {})
-    assert cfg.engine.speculative == SpeculativeConfig()
+    assert cfg.engine.speculative == SpeculativeConfig(method="prompt_lookup")
+    cfg = ServeConfig.from_toml('[engine]\nspeculative = "suffix"\n', {})
+    assert cfg.engine.speculative == SpeculativeConfig(method="suffix")
     cfg = ServeConfig.from_toml(
         '[engine.speculative]\nmethod = "prompt_lookup"\nnum_speculative_tokens = 6\n', {})
     assert cfg.engine.speculative.num_speculative_tokens == 6
