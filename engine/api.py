@@ -17,7 +17,7 @@ from __future__ import annotations
 from engine.core.engine import Engine, check_context
 from engine.core.sampler import sample
 from engine.core.snapshot import (BLOCK_CACHED, BLOCK_FREE, BLOCK_SHARED, BLOCK_USED,
-                                  EngineSnapshot, StepRecord)
+                                  EngineSnapshot, StepRecord, StepRow)
 from engine.core.speculative import SPECULATIVE_RULES
 from engine.core.speculative import check_config as check_speculative_config
 from engine.encoder.encoder import Encoder, load_encoder
@@ -52,6 +52,6 @@ __all__ = [
     "ModelConfig", "ModelFormatError", "UnsupportedModel",
     "PREFIX_CACHE_MODES", "PREFIX_CACHE_RULE", "PromptLogprobs", "PromptTooLong", "RequestId",
     "RequestRefused", "sample", "SamplingParams", "schema_spec", "SPECULATIVE_METHODS",
-    "SPECULATIVE_RULES", "SpeculativeConfig", "StepRecord", "ThinkPrefix", "Tokenizer", "TokenOut",
+    "SPECULATIVE_RULES", "SpeculativeConfig", "StepRecord", "StepRow", "ThinkPrefix", "Tokenizer", "TokenOut",
     "tune_malloc", "user_model_dir",
 ]

@@ -40,6 +40,8 @@ class HistoryBucket:
     batch_tokens: int = 0           # summed over the steps
     prefill_rows: int = 0
     decode_rows: int = 0
+    drafted_rows: int = 0           # speculative draft rows verified
+    accepted_rows: int = 0          # ... of which the model produced
     preemptions: int = 0
     prompt_tokens: int = 0          # prompt tokens scheduled for the first time
     prefix_hit_tokens: int = 0      # ... of which came from the prefix cache
@@ -94,11 +96,13 @@ class EngineView:
 
     def _count(self, record: StepRecord | None, stats: EngineStats) -> None:
         c, last = self._current, self._last_stats
-        rows = (record.batch_tokens, record.prefill_rows, record.decode_rows) if record else (0, 0, 0)
+        rows = (record.batch_tokens, record.prefill_rows, record.decode_rows, record.drafted_rows,
+                record.accepted_rows) if record else (0, 0, 0, 0, 0)
         self._current = HistoryBucket(
             start_s=c.start_s, steps=c.steps + (record is not None),
             batch_tokens=c.batch_tokens + rows[0], prefill_rows=c.prefill_rows + rows[1],
-            decode_rows=c.decode_rows + rows[2],
+            decode_rows=c.decode_rows + rows[2], drafted_rows=c.drafted_rows + rows[3],
+            accepted_rows=c.accepted_rows + rows[4],
             preemptions=c.preemptions + stats.preemptions_total - last.preemptions_total,
             prompt_tokens=c.prompt_tokens + stats.prompt_tokens - last.prompt_tokens,
             prefix_hit_tokens=c.prefix_hit_tokens + stats.prefix_hit_tokens - last.prefix_hit_tokens)
@@ -141,6 +145,7 @@ def _bucket_document(b: HistoryBucket, taken_s: float) -> dict:
     return {"age_s": round(taken_s - b.start_s, 3), "steps": b.steps,
             "tokens_per_step": round(b.batch_tokens / b.steps, 2) if b.steps else 0,
             "prefill_rows": b.prefill_rows, "decode_rows": b.decode_rows,
+            "drafted_rows": b.drafted_rows, "accepted_rows": b.accepted_rows,
             "preemptions": b.preemptions,
             "prefix_hit_ratio": (round(b.prefix_hit_tokens / b.prompt_tokens, 4)
                                  if b.prompt_tokens else None)}

@@ -3,10 +3,12 @@
 `--trace-file PATH` (or `[engine].trace_file`) makes the bridge feed a `TraceWriter` on the
 engine thread. Two processes appear in the viewer:
 
-    engine    one track "steps": a span per engine step (args: batch composition) with
-              three nested spans, schedule | forward | sample, from the step's StepRecord
+    engine    one track "steps": a span per engine step (args: batch composition, and its
+              speculative rows: drafted, and accepted by the model) with three nested
+              spans, schedule | forward | sample, from the step's StepRecord
     requests  one track per request: queued -> prefill chunk(s) -> decode -> finish
-              (a preempted request shows "preempted" and queues again)
+              (a preempted request shows "preempted" and queues again); a decode span
+              counts its rows, drafted rows among them, and the drafts accepted
 
 The file is the JSON Array Format: "[", events separated by ",\n", and "]" when the
 server stops, so a finished trace is valid JSON (and an unfinished one still opens in
@@ -22,7 +24,7 @@ import json
 import logging
 from dataclasses import dataclass
 
-from engine.api import StepRecord, TokenOut
+from engine.api import StepRecord, StepRow, TokenOut
 
 log = logging.getLogger("tlserve.trace")
 
@@ -39,7 +41,9 @@ class _Track:
     waiting_since_s: float | None     # queued (or re-queued after a preemption) since
     decode_start_s: float | None = None
     decode_end_s: float = 0.0
-    decode_tokens: int = 0
+    decode_tokens: int = 0            # rows computed while decoding (drafts included)
+    decode_drafted: int = 0
+    decode_accepted: int = 0
     requeued: bool = False
 
 
@@ -68,7 +72,7 @@ class TraceWriter:
         if record is not None:
             self._step_spans(record)
             for row in record.rows:
-                self._row(row.seq_id, row.is_prefill, row.num_tokens + row.num_drafts, record)
+                self._row(row, record)
             for seq_id in record.preempted:
                 self._preempted(seq_id, record.start_s)
         for out in outs:
@@ -98,25 +102,29 @@ class TraceWriter:
     def _step_spans(self, r: StepRecord) -> None:
         self._span(ENGINE_PID, STEPS_TID, f"step {r.step}", r.start_s, r.end_s,
                    step=r.step, batch_tokens=r.batch_tokens, prefill_rows=r.prefill_rows,
-                   decode_rows=r.decode_rows, preempted=len(r.preempted),
+                   decode_rows=r.decode_rows, drafted_rows=r.drafted_rows,
+                   accepted_rows=r.accepted_rows, preempted=len(r.preempted),
                    sequences=[row.seq_id for row in r.rows])
         self._span(ENGINE_PID, STEPS_TID, "schedule", r.start_s, r.scheduled_s)
         self._span(ENGINE_PID, STEPS_TID, "forward", r.scheduled_s, r.forward_s,
                    rows=r.batch_tokens)
         self._span(ENGINE_PID, STEPS_TID, "sample", r.forward_s, r.end_s)
 
-    def _row(self, seq_id: int, is_prefill: bool, num_tokens: int, r: StepRecord) -> None:
-        track = self._tracks.get(seq_id)
+    def _row(self, row: StepRow, r: StepRecord) -> None:
+        track = self._tracks.get(row.seq_id)
         if track is None:
             return
         self._close_waiting(track, r.start_s)
-        if is_prefill:
+        num_tokens = row.num_tokens + row.num_drafts
+        if row.is_prefill:
             self._span(REQUESTS_PID, track.tid, "prefill chunk", r.start_s, r.end_s,
                        tokens=num_tokens, step=r.step)
             return
         if track.decode_start_s is None:
             track.decode_start_s = r.start_s
         track.decode_end_s, track.decode_tokens = r.end_s, track.decode_tokens + num_tokens
+        track.decode_drafted += row.num_drafts
+        track.decode_accepted += row.num_accepted
 
     def _preempted(self, seq_id: int, now_s: float) -> None:
         track = self._tracks.get(seq_id)
@@ -135,8 +143,10 @@ class TraceWriter:
     def _close_decode(self, track: _Track) -> None:
         if track.decode_start_s is not None:
             self._span(REQUESTS_PID, track.tid, "decode", track.decode_start_s,
-                       track.decode_end_s, tokens=track.decode_tokens)
+                       track.decode_end_s, tokens=track.decode_tokens,
+                       drafted=track.decode_drafted, accepted=track.decode_accepted)
             track.decode_start_s, track.decode_tokens = None, 0
+            track.decode_drafted = track.decode_accepted = 0
 
     # -- events ----------------------------------------------------------------------------
 

@@ -83,6 +83,8 @@
       { name: "tokens / step", color: "#2f6fdb", get: (b) => b.tokens_per_step },
       { name: "prefill rows", color: "#e8710a", get: (b) => b.prefill_rows },
       { name: "decode rows", color: "#2ea36b", get: (b) => b.decode_rows },
+      { name: "drafted rows", color: "#9aa0a6", get: (b) => b.drafted_rows },
+      { name: "accepted drafts", color: "#00897b", get: (b) => b.accepted_rows },
       { name: "preemptions", color: "#b3261e", get: (b) => b.preemptions },
       { name: "prefix hit rate", color: "#8a3ffc", get: (b) => b.prefix_hit_ratio, max: 1 },
     ];

@@ -171,3 +171,20 @@ def test_grammar_drafts_change_nothing(monkeypatch, params):
     json.loads(bytes(off[0][:-1]).decode())                      # the grammar held: a JSON answer
     ((name, drafted, accepted),) = engine.stats().spec_by_source
     assert name == "grammar" and drafted > accepted > 0
+
+
+def test_step_records_count_drafted_and_accepted_rows_as_the_stats_do():
+    model = random_model(seed=2)
+    plain = [tokens_of(o) for o in _answers(_engine(model, None, "plain"), _requests("plain", GREEDY))]
+    engine = _engine(model, SpeculativeConfig(), "plain")
+    engine.record_steps = True
+    for request in _requests("plain", GREEDY, plain, with_prediction=True):
+        engine.add_request(request)
+    drafted = accepted = 0
+    while engine.has_work():
+        engine.step()
+        drafted += engine.last_step.drafted_rows
+        accepted += engine.last_step.accepted_rows
+    stats = engine.stats()
+    assert (drafted, accepted) == (stats.spec_draft_tokens, stats.spec_accepted_tokens)
+    assert drafted > accepted > 0

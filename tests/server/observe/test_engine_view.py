@@ -71,7 +71,8 @@ def test_the_document_is_bounded_under_the_caps():
                           running=seqs, waiting=waiting, radix=segments, num_running=10**6,
                           num_waiting=10**6, num_radix_nodes=10**6)
     history = tuple(HistoryBucket(start_s=i * 0.5, steps=10**6, batch_tokens=10**9,
-                                  prefill_rows=10**6, decode_rows=10**6, preemptions=10**6,
+                                  prefill_rows=10**6, decode_rows=10**6, drafted_rows=10**6,
+                                  accepted_rows=10**6, preemptions=10**6,
                                   prompt_tokens=10**9, prefix_hit_tokens=10**8)
                     for i in range(HISTORY_BUCKETS + 1))
     document = snapshot_document(ViewSnapshot(10**6, snap, EngineStats(), history))
@@ -168,3 +169,18 @@ def test_the_snapshot_carries_exactly_its_documented_fields():
         for entry in document[part]:
             assert set(entry) == documented_keys, (part, entry)
     jsonschema.validate(document, schema)
+
+
+def test_the_history_sums_drafted_and_accepted_rows():
+    from engine.core.snapshot import StepRecord, StepRow
+    from server.observe.engine_view import EngineView
+    engine, view = FakeEngine(), EngineView(clock=lambda: 100.0)
+    view.asked()
+    for drafted, accepted in ((4, 4), (6, 1), (0, 0)):
+        engine.last_step = StepRecord(1, 100.0, 100.0, 100.0, 100.0, preempted=(),
+                                      rows=(StepRow(0, 1, False, drafted, accepted), StepRow(1, 3, True)))
+        view.update(engine, EngineStats(), stepped=True)
+    engine.busy = False
+    view.update(engine, EngineStats(), stepped=False)
+    (bucket,) = view.latest.history
+    assert (bucket.drafted_rows, bucket.accepted_rows, bucket.decode_rows) == (10, 5, 3)

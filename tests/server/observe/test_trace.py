@@ -116,3 +116,18 @@ def test_a_preempted_request_queues_again_and_the_cap_ends_the_file_clearly(tmp_
     assert str(cap_bytes) in events[-1]["args"]["message"]
     assert sum("size cap" in r.getMessage() for r in caplog.records) == 1
     check_nested_and_monotonic(events[:-1])
+
+
+def test_steps_and_decode_spans_show_drafted_and_accepted_rows(tmp_path):
+    path = tmp_path / "drafts.json"
+    trace = TraceWriter(str(path), max_bytes=1 << 20, origin_s=0.0)
+    trace.queued(0, "req-a", 0.0)
+    trace.step(record(1, 0.01, [StepRow(0, 1, False, num_drafts=5, num_accepted=3)]), [], 0.02)
+    trace.step(record(2, 0.02, [StepRow(0, 1, False, num_drafts=2, num_accepted=0)]),
+               [TokenOut(id=0, token=9, finish="stop")], 0.03)
+    trace.close()
+    events = events_of(path)
+    steps = [e["args"] for e in events if e["name"].startswith("step ")]
+    assert [(s["drafted_rows"], s["accepted_rows"]) for s in steps] == [(5, 3), (2, 0)]
+    (decode,) = [e for e in events if e["name"] == "decode"]
+    assert decode["args"] == {"tokens": 9, "drafted": 7, "accepted": 3}
