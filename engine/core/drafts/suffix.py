@@ -52,10 +52,12 @@ class SuffixStore:
 
     def add(self, tokens) -> None:
         """One finished document (a request's prompt + output), its last part if long."""
-        self._put(BOUNDARY)
+        self._put(BOUNDARY, None)
         limit = min(SUFFIX_MAX_DOCUMENT_TOKENS, self.capacity_tokens - 1)
+        window: tuple[int, ...] = ()             # the last SUFFIX_KEY_TOKENS of this document
         for token in list(tokens)[-limit:]:
-            self._put(int(token))
+            window = (window + (int(token),))[-SUFFIX_KEY_TOKENS:]
+            self._put(window[-1], hash(window) if len(window) == SUFFIX_KEY_TOKENS else None)
 
     def propose(self, context: list[int], max_tokens: int) -> list[int]:
         """Up to `max_tokens` that followed the longest earlier agreement with `context`'s end."""
@@ -96,7 +98,8 @@ class SuffixStore:
             n += 1
         return n
 
-    def _put(self, token: int) -> None:
+    def _put(self, token: int, key: int | None) -> None:
+        """Write `token` over the oldest one; `key`: that of the gram it ends (None: none)."""
         pos = self._written
         slot = pos % self.capacity_tokens
         old_key = self._keys[slot]
@@ -107,15 +110,6 @@ class SuffixStore:
                 del self._index[old_key]
         self._ring[slot] = token
         self._written += 1
-        key = self._key_ending(pos)
         self._keys[slot] = key
         if key is not None:
             self._index.setdefault(key, deque()).append(pos)
-
-    def _key_ending(self, pos: int) -> int | None:
-        """The key of the `SUFFIX_KEY_TOKENS` tokens ending at `pos` (None across a boundary)."""
-        start = pos - SUFFIX_KEY_TOKENS + 1
-        if start < max(0, self._written - self.capacity_tokens):
-            return None
-        gram = tuple(self._ring[p % self.capacity_tokens] for p in range(start, pos + 1))
-        return None if BOUNDARY in gram else hash(gram)
