@@ -92,7 +92,7 @@ class Engine:
         self.drafts: DraftPolicy | None = None             # speculation off
         if config.speculative is not None:
             speculative.check_config(config.speculative)
-            self.drafts = DraftPolicy(config.speculative, self.scheduler.step_cost, self._max_model_len)
+            self.drafts = DraftPolicy(config.speculative, self._max_model_len)
             self.scheduler.drafter = self.drafts.propose
         self.eos_ids = frozenset(int(t) for t in mc.eos_token_ids)
         self.embeddings = EmbeddingQueue(self.blocks, mc.hidden_size, config.prefill_chunk,
@@ -183,7 +183,10 @@ class Engine:
             end = row + chunk.num_logits
             outs.extend(self._postprocess(item, logits[row:end], argmax[row:end]))
             row = end
-        self.scheduler.step_cost.observe(self._last_batch_tokens, self.clock() - scheduled_s)
+        step_s = self.clock() - scheduled_s
+        self.scheduler.step_cost.observe(self._last_batch_tokens, step_s)
+        if self.drafts is not None and not plan.prefill_tokens and not embeds:
+            self.drafts.observe_step(plan.num_tokens, step_s)             # decode and draft rows only
         if self.record_steps:
             times_s = (start_s, scheduled_s, forward_s, self.clock())
             self.last_step = step_record(self._steps_total, times_s, plan, self._step_accepted)

@@ -12,7 +12,8 @@ recent steps (forgetting `COST_DECAY` a step: the machine's load changes) and an
 `rows_within(target_s)`: the most rows whose predicted step stays within the target.
 Until `MIN_STEPS_OBSERVED` steps with different row counts have been seen, or while the
 fit makes no sense (a step not slower with more rows), it answers None and the caller
-falls back to its fixed allowance.
+falls back to its fixed allowance. The speculation policy keeps a second one over decode
+steps only (engine/core/drafts/policy.py), where a step's rows are decode rows and drafts.
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ class StepCostModel:
     rows_sq: float = 0.0            # sum w * x^2
     rows_seconds: float = 0.0       # sum w * x * y
     steps: int = 0
+    min_row_spread: float = MIN_ROW_SPREAD      # a narrower spread of rows: no slope yet
 
     def observe(self, num_rows: int, step_s: float) -> None:
         """One finished step of `num_rows` rows that took `step_s` seconds."""
@@ -50,7 +52,7 @@ class StepCostModel:
             return None
         mean_rows, mean_s = self.rows / self.weight, self.seconds / self.weight
         var_rows = self.rows_sq / self.weight - mean_rows * mean_rows
-        if var_rows < MIN_ROW_SPREAD ** 2:
+        if var_rows < self.min_row_spread ** 2:
             return None
         per_row_s = (self.rows_seconds / self.weight - mean_rows * mean_s) / var_rows
         if per_row_s <= 0.0:

@@ -121,7 +121,7 @@ def test_speculative_runtime_config_drives_the_serving_path(server, tiny_llama_d
     toml = ('[engine.speculative]\nmethod = "prompt_lookup"\nnum_speculative_tokens = 4\n'
             'prompt_lookup_min = 1\nprompt_lookup_max = 3\n')
     cfg = ServeConfig.from_toml(toml, {"TL_ENGINE__PREFILL_CHUNK": "64"})
-    assert cfg.engine.speculative == SpeculativeConfig(num_speculative_tokens=4,
+    assert cfg.engine.speculative == SpeculativeConfig(method="prompt_lookup", num_speculative_tokens=4,
                                                        prompt_lookup_min=1, prompt_lookup_max=3)
     prompts = ["abc abc abc abc abc", "the cat the cat the cat", "x y z x y z"]
     with running_server(tiny_llama_dir, engine=cfg.engine) as spec_server:

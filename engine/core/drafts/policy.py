@@ -5,7 +5,9 @@ request's prediction, then earlier requests' text, then the request's own contex
 first that offers a draft of at least one token under the length rule drafts.
 
 The draft-length rule. A step of B decoding rows plus D draft rows takes about
-`fixed_s + (B + D) * per_row_s` (engine/core/step_cost.py learns both). If a source's
+`fixed_s + (B + D) * per_row_s` (a `StepCostModel`, engine/core/step_cost.py, learns both
+from the steps without prompt rows: prefill steps of hundreds of rows are compute-bound
+and would tilt the fit away from the few-row regime drafts live in). If a source's
 drafts are accepted position by position with probability a (the first rejection ends
 them), the i-th draft adds a^i expected tokens and costs one row. Adding it raises the
 batch's expected tokens per second iff its gain per row beats the step's rate so far
@@ -54,6 +56,7 @@ SEQ_PRIOR_TRIALS = 4.0             # the source's rate counts as this many of a 
 MAX_SOURCE_TRIALS = 2000.0         # past this a source's counts halve: recent requests count more
 MAX_ACCEPTANCE = 0.99              # a rate never taken as certain
 PRIOR_ROW_COST_RATIO = 0.1         # per_row_s / fixed_s until the step cost is learned
+DECODE_MIN_ROW_SPREAD = 1.0        # decode steps' rows vary little: a slope from this spread on
 
 
 def draft_length(acceptance: float, row_cost_ratio: float, decoding_rows: int, max_tokens: int) -> int:
@@ -109,11 +112,11 @@ class SourceCount:
 class DraftPolicy:
     """Chooses drafts (`propose`, the scheduler's drafter) and learns from them (`settle`)."""
 
-    def __init__(self, config: SpeculativeConfig, step_cost: StepCostModel, max_model_len: int,
-                 store: SuffixStore | None = None):
+    def __init__(self, config: SpeculativeConfig, max_model_len: int, *,
+                 step_cost: StepCostModel | None = None, store: SuffixStore | None = None):
         self.config = config
         self.sources = METHOD_SOURCES[config.method]
-        self.step_cost = step_cost
+        self.step_cost = step_cost or StepCostModel(min_row_spread=DECODE_MIN_ROW_SPREAD)
         self.max_model_len = max_model_len
         self.store = store if store is not None or SUFFIX not in self.sources else SuffixStore()
         self.trials = {source: Trials() for source in self.sources}
@@ -142,6 +145,10 @@ class DraftPolicy:
             if tokens:
                 return Draft(source, tuple(tokens))
         return None
+
+    def observe_step(self, num_rows: int, step_s: float) -> None:
+        """A step without prompt rows: `num_rows` decode and draft rows took `step_s`."""
+        self.step_cost.observe(num_rows, step_s)
 
     def row_cost_ratio(self) -> float:
         """per_row_s / fixed_s of a step, as learned (the prior until then)."""

@@ -56,7 +56,7 @@ def _sequence(prediction: tuple[int, ...], seq_id: int = 0) -> Sequence:
 
 
 def test_the_policy_uses_the_learned_step_cost_and_the_measured_acceptance():
-    policy = DraftPolicy(SpeculativeConfig(method="prediction"), _learned_cost(), max_model_len=512)
+    policy = DraftPolicy(SpeculativeConfig(method="prediction"), 512, step_cost=_learned_cost())
     assert policy.row_cost_ratio() == pytest.approx(PER_ROW_S / FIXED_S)
     prediction = tuple(range(10, 110))
     alone = policy.propose(_sequence(prediction), 1000, decoding_rows=1)

@@ -189,3 +189,15 @@ def test_step_records_count_drafted_and_accepted_rows_as_the_stats_do():
     stats = engine.stats()
     assert (drafted, accepted) == (stats.spec_draft_tokens, stats.spec_accepted_tokens)
     assert drafted > accepted > 0
+
+
+def test_the_policy_learns_the_step_cost_from_decode_steps_only():
+    """Prefill steps (hundreds of compute-bound rows) would tilt the rows -> seconds fit
+    away from the few-row steps drafts ride in: the policy's cost model skips them."""
+    engine = Engine(random_model(seed=2), EngineConfig(block_size=BLOCK, num_kv_blocks=256, prefill_chunk=5,
+                                                       speculative=SpeculativeConfig()))
+    prompt = _prompts()[0]                                    # 20 tokens: 4 prefill pieces of 5
+    engine.add_request(GenRequest(prompt=prompt, params=GREEDY, max_tokens=10))
+    run_to_completion(engine)
+    assert len(prompt) == 20
+    assert engine.drafts.step_cost.steps == engine.stats().steps_total - 4 > 0
