@@ -17,7 +17,7 @@ steps only (engine/core/drafts/policy.py), where a step's rows are decode rows a
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 COST_DECAY = 0.97               # weight kept per step: about the last 30 steps count
 MIN_STEPS_OBSERVED = 8          # fewer: no fit, the fixed allowance applies
@@ -66,3 +66,53 @@ class StepCostModel:
             return None
         fixed_s, per_row_s = fitted
         return max(0, int((target_s - fixed_s) / per_row_s))
+
+
+MAX_TABLE_ROWS = 64             # row counts the table keeps (larger steps: extrapolated)
+TABLE_KEEP = 0.9                # weight an entry keeps when its row count is seen again
+
+
+@dataclass(slots=True)
+class RowCostTable:
+    """Seconds of a step by its exact row count: an average per count seen (engine thread).
+
+    A few-row step is not affine in its rows: one row is a matrix-vector product that reads
+    each weight once, while 2+ rows are a gemm whose BLAS first packs every weight matrix
+    (bench/step_rows.py: on a 2-core Xeon 2-8 rows take ~2.5-3x one row, then grow slowly).
+    The table keeps that shape for the speculation policy; `curve` fills the counts not
+    seen by interpolating between seen ones and, outside them, scaling the nearest seen
+    count by the affine `1 + rows * per_row_ratio`.
+    """
+    seconds_by_rows: dict[int, float] = field(default_factory=dict)
+    observations: int = 0
+
+    def observe(self, num_rows: int, step_s: float) -> None:
+        if 1 <= num_rows <= MAX_TABLE_ROWS and step_s > 0.0:      # a frozen test clock: nothing
+            old = self.seconds_by_rows.get(num_rows)
+            self.seconds_by_rows[num_rows] = step_s if old is None else \
+                old * TABLE_KEEP + step_s * (1.0 - TABLE_KEEP)
+            self.observations += 1
+
+    def curve(self, per_row_ratio: float) -> list[float] | None:
+        """Seconds for rows 0..MAX_TABLE_ROWS (index = rows; [0] unused), None if nothing seen."""
+        if not self.seconds_by_rows:
+            return None
+        seen = sorted(self.seconds_by_rows.items())                 # [(rows, seconds)] ascending
+
+        def scaled(rows: int, near: tuple[int, float]) -> float:
+            return near[1] * (1.0 + rows * per_row_ratio) / (1.0 + near[0] * per_row_ratio)
+
+        out, i = [0.0], 0
+        for rows in range(1, MAX_TABLE_ROWS + 1):
+            while i < len(seen) and seen[i][0] < rows:
+                i += 1
+            if i < len(seen) and seen[i][0] == rows:
+                out.append(seen[i][1])
+            elif i == 0:
+                out.append(scaled(rows, seen[0]))                   # below every count seen
+            elif i == len(seen):
+                out.append(scaled(rows, seen[-1]))                  # above every count seen
+            else:
+                (lo, lo_s), (hi, hi_s) = seen[i - 1], seen[i]
+                out.append(lo_s + (hi_s - lo_s) * (rows - lo) / (hi - lo))
+        return out

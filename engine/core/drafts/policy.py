@@ -4,24 +4,22 @@ Sources are tried in `SOURCES` order (the surest first: what a grammar forces, t
 request's prediction, then earlier requests' text, then the request's own context); the
 first that offers a draft of at least one token under the length rule drafts.
 
-The draft-length rule. A step of B decoding rows plus D draft rows takes about
-`fixed_s + (B + D) * per_row_s` (a `StepCostModel`, engine/core/step_cost.py, learns both
-from the steps without prompt rows: prefill steps of hundreds of rows are compute-bound
-and would tilt the fit away from the few-row regime drafts live in). If a source's
-drafts are accepted position by position with probability a (the first rejection ends
-them), the i-th draft adds a^i expected tokens and costs one row. Adding it raises the
-batch's expected tokens per second iff its gain per row beats the step's rate so far
-(T expected tokens over a step of B + i - 1 rows):
+The draft-length rule. If a source's drafts are accepted position by position with
+probability a (the first rejection ends them), k drafts for one of a step's B decoding
+sequences add a + a^2 + ... + a^k expected tokens and k rows, so the rule picks
 
-    a^i / per_row_s  >  T / (fixed_s + (B + i - 1) * per_row_s)
-    i.e.  a^i * (1 + (B + i - 1) * r)  >  T * r,          r = per_row_s / fixed_s
+    k = argmax over 0..max of  (B + a + ... + a^k) / step_s(B + k)
 
-and since a^i shrinks, the first draft that fails ends the draft. So: many drafts at one
-stream (the step is bound by reading the weights, r small), fewer as B grows, none when
-a is near 0 -- replacing a fixed "no drafts above N streams" cut. Each sequence is
-decided alone (the other sequences' drafts are not in its T; the rule then drafts a
-little more than the batch optimum). At most `SPEC_MAX_DRAFT_TOKENS` per sequence and
-the step's token budget.
+the most expected tokens per second of step. `step_s(rows)` is learned from the steps
+without prompt rows (prefill steps of hundreds of rows are compute-bound and say nothing
+of the few-row regime drafts live in): a table of seconds per row count
+(engine/core/step_cost.py `RowCostTable`; a 1-row step is a matrix-vector product, 2+
+rows a gemm that costs a jump, then little more per row) filled in between the counts
+seen, outside them by an affine fit of the same steps (`StepCostModel`), and before any
+step by `PRIOR_ROW_COST_RATIO`. So: many drafts at one stream (the step is bound by
+reading the weights), fewer as B grows, none when a is near 0 -- replacing a fixed "no
+drafts above N streams" cut. Each sequence is decided alone (the others' drafts are not
+in its B). At most `SPEC_MAX_DRAFT_TOKENS` per sequence and the step's token budget.
 
 Acceptance a is measured per source over all requests (decayed, from a prior: grammar
 and prediction high) and per sequence (its own trials, the source's rate as prior). A
@@ -34,13 +32,14 @@ for few drafts. Nothing here changes an output: it only chooses rows to verify.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 from engine.core.drafts import lookup
 from engine.core.drafts.prediction import PredictionTrack
 from engine.core.drafts.suffix import SuffixStore
 from engine.core.sequence import Sequence
 from engine.core.speculative import pause_after
-from engine.core.step_cost import StepCostModel
+from engine.core.step_cost import RowCostTable, StepCostModel
 from engine.types import SpeculativeConfig
 
 GRAMMAR, PREDICTION, SUFFIX, PROMPT_LOOKUP = "grammar", "prediction", "suffix", "prompt_lookup"
@@ -56,20 +55,31 @@ SEQ_PRIOR_TRIALS = 4.0             # the source's rate counts as this many of a 
 MAX_SOURCE_TRIALS = 2000.0         # past this a source's counts halve: recent requests count more
 MAX_ACCEPTANCE = 0.99              # a rate never taken as certain
 PRIOR_ROW_COST_RATIO = 0.1         # per_row_s / fixed_s until the step cost is learned
+MIN_DRAFT_GAIN = 1e-3              # a draft expected to add fewer tokens than this ends the search
 DECODE_MIN_ROW_SPREAD = 1.0        # decode steps' rows vary little: a slope from this spread on
 
 
-def draft_length(acceptance: float, row_cost_ratio: float, decoding_rows: int, max_tokens: int) -> int:
-    """Drafts worth their rows: add the next while its expected tokens per row beat the
-    expected tokens per second of the step so far (in units of the step's fixed time)."""
+def draft_length(acceptance: float, step_s: Callable[[int], float], decoding_rows: int,
+                 max_tokens: int) -> int:
+    """The drafts (0..max_tokens) that give the most expected tokens per second of step."""
     acceptance = min(acceptance, MAX_ACCEPTANCE)
     rows = max(1, decoding_rows)
-    k, gain, expected_tokens = 0, acceptance, float(rows)
-    while k < max_tokens and gain * (1.0 + (rows + k) * row_cost_ratio) > expected_tokens * row_cost_ratio:
+    expected_tokens, gain = float(rows), acceptance
+    best_k, best_rate = 0, expected_tokens / step_s(rows)
+    for k in range(1, max_tokens + 1):
         expected_tokens += gain
-        k += 1
         gain *= acceptance
-    return k
+        rate = expected_tokens / step_s(rows + k)
+        if rate > best_rate:
+            best_k, best_rate = k, rate
+        if gain < MIN_DRAFT_GAIN:                 # later drafts add next to nothing
+            break
+    return best_k
+
+
+def affine_step_s(row_cost_ratio: float) -> Callable[[int], float]:
+    """A step's time in units of its fixed part: 1 + rows * per_row_s / fixed_s."""
+    return lambda rows: 1.0 + rows * row_cost_ratio
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +127,8 @@ class DraftPolicy:
         self.config = config
         self.sources = METHOD_SOURCES[config.method]
         self.step_cost = step_cost or StepCostModel(min_row_spread=DECODE_MIN_ROW_SPREAD)
+        self.row_costs = RowCostTable()
+        self._curve: tuple[int, list[float] | None] = (-1, None)    # (table observations, curve)
         self.max_model_len = max_model_len
         self.store = store if store is not None or SUFFIX not in self.sources else SuffixStore()
         self.trials = {source: Trials() for source in self.sources}
@@ -136,11 +148,11 @@ class DraftPolicy:
             return None
         if state.track is not None:
             state.track.follow(seq.tokens[seq.num_prompt:])
-        ratio = self.row_cost_ratio()
+        step_s = self.step_seconds()
         for source in self.sources:
             if paused and source in GUESSING_SOURCES:
                 continue
-            k = draft_length(self.acceptance(seq, source), ratio, decoding_rows, room)
+            k = draft_length(self.acceptance(seq, source), step_s, decoding_rows, room)
             tokens = self._offer(source, seq, state, k) if k > 0 else []
             if tokens:
                 return Draft(source, tuple(tokens))
@@ -149,6 +161,24 @@ class DraftPolicy:
     def observe_step(self, num_rows: int, step_s: float) -> None:
         """A step without prompt rows: `num_rows` decode and draft rows took `step_s`."""
         self.step_cost.observe(num_rows, step_s)
+        self.row_costs.observe(num_rows, step_s)
+
+    def step_seconds(self) -> Callable[[int], float]:
+        """rows -> a decode step's time, as learned (relative units before any step)."""
+        ratio = self.row_cost_ratio()
+        seen, curve = self._curve
+        if seen != self.row_costs.observations:
+            curve = self.row_costs.curve(ratio)
+            self._curve = (self.row_costs.observations, curve)
+        if curve is None:
+            return affine_step_s(ratio)
+        last = len(curve) - 1
+
+        def step_s(rows: int) -> float:
+            if rows <= last:
+                return curve[rows]
+            return curve[last] * (1.0 + rows * ratio) / (1.0 + last * ratio)
+        return step_s
 
     def row_cost_ratio(self) -> float:
         """per_row_s / fixed_s of a step, as learned (the prior until then)."""

@@ -15,6 +15,13 @@ from engine.model.spec import LayerWeights, LlamaWeights, Model, ModelConfig
 GREEDY = SamplingParams(temperature=0.0)      # argmax sampling, the differential tests' default
 
 
+def frozen_clock() -> float:
+    """An engine clock that never moves: steps take 0 s, so the speculation policy learns no
+    step times and keeps its priors -- which drafts a test sees does not depend on how fast
+    or how loaded the machine is (outputs never depend on it anyway)."""
+    return 0.0
+
+
 def logits_of(model: Model, ids) -> np.ndarray:
     """The dense reference forward of a loaded model: token ids [n] -> logits [n, V]."""
     return llama.forward(model.config, model.weights, ids)

@@ -5,18 +5,18 @@ from __future__ import annotations
 import pytest
 
 from engine.core.drafts.policy import (PRIOR_ACCEPTANCE, PREDICTION, SPEC_MAX_DRAFT_TOKENS, DraftPolicy,
-                                       draft_length)
+                                       affine_step_s, draft_length)
 from engine.core.drafts.prediction import PredictionTrack
 from engine.core.drafts.suffix import SUFFIX_KEY_TOKENS, SuffixStore
 from engine.core.sequence import Sequence
-from engine.core.step_cost import StepCostModel
+from engine.core.step_cost import MAX_TABLE_ROWS, RowCostTable, StepCostModel
 from engine.types import GenRequest, SpeculativeConfig
 
 FIXED_S, PER_ROW_S = 0.030, 0.002      # an injected step: 30 ms to read the weights, 2 ms a row
 
 
 def test_the_rule_drafts_more_at_one_row_than_at_sixteen_and_none_when_drafts_miss():
-    ratio = PER_ROW_S / FIXED_S
+    ratio = affine_step_s(PER_ROW_S / FIXED_S)
     one, sixteen = (draft_length(0.8, ratio, rows, SPEC_MAX_DRAFT_TOKENS) for rows in (1, 16))
     assert one > sixteen > 0
     assert draft_length(0.01, ratio, 1, SPEC_MAX_DRAFT_TOKENS) == 0
@@ -27,17 +27,30 @@ def test_the_rule_drafts_more_at_one_row_than_at_sixteen_and_none_when_drafts_mi
     assert lengths == sorted(lengths)                                    # surer sources draft more
 
 
-def test_each_draft_the_rule_takes_raises_the_expected_tokens_per_second():
-    """The rule against brute force: for every k, the batch's expected tokens per second of
-    step time with k drafts for one of its B sequences (others without) peaks at the rule's k."""
-    for rows in (1, 2, 4, 16):
-        for acceptance in (0.3, 0.6, 0.9):
-            def rate(k):
-                tokens = rows + sum(acceptance ** i for i in range(1, k + 1))
-                return tokens / (FIXED_S + (rows + k) * PER_ROW_S)
-            best = max(range(SPEC_MAX_DRAFT_TOKENS + 1), key=rate)
-            chosen = draft_length(acceptance, PER_ROW_S / FIXED_S, rows, SPEC_MAX_DRAFT_TOKENS)
-            assert rate(chosen) == pytest.approx(rate(best), rel=0.01), (rows, acceptance, chosen, best)
+def test_with_a_jump_from_one_row_to_two_only_sure_drafts_pay_and_then_many():
+    """A gemm's step (2+ rows) costs 2.6x a gemv's (1 row), then little more per row: a
+    draft or two never pays for the jump, a long sure draft does."""
+    def jump(rows: int) -> float:
+        return 1.0 if rows == 1 else 2.6 + 0.01 * rows
+    assert draft_length(0.5, jump, 1, SPEC_MAX_DRAFT_TOKENS) == 0
+    assert draft_length(0.95, jump, 1, SPEC_MAX_DRAFT_TOKENS) >= 16
+    assert draft_length(0.7, jump, 1, 2) == 0                            # 1 + .7 + .49 tokens < 2.62x
+    assert draft_length(0.7, jump, 1, SPEC_MAX_DRAFT_TOKENS) > 2         # ... but 8 drafts pay
+
+
+def test_the_row_cost_table_keeps_the_shape_and_fills_the_gaps():
+    table = RowCostTable()
+    assert table.curve(0.1) is None
+    for rows, step_s in ((1, 0.030), (4, 0.080), (8, 0.090)):
+        table.observe(rows, step_s)
+    table.observe(1000, 9.0)                                             # beyond the table: not kept
+    curve = table.curve(0.1)
+    assert len(curve) == MAX_TABLE_ROWS + 1
+    assert curve[1] == 0.030 and curve[4] == 0.080 and curve[8] == 0.090
+    assert curve[6] == pytest.approx(0.085)                              # between two counts seen
+    assert curve[16] == pytest.approx(0.090 * (1 + 1.6) / (1 + 0.8))    # past them: the affine scale
+    table.observe(1, 0.040)
+    assert table.curve(0.1)[1] == pytest.approx(0.9 * 0.030 + 0.1 * 0.040)
 
 
 def _learned_cost() -> StepCostModel:
@@ -108,3 +121,15 @@ def test_the_prediction_cursor_follows_diverges_and_realigns_forward():
     assert track.propose([100, 1, 2, 3, 4, 77, 1, 2, 3], 5) == [9, 9, 9]
     track.follow([1, 2, 3, 4, 77, 1, 2, 3, 9, 9, 9])
     assert track.propose([0], 4) == []                                  # the prediction is spent
+
+
+def test_the_policy_learns_a_step_time_curve_from_the_decode_steps_it_is_shown():
+    from engine.core.drafts.policy import PRIOR_ROW_COST_RATIO
+    policy = DraftPolicy(SpeculativeConfig(method="prediction"), 512)
+    for rows, step_s in ((1, 0.030), (2, 0.078), (8, 0.081), (16, 0.083)) * 3:
+        policy.observe_step(rows, step_s)
+    step_s = policy.step_seconds()
+    assert step_s(1) == pytest.approx(0.030) and step_s(5) == pytest.approx(0.0795)
+    assert draft_length(0.5, affine_step_s(PRIOR_ROW_COST_RATIO), 1, SPEC_MAX_DRAFT_TOKENS) > 0
+    assert draft_length(0.5, step_s, 1, SPEC_MAX_DRAFT_TOKENS) == 0     # the jump to 2 rows: no
+    assert draft_length(0.95, step_s, 1, SPEC_MAX_DRAFT_TOKENS) > 8

@@ -21,7 +21,7 @@ from engine.api import EngineConfig, GenRequest, SamplingParams, SpeculativeConf
 from engine.core.engine import Engine
 from engine.grammar.compile import GrammarCache, schema_spec
 from engine.grammar.constraint import Constraint
-from tests.engine.core.engine_models import GREEDY, random_model, run_to_completion, tokens_of
+from tests.engine.core.engine_models import GREEDY, frozen_clock, random_model, run_to_completion, tokens_of
 from tests.engine.core.family_models import family_model
 
 BLOCK = 4
@@ -67,7 +67,8 @@ def _requests(scenario: str, params: SamplingParams, plain: list[list[int]] | No
 def _engine(model, spec: SpeculativeConfig | None, scenario: str) -> Engine:
     blocks = TINY_POOL_BLOCKS if scenario == "preemption" else 256
     return Engine(model, EngineConfig(block_size=BLOCK, num_kv_blocks=blocks, speculative=spec,
-                                      prefix_cache="none" if scenario == "preemption" else "radix"))
+                                      prefix_cache="none" if scenario == "preemption" else "radix"),
+                  clock=frozen_clock)
 
 
 def _answers(engine: Engine, requests: list[GenRequest], passes: int = 1) -> list[list]:
@@ -163,7 +164,8 @@ def test_grammar_drafts_change_nothing(monkeypatch, params, method):
                 for i, p in enumerate(prompts)]
 
     def answers(spec):
-        engine = Engine(model, EngineConfig(block_size=BLOCK, num_kv_blocks=256, speculative=spec))
+        engine = Engine(model, EngineConfig(block_size=BLOCK, num_kv_blocks=256, speculative=spec),
+                        clock=frozen_clock)
         return engine, [tokens_of(o) for o in _answers(engine, requests)]
 
     _, off = answers(None)

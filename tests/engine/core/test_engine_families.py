@@ -31,8 +31,8 @@ from engine.grammar.compile import GrammarCache, schema_spec
 from engine.grammar.constraint import Guides
 from engine.model import llama
 from engine.model.spec import FamilyOptions
-from tests.engine.core.engine_models import (GREEDY, dense_greedy, run_embeddings, run_to_completion,
-                                             tokens_of)
+from tests.engine.core.engine_models import (GREEDY, dense_greedy, frozen_clock, run_embeddings,
+                                             run_to_completion, tokens_of)
 from tests.engine.core.family_models import (EOS_ID, FAMILY_NAMES, ROPE_THETA, WINDOW_TOKENS,
                                              dense_embedding, dense_log_softmax, dense_logprobs,
                                              family_model, unwindowed)
@@ -63,9 +63,10 @@ per_family = pytest.mark.parametrize("family", FAMILY_NAMES)
 
 
 def _run(model, requests, **config) -> tuple[Engine, list[list]]:
-    """Run the requests on one engine (KV blocks of BLOCK tokens); each one's outputs."""
+    """Run the requests on one engine (KV blocks of BLOCK tokens); each one's outputs. Its
+    clock is frozen: speculation keeps its priors, whatever the machine's speed."""
     settings = dict(block_size=BLOCK, num_kv_blocks=128) | config
-    engine = Engine(model, EngineConfig(**settings))
+    engine = Engine(model, EngineConfig(**settings), clock=frozen_clock)
     ids = [engine.add_request(r) for r in requests]
     outs = run_to_completion(engine)
     return engine, [outs[i] for i in ids]

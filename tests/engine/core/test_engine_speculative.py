@@ -8,7 +8,7 @@ from engine.api import (EngineConfig, GenRequest, InvalidConfig, SamplingParams,
                         check_speculative_config)
 from engine.core.engine import Engine
 from engine.core.drafts.lookup import propose
-from tests.engine.core.engine_models import random_model, run_to_completion, succ_model, tokens_of
+from tests.engine.core.engine_models import frozen_clock, random_model, run_to_completion, succ_model, tokens_of
 
 SPEC = SpeculativeConfig(method="prompt_lookup", num_speculative_tokens=4, prompt_lookup_min=1,
                          prompt_lookup_max=3)
@@ -41,7 +41,8 @@ def test_check_config_names_the_refused_field():
 
 
 def run(model, prompts, params, spec, seeds=None, **config):
-    engine = Engine(model, EngineConfig(block_size=4, num_kv_blocks=128, speculative=spec, **config))
+    engine = Engine(model, EngineConfig(block_size=4, num_kv_blocks=128, speculative=spec, **config),
+                    clock=frozen_clock)
     ids = [engine.add_request(GenRequest(prompt=p, params=params, max_tokens=24,
                                          seed=None if seeds is None else seeds[i]))
            for i, p in enumerate(prompts)]
@@ -80,7 +81,7 @@ def test_seeded_speculative_output_equals_seeded_plain_decoding():
 def test_accepted_drafts_give_several_tokens_per_step_and_stop_in_the_middle():
     model = succ_model()
     prompt = tuple(range(97, 107)) + tuple(range(97, 100))        # "abcdefghij" + "abc"
-    engine = Engine(model, EngineConfig(speculative=SPEC))
+    engine = Engine(model, EngineConfig(speculative=SPEC), clock=frozen_clock)
     rid = engine.add_request(GenRequest(prompt=prompt, params=SamplingParams(temperature=0.0),
                                         max_tokens=20, stop_ids=(103,)))
     first = engine.step()                                         # prefill: one token (d)
@@ -103,7 +104,7 @@ def test_a_sequence_whose_drafts_keep_missing_pauses_drafting_and_answers_the_sa
     prompt = tuple(t for k in range(10, 30) for t in (k, 100 + k)) + (9,)     # 41 of 64 positions
     spec = SpeculativeConfig(method="prompt_lookup", num_speculative_tokens=2, prompt_lookup_min=1,
                              prompt_lookup_max=1)
-    engine = Engine(model, EngineConfig(block_size=4, num_kv_blocks=128, speculative=spec))
+    engine = Engine(model, EngineConfig(block_size=4, num_kv_blocks=128, speculative=spec), clock=frozen_clock)
     rid = engine.add_request(GenRequest(prompt=prompt, params=SamplingParams(temperature=0.0),
                                         max_tokens=20))
     steps_with_drafts, tokens = 0, []
