@@ -8,8 +8,8 @@ prompt per sequence was prefilled through the engine:
   streams  N sequences, one decode row each                 (rows = N)
   drafts   one sequence, its last token + N - 1 drafted rows (rows = N)
 
-The fastest of `--repeats` forwards per cell, plus the fitted affine model the draft-length rule
-uses (engine/core/step_cost.py: fixed_s + per_row_s * rows). Usage (a quiet machine):
+The fastest of `--repeats` forwards per cell (the draft-length rule learns the same curve,
+engine/core/step_cost.py `RowCostTable`). Usage (a quiet machine):
 
     python bench/step_rows.py [--rows 1 2 4 8 16 32] [--repeats 15]
 """
@@ -26,7 +26,6 @@ sys.path.insert(0, str(ROOT))
 
 from engine.api import Engine, EngineConfig, GenRequest, SamplingParams, load_model, tune_malloc  # noqa: E402
 from engine.core.chunk import Chunk  # noqa: E402
-from engine.core.step_cost import StepCostModel  # noqa: E402
 from cli.fetch import DEFAULT_DEST  # noqa: E402
 
 PROMPT_TOKENS = 128
@@ -69,12 +68,11 @@ def main() -> None:
     args = ap.parse_args()
     tune_malloc()
     model = load_model(ROOT / DEFAULT_DEST)
-    results, cost = [], StepCostModel()
+    results = []
     engine, seqs = prefilled(model, max(args.rows))
     for rows in args.rows:
         streams_s = time_forward(engine, [chunk_of(engine, s, 1) for s in seqs[:rows]], args.repeats)
         drafts_s = time_forward(engine, [chunk_of(engine, seqs[0], rows)], args.repeats)
-        cost.observe(rows, streams_s)
         results.append({"rows": rows, "streams_ms": round(streams_s * 1e3, 2),
                         "drafts_ms": round(drafts_s * 1e3, 2)})
     base = results[0]["streams_ms"]
@@ -83,9 +81,6 @@ def main() -> None:
         print(f"{r['rows']:>5} {r['streams_ms']:>13} {r['drafts_ms']:>14} {r['streams_ms'] / base:>10.2f}")
     for r in results:
         print(json.dumps(r))
-    fitted = cost.fit() if cost.steps >= 8 else None
-    print(json.dumps({"affine_fit": None if fitted is None else
-                      {"fixed_ms": round(fitted[0] * 1e3, 2), "per_row_ms": round(fitted[1] * 1e3, 3)}}))
 
 
 if __name__ == "__main__":
