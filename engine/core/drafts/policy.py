@@ -150,8 +150,9 @@ class DraftPolicy:
             state.track.follow(seq.tokens[seq.num_prompt:])
         step_s = self.step_seconds()
         for source in self.sources:
-            if paused and source in GUESSING_SOURCES:
-                continue
+            if (paused and source in GUESSING_SOURCES) or (source == GRAMMAR and seq.constraint is None) \
+                    or (source == PREDICTION and state.track is None):
+                continue                          # nothing to draft from: skip the rule's work
             k = draft_length(self.acceptance(seq, source), step_s, decoding_rows, room)
             tokens = self._offer(source, seq, state, k) if k > 0 else []
             if tokens:
