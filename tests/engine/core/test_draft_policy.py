@@ -133,3 +133,15 @@ def test_the_policy_learns_a_step_time_curve_from_the_decode_steps_it_is_shown()
     assert draft_length(0.5, affine_step_s(PRIOR_ROW_COST_RATIO), 1, SPEC_MAX_DRAFT_TOKENS) > 0
     assert draft_length(0.5, step_s, 1, SPEC_MAX_DRAFT_TOKENS) == 0     # the jump to 2 rows: no
     assert draft_length(0.95, step_s, 1, SPEC_MAX_DRAFT_TOKENS) > 8
+
+
+def test_a_sequence_whose_drafts_miss_trusts_its_source_less_than_its_neighbours_do():
+    from engine.core.drafts.policy import Draft, SEQ_PRIOR_TRIALS
+    policy = DraftPolicy(SpeculativeConfig(method="prediction"), 512)
+    missing, other = _sequence((5, 6, 7), 0), _sequence((5, 6, 7), 1)
+    for _ in range(20):                                                  # 20 trials, all missed
+        policy.settle(missing, Draft(PREDICTION, (5, 6, 7)), accepted=0, mismatched=True)
+    overall = policy.acceptance(other, PREDICTION)                       # no trials of its own
+    assert overall < PRIOR_ACCEPTANCE[PREDICTION]                        # the misses count for all ...
+    assert policy.acceptance(missing, PREDICTION) == pytest.approx(     # ... most for their sequence
+        overall * SEQ_PRIOR_TRIALS / (20 + SEQ_PRIOR_TRIALS))
