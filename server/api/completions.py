@@ -116,8 +116,8 @@ def renderer(spec: GenSpec, header: docs.Header) -> Renderer:
 # ---- the handler ------------------------------------------------------------------------------
 
 def completions(ctx: ApiContext, request: Request, params: Params, extra: Headers) -> Launch:
-    spec = parse_completion(request.body, ctx.defaults)
-    with ctx.serving(spec.model):
+    spec = parse_completion(request.body, ctx.defaults_for(request.body))
+    with ctx.serving(spec.model) as ctx:
         served = ctx.served
         prompts = []
         for prompt in spec.prompts:

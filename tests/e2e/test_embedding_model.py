@@ -2,8 +2,8 @@
 
 /v1/embeddings answers with the encoder's vectors (the oracle's, to 1e-5), in float and
 base64, with the token count as usage; an over-long input is a 400 naming its index and
-token count unless `truncate_prompt_tokens` asks for the cut; the generation and tokenize
-routes refuse the model by name, saying what it serves; /v1/models, /healthz, /metrics
+token count unless `truncate_prompt_tokens` asks for the cut; the generation routes
+refuse the model by name, saying what it serves; /v1/models, /healthz, /metrics
 describe it.
 """
 from __future__ import annotations
@@ -107,7 +107,6 @@ def test_a_smaller_truncation_keeps_cls_the_first_pieces_and_sep(server):
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}),
     ("/v1/completions", {"prompt": "hi"}),
     ("/v1/responses", {"input": "hi"}),
-    ("/v1/tokenize", {"prompt": "hi"}),
 ])
 def test_generation_routes_refuse_the_model_by_name_saying_what_it_serves(server, path, body):
     reply = post(server, path, dict(body, model=MODEL))
@@ -125,7 +124,7 @@ def test_an_unknown_model_stays_a_404(server):
 def test_the_model_list_says_what_it_can_do(server):
     cards = requests.get(server.http_url + "/v1/models", timeout=10).json()["data"]
     assert [(c["id"], c["kind"], c["max_model_len"]) for c in cards] == [(MODEL, "embedding", 256)]
-    assert set(cards[0]["capabilities"]) == {"embeddings", "rerank", "score"}
+    assert set(cards[0]["capabilities"]) == {"embeddings", "rerank", "score", "tokenize"}
     one = requests.get(server.http_url + f"/v1/models/{MODEL}", timeout=10).json()
     assert one == cards[0]
 
