@@ -105,3 +105,23 @@ def test_loop_stall_gauge_only_when_the_loop_measures_it():
     assert samples["tl_loop_stall_cpu_seconds_max"] == 0.002
     types, _ = parse(metrics_text(EngineStats(), ServerMetrics()))
     assert "tl_loop_stall_seconds_max" not in types
+
+
+def test_several_engines_share_each_family_every_sample_labelled_with_its_model():
+    """Two chat engines: one HELP/TYPE per family (parse asserts it), each engine's samples
+    under its `model`; the request counter labelled with the model a request named."""
+    server = ServerMetrics()
+    server.count_request("chat", 200, model="a")
+    server.count_request("chat", 429, model="b")
+    server.count_request("models", 200)                        # no model: no label
+    engines = [("a", EngineStats(queue_depth=1, kv_blocks_used=2)),
+               ("b", EngineStats(queue_depth=5, kv_blocks_free=7))]
+    types, samples = parse(metrics_text(None, server, engines=engines))
+    assert types["tl_engine_queue_depth"] == "gauge"
+    assert samples['tl_engine_queue_depth{model="a"}'] == 1
+    assert samples['tl_engine_queue_depth{model="b"}'] == 5
+    assert samples['tl_engine_kv_blocks{model="a",state="used"}'] == 2
+    assert samples['tl_engine_kv_blocks{model="b",state="free"}'] == 7
+    assert samples['tl_http_requests_total{model="a",route="chat",status="200"}'] == 1
+    assert samples['tl_http_requests_total{model="b",route="chat",status="429"}'] == 1
+    assert samples['tl_http_requests_total{route="models",status="200"}'] == 1
