@@ -112,5 +112,5 @@ class HealthApp:
             latest = view.latest           # published by the engine thread, read as one value
         encoders = tuple(encoder_document(w.model_id, w.stats, w.max_batch_tokens)
                          for w in self.encoders)
-        document = dict(snapshot_document(latest, model, encoders), engines=list(self.views))
-        return json_response(200, document, (("Cache-Control", "no-store"),))
+        return json_response(200, snapshot_document(latest, model, encoders, tuple(self.views)),
+                             (("Cache-Control", "no-store"),))
