@@ -165,8 +165,8 @@ def _load_chat(cfg: ServeConfig, view: EngineView | None, turn: ComputeTurn,
              time.perf_counter() - t0)
     _log_chat_template(cfg, model.chat_template, given_template)
     defaults = sampling.resolve(cfg.model_dir, dict(cfg.default_overrides))
-    log.info("sampling defaults of %s: %s", cfg.model_id,
-             defaults.changed() or "OpenAI's (none set)")
+    log.info("sampling defaults: %s (model %s)", defaults.changed() or "OpenAI's (none set)",
+             cfg.model_id)
     engine_cfg = cfg.engine
     engine = Engine(model, engine_cfg)
     _log_kv(engine.kv_size())
