@@ -227,3 +227,22 @@ def test_readyz_and_healthz_name_the_model_whose_engine_died(succ_model_dir, tin
         assert still.status_code == 200 and still.json()["choices"][0]["message"]["content"] == "bc"
     finally:
         handle.stop()
+
+
+def test_a_drain_finishes_every_model_s_streams(succ_model_dir, tiny_llama_dir):
+    handle = spawn(two_chat_config(succ_model_dir, tiny_llama_dir),
+                   lambda engine: StepDelay(engine, SUCC_STEP_DELAY_S))    # both run long
+    try:
+        opened = [open_stream(handle, succ_stream(20)),
+                  open_stream(handle, chat_body("Hello", model=TINY, max_tokens=20,
+                                                temperature=0, stream=True, ignore_eos=True))]
+        assert wait_for(lambda: active(handle, SUCC) == 1 and active(handle, TINY) == 1)
+        handle.drain()
+        bodies = [read_until_closed_or(sock, DONE, received) for sock, received in opened]
+        for sock, _ in opened:
+            sock.close()
+        assert all(DONE in body and b'"error"' not in body for body in bodies)
+        assert all(body.count(b'"finish_reason":"length"') == 1 for body in bodies)
+        assert streamed_text(bodies[0]) == "".join(chr(c) for c in range(ord("B"), ord("B") + 20))
+    finally:
+        handle.stop()
