@@ -266,17 +266,21 @@ class StatsOnly:
 
 
 class IdleBridge(EngineBridge):
-    """A bridge whose engine thread never runs: whatever is admitted stays queued."""
+    """A bridge whose engine thread never runs: whatever is admitted stays queued (kept:
+    `embedded` the embeddings inputs, `added` the generation requests)."""
 
     def __init__(self, capacity: int):
         super().__init__(StatsOnly(), queue=QueuePolicy(capacity_requests=capacity,
                                                         deadline_ms=IDLE_BRIDGE_DEADLINE_MS))
         self.embedded = []
+        self.added = []
 
     def _post(self, command):
         verb, ticket = command
         if verb == "embed":
             self.embedded.append(ticket.inputs)
+        elif verb == "add":
+            self.added.append(ticket.request)
         super()._post(command)
 
 

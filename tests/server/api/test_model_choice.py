@@ -18,26 +18,12 @@ from server.text.served import ServedModel
 from tests.fakes import IdleBridge
 
 
-class RecordingBridge(IdleBridge):
-    """An idle bridge (nothing runs) that keeps the generation requests it admitted."""
-
-    def __init__(self, capacity: int):
-        super().__init__(capacity)
-        self.added = []
-
-    def _post(self, command):
-        verb, ticket = command
-        if verb == "add":
-            self.added.append(ticket.request)
-        super()._post(command)
-
-
 @pytest.fixture
 def two(succ_model_dir):
     """ApiApp over chat models "a" (temperature default 0.5) and "b" (0.25), one queue
     place each."""
     model = load_model(succ_model_dir)
-    bridges = {"a": RecordingBridge(capacity=1), "b": RecordingBridge(capacity=1)}
+    bridges = {"a": IdleBridge(capacity=1), "b": IdleBridge(capacity=1)}
     temperature = {"a": 0.5, "b": 0.25}
     chats = {m: ChatModel(ServedModel(model, m, 64), bridges[m],
                           SamplingDefaults(temperature=temperature[m])) for m in bridges}
