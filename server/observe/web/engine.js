@@ -38,6 +38,7 @@
       cells.push(cell);
       grid.append(cell);
     }
+    while (cells.length > states.length) cells.pop().remove();   // another engine's smaller pool
     for (let i = 0; i < states.length; i++) {
       const name = "cell " + states[i];
       if (cells[i].className !== name) {
