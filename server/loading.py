@@ -103,17 +103,24 @@ def load_models(cfg: ServeConfig, wrap_engine: EngineWrapper | None = None) -> L
     for entry in model_entries(cfg):
         own = model_config(cfg, entry)
         if _kind(entry) == KIND_CHAT:
-            view = EngineView() if cfg.engine_view else None
-            if view is not None:
-                loaded.views[entry.id] = view
-            if loaded.chats and own.trace_file:     # one file, one writer: the first engine's
-                log.info("step trace: %s's engine is not traced (the first chat model's is)",
-                         entry.id)
-                own = replace(own, trace_file="")
-            loaded.chats[entry.id] = _load_chat(own, view, turn, wrap_engine)
+            _add_chat(own, loaded, turn, wrap_engine)
         else:
             loaded.encoders[entry.id] = _encoder_worker(own, entry, turn)
     return loaded
+
+
+def _add_chat(cfg: ServeConfig, loaded: LoadedModels, turn: ComputeTurn,
+              wrap_engine: EngineWrapper | None) -> None:
+    """One more chat model (`cfg` as it sees it): its engine view, and the step trace
+    when it is the first (one file, one writer)."""
+    view = EngineView() if cfg.engine_view else None
+    if view is not None:
+        loaded.views[cfg.model_id] = view
+    if loaded.chats and cfg.trace_file:
+        log.info("step trace: %s's engine is not traced (the first chat model's is)",
+                 cfg.model_id)
+        cfg = replace(cfg, trace_file="")
+    loaded.chats[cfg.model_id] = _load_chat(cfg, view, turn, wrap_engine)
 
 
 def _kind(entry: ModelEntry) -> str:
