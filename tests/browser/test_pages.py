@@ -13,7 +13,7 @@ from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import WebDriverWait
 
 from engine.api import EngineConfig
-from tests.e2e.helpers import chat_body, metrics, post, running_server
+from tests.e2e.helpers import chat_body, metrics, post, running_server, two_chat_config
 
 WAIT_S = 20
 STEP_DELAY_S = 0.01
@@ -227,21 +227,9 @@ def test_the_engine_view_offers_each_chat_engine_of_a_two_model_server(browser, 
     """Two chat models: the page lists both engines and draws the one chosen (succ's pool
     of 96 blocks first, then the tiny Llama's 40)."""
     from selenium.webdriver.support.ui import Select
-    from server.config import ServeConfig
     from server.serve import spawn
-    cfg = ServeConfig.from_toml(f"""
-[engine]
-model_dir = "{succ_model_dir}"
-model_id = "succ"
-http_listen = "127.0.0.1:0"
-health_listen = "127.0.0.1:0"
-access_log = "off"
-num_kv_blocks = 96
-[[models]]
-id = "tiny"
-model_dir = "{tiny_llama_dir}"
-num_kv_blocks = 40
-""", env={})
+    cfg = two_chat_config(succ_model_dir, tiny_llama_dir, first="num_kv_blocks = 96",
+                          second="num_kv_blocks = 40")
     handle = spawn(cfg)
     try:
         browser.get(handle.health_url + "/engine")

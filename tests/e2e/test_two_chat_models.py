@@ -24,7 +24,7 @@ from server.serve import spawn
 from engine.api import load_model
 from tests.e2e.helpers import (TIMEOUT_S, chat_body, chat_stream_text, open_stream,
                                parse_metrics, post, read_until_closed_or, running_server,
-                               send_stream, stream_chunks)
+                               send_stream, stream_chunks, two_chat_config)
 from tests.fakes import StepDelay, WrappedEngine
 from tests.polling import wait_for
 
@@ -33,29 +33,18 @@ SUCC_STEP_DELAY_S = 0.05        # succ's streams take seconds: long enough to wa
 DONE = b"data: [DONE]\n\n"
 
 
-def two_chat_config(succ_dir, tiny_dir) -> ServeConfig:
+def config(succ_dir, tiny_dir) -> ServeConfig:
     """succ first ([engine]: one batch slot, one queue place), the tiny Llama in
     [[models]] with its own, larger queue."""
-    return ServeConfig.from_toml(f"""
-[engine]
-model_dir = "{succ_dir}"
-model_id = "{SUCC}"
-http_listen = "127.0.0.1:0"
-health_listen = "127.0.0.1:0"
-access_log = "off"
+    return two_chat_config(succ_dir, tiny_dir, first="""
 max_num_seqs = 1
 queue_capacity = 1
 queue_deadline_ms = 600000
-kv_cache_mib = 8
-
-[[models]]
-id = "{TINY}"
-model_dir = "{tiny_dir}"
+kv_cache_mib = 8""", second="""
 kind = "chat"
 max_num_seqs = 4
 queue_capacity = 8
-kv_cache_mib = 8
-""", env={})
+kv_cache_mib = 8""")
 
 
 def slow_first_engine(engine_seen: list):
@@ -70,7 +59,7 @@ def slow_first_engine(engine_seen: list):
 
 @pytest.fixture(scope="module")
 def server(succ_model_dir, tiny_llama_dir):
-    handle = spawn(two_chat_config(succ_model_dir, tiny_llama_dir), slow_first_engine([]))
+    handle = spawn(config(succ_model_dir, tiny_llama_dir), slow_first_engine([]))
     yield handle
     handle.stop()
 
@@ -212,7 +201,7 @@ class DiesOnRequest(WrappedEngine):
 
 def test_readyz_and_healthz_name_the_model_whose_engine_died(succ_model_dir, tiny_llama_dir):
     seen: list = []
-    handle = spawn(two_chat_config(succ_model_dir, tiny_llama_dir),
+    handle = spawn(config(succ_model_dir, tiny_llama_dir),
                    lambda engine: seen.append(DiesOnRequest(engine)) or seen[-1])
     try:
         assert requests.get(handle.health_url + "/readyz", timeout=TIMEOUT_S).status_code == 200
@@ -230,7 +219,7 @@ def test_readyz_and_healthz_name_the_model_whose_engine_died(succ_model_dir, tin
 
 
 def test_a_drain_finishes_every_model_s_streams(succ_model_dir, tiny_llama_dir):
-    handle = spawn(two_chat_config(succ_model_dir, tiny_llama_dir),
+    handle = spawn(config(succ_model_dir, tiny_llama_dir),
                    lambda engine: StepDelay(engine, SUCC_STEP_DELAY_S))    # both run long
     try:
         opened = [open_stream(handle, succ_stream(20)),
