@@ -8,7 +8,8 @@ served alone); admission is per model (succ's full queue is a 429 while the tiny
 admits); /v1/models lists both, /readyz is ready with both and names a model whose engine
 died; /metrics labels every engine sample and the request counter with the model, each
 family once; the engine snapshot shows the engine `?model=` names; tokenize uses each
-model's own tokenizer. Succ's steps are slowed (StepDelay) so its streams run long enough
+model's own tokenizer; a drain finishes both models' streams; tlserve serves the models
+TL_ENGINE__MODELS names. Succ's steps are slowed (StepDelay) so its streams run long enough
 to watch; the tests wait on what they observe.
 """
 from __future__ import annotations
@@ -22,9 +23,9 @@ import requests
 from server.config import ServeConfig
 from server.serve import spawn
 from engine.api import load_model
-from tests.e2e.helpers import (TIMEOUT_S, chat_body, chat_stream_text, open_stream,
-                               parse_metrics, post, read_until_closed_or, running_server,
-                               send_stream, stream_chunks, two_chat_config)
+from tests.e2e.helpers import (TIMEOUT_S, chat_body, chat_stream_text, child_server,
+                               open_stream, parse_metrics, post, read_until_closed_or,
+                               running_server, send_stream, stream_chunks, two_chat_config)
 from tests.fakes import StepDelay, WrappedEngine
 from tests.polling import wait_for
 
@@ -235,3 +236,16 @@ def test_a_drain_finishes_every_model_s_streams(succ_model_dir, tiny_llama_dir):
         assert streamed_text(bodies[0]) == "".join(chr(c) for c in range(ord("B"), ord("B") + 20))
     finally:
         handle.stop()
+
+
+def test_tlserve_serves_the_models_tl_engine_models_names(succ_model_dir, tiny_llama_dir):
+    """The command line with no config file: TL_ENGINE__MODELS adds the tiny Llama beside
+    --model-dir's succ, both answering."""
+    models = json.dumps([{"id": TINY, "model_dir": str(tiny_llama_dir), "kind": "chat"}])
+    with child_server(succ_model_dir, env={"TL_ENGINE__MODELS": models}) as child:
+        cards = requests.get(child.http_url + "/v1/models", timeout=TIMEOUT_S).json()["data"]
+        assert [(c["id"], c["kind"]) for c in cards] == [(SUCC, "chat"), (TINY, "chat")]
+        for model in (SUCC, TINY):
+            reply = post(child, "/v1/chat/completions",
+                         chat_body("a", model=model, max_tokens=2, temperature=0))
+            assert reply.status_code == 200 and reply.json()["model"] == model
