@@ -6,8 +6,8 @@ template rendered, the answer's thinking split decided) and
 requests and a `GenerationStream`.
 
     worker thread:  priority header -> logit_bias ids -> grammar (compiled once, shared by
-                    every choice) -> one GenRequest per choice (the context and KV rules of
-                    server/text/served.py) => a `Launch`
+                    every choice) -> the prediction's token ids (once) -> one GenRequest per
+                    choice (the context and KV rules of server/text/served.py) => a `Launch`
     loop thread:    the Launch: admission (a slot per choice in the bridge's queue, or 429;
                     all or none) -> GenerationStream with the renderer the endpoint chose
 
@@ -175,8 +175,10 @@ def launch_generation(ctx: ApiContext, request: Request, spec: GenSpec,
     structured = after_thinking(spec.structured, spec.thinking)    # the answer's, not the thinking's
     grammar = (compile_structured(ctx.served.grammars, structured)
                if structured else None)             # compiled once, shared by every choice
+    predicted = (() if spec.prediction is None        # tokenized once, shared like the grammar
+                 else tuple(ctx.served.encode_plain(spec.prediction)))
     requests = [_gen_request(ctx.served, spec, prompt, endpoint.prompt_param, priority, j,
-                             grammar)
+                             grammar, predicted)
                 for prompt in prompts for j in range(spec.n)]
     return partial(_launch, ctx, requests, spec, sum(map(len, prompts)), endpoint, extra,
                    echoes, render, request.request_id)
@@ -204,15 +206,17 @@ def _launch(ctx: ApiContext, requests: list[GenRequest], spec: GenSpec, prompt_t
 
 
 def _gen_request(served: ServedModel, spec: GenSpec, prompt: list[int], prompt_param: str,
-                 priority: int, choice: int, grammar: Grammar | None) -> GenRequest:
+                 priority: int, choice: int, grammar: Grammar | None,
+                 predicted: tuple[int, ...]) -> GenRequest:
     """Choice 0 is exactly the n = 1 request; the others are forks of it: their own
-    seed (`choice_seed`) and they wait to share the prompt's KV blocks."""
+    seed (`choice_seed`) and they wait to share the prompt's KV blocks. Every choice
+    drafts from the same prediction (`predicted`: token ids, () for none)."""
     max_tokens = served.max_tokens_for(len(prompt), spec.max_tokens, prompt_param)
     scored = spec.top_logprobs if spec.echo and spec.logprobs else None
     return GenRequest(prompt=tuple(prompt), params=spec.params,
                       seed=choice_seed(spec.seed, choice), max_tokens=max_tokens,
                       stop_ids=spec.stop_ids, priority=priority, prompt_logprobs=scored,
-                      wait_for_prefix=choice > 0, grammar=grammar)
+                      wait_for_prefix=choice > 0, grammar=grammar, prediction=predicted)
 
 
 def chat_prompt(ctx: ApiContext, spec: GenSpec,

@@ -8,7 +8,8 @@ ending in `le="+Inf"`, then `name_sum` and `name_count`.
 Three sources feed this page:
 * the engine's `EngineStats` snapshot (published by the engine thread after each step):
   the chapter's gauges `tl_engine_*`, the KV-cache utilisation (0-1, what routers such as
-  the Gateway API Inference Extension's endpoint picker read) and the prefix-cache counters;
+  the Gateway API Inference Extension's endpoint picker read), the prefix-cache counters
+  and the speculative drafts per source (`source` label);
 * `server/observe/process_metrics.py`: the standard `process_*` families;
 * `ServerMetrics`, updated on the loop thread only (no lock): requests by route and
   status, prompt/generation tokens, and the latency histograms;
@@ -129,7 +130,20 @@ def engine_metrics_text(s: EngineStats, model: str | None = None) -> str:
                [(m, s.evictions_total)]),
         family("tl_engine_steps_total", "counter", "Engine steps run.",
                [(m, s.steps_total)]),
+        spec_source_metrics_text(s, m),
     ])
+
+
+def spec_source_metrics_text(s: EngineStats, m: tuple[tuple[str, str], ...] = ()) -> str:
+    """Speculative decoding per draft source (`EngineStats.spec_by_source`: grammar,
+    prediction, suffix, prompt_lookup), each sample labelled `source` after `m`: the tokens
+    drafted and those the model accepted. A source the engine has not reported has no sample."""
+    drafted = [(m + (("source", source),), d) for source, d, _ in s.spec_by_source]
+    accepted = [(m + (("source", source),), a) for source, _, a in s.spec_by_source]
+    return (family("tl_engine_spec_draft_tokens_total", "counter",
+                   "Speculative draft tokens verified, by draft source.", drafted)
+            + family("tl_engine_spec_accepted_tokens_total", "counter",
+                     "Speculative draft tokens the model accepted, by draft source.", accepted))
 
 
 class ServerMetrics:

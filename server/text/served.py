@@ -81,6 +81,11 @@ class ServedModel:
         rendered chat template already holds its BOS."""
         return list(self.tokenizer.encode(text, add_special_tokens=add_special_tokens))
 
+    def encode_plain(self, text: str) -> list[int]:
+        """Token ids of text the model is expected to write (a `prediction`): markup such as
+        `<|im_end|>` in it stays plain text, never a special token; no BOS."""
+        return list(self.tokenizer.encode(text, parse_special=False))
+
     def check_token_ids(self, ids: tuple[int, ...], param: str) -> None:
         """Refuse client-sent token ids past the vocabulary (400 naming `param`).
 

@@ -125,3 +125,17 @@ def test_several_engines_share_each_family_every_sample_labelled_with_its_model(
     assert samples['tl_http_requests_total{model="a",route="chat",status="200"}'] == 1
     assert samples['tl_http_requests_total{model="b",route="chat",status="429"}'] == 1
     assert samples['tl_http_requests_total{route="models",status="200"}'] == 1
+
+
+def test_speculative_drafts_per_source_carry_model_and_source_labels():
+    stats = EngineStats(spec_draft_tokens=70, spec_accepted_tokens=41,
+                        spec_by_source=(("prediction", 40, 31), ("prompt_lookup", 30, 10)))
+    types, samples = parse(metrics_text(stats, model="smol-135m"))
+    assert types["tl_engine_spec_draft_tokens_total"] == "counter"
+    assert types["tl_engine_spec_accepted_tokens_total"] == "counter"
+    drafted = 'tl_engine_spec_draft_tokens_total{model="smol-135m",source="%s"}'
+    accepted = 'tl_engine_spec_accepted_tokens_total{model="smol-135m",source="%s"}'
+    assert samples[drafted % "prediction"] == 40 and samples[accepted % "prediction"] == 31
+    assert samples[drafted % "prompt_lookup"] == 30 and samples[accepted % "prompt_lookup"] == 10
+    _, quiet = parse(metrics_text(EngineStats()))            # no source reported: no samples
+    assert not [name for name in quiet if name.startswith("tl_engine_spec_")]
