@@ -222,3 +222,19 @@ def test_smol_drafts_build_a_valid_document_on_their_own(real_model):
     doc = json.loads(tok.decode(out))
     assert doc == {"name": "x", "unit": "celsius", "k": "abc", "o": {"x": 7}}
     assert drafted >= 0.75 * len(out)         # all but the free characters (and a few merges)
+
+
+@pytest.mark.timing
+def test_a_cached_call_costs_microseconds():
+    """The policy asks every constrained row every step: a state seen before is a lookup."""
+    import time
+    runtime = runtime_for(schema_spec(WEATHER_SCHEMA), TinyTokenizer())
+    rows = [at(runtime, text) for text in ("", '{"name": "Bob",', '{"name": "Bob", "unit": "c', '{"name": "Bo')]
+    for row in rows:
+        row.forced_drafts(8)                                      # built once
+    calls = 20_000
+    start = time.perf_counter()
+    for i in range(calls):
+        rows[i % 4].forced_drafts(8)
+    per_call_us = (time.perf_counter() - start) / calls * 1e6
+    assert per_call_us < 20, per_call_us
