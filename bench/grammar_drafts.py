@@ -13,8 +13,9 @@ state's text, encoding and checks built once; the automaton's steps already memo
 walk that found the states) and warm (the cache shared by all sequences): mean and max.
 
 Cases: extract: a support ticket schema as pydantic writes it (9 fields, four enums, two
-nested objects: the issue's benchmark task b); tool: a Hermes `<tool_call>` of get_weather
-with two tools offered (task c).
+nested objects: the issue's benchmark task b), the answer compact (json.dumps' default);
+extract2: the same answer indented by 2, as smol-135m lays out JSON when greedy; tool: a
+Hermes `<tool_call>` of get_weather with two tools offered (task c).
 
 Usage:   python bench/grammar_drafts.py          # K = 8 (SPEC_MAX_DECODING)
 """
@@ -103,11 +104,11 @@ def call_times_us(guides: Guides, grammar, ids: list[int], k: int, repeats: int)
     constraint = guides.constraint(grammar)
     states = []
     for token in ids:
-        states.append((constraint.state, constraint.last_byte))
+        states.append((constraint.state, constraint.view))
         constraint.advance(token)
     times = [0.0] * len(states)
     for _ in range(repeats):
-        for i, (constraint.state, constraint.last_byte) in enumerate(states):
+        for i, (constraint.state, constraint.view) in enumerate(states):
             start = time.perf_counter()
             constraint.forced_drafts(k)
             times[i] += (time.perf_counter() - start) * 1e6 / repeats
@@ -119,7 +120,9 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=8, help="drafts per step at most")
     args = parser.parse_args()
     tokenizer = load_model(str(MODEL)).tokenizer
+    indented = json.dumps(json.loads(TICKET_ANSWER), indent=2)      # smol-135m's own layout, greedy
     for name, spec, answer in (("extract", schema_spec(TICKET_SCHEMA), TICKET_ANSWER),
+                               ("extract2", schema_spec(TICKET_SCHEMA), indented),
                                ("tool", TOOL_SPEC, TOOL_ANSWER)):
         guides = Guides(tokenizer, tokenizer.vocab_size, tokenizer.eos_token_ids)
         guides.table                                            # built once per process: not timed

@@ -10,6 +10,7 @@ every token the automaton accepts (the mask; `vocab.allowed_tokens` is the per-t
 reference), `constraint.py` caches masks per state for all of a grammar's sequences and is the
 per-sequence cursor the sampler consults: check the sampled token first, build the mask
 only when it is rejected; `forced.py` drafts the text the grammar forces next (keys, enum
-tails, closing brackets) as the model's tokens for speculation. The server reaches all of
+tails, closing brackets) as the model's tokens for speculation, its optional whitespace as
+`layout.py` learns it from the text so far. The server reaches all of
 this through `engine/api.py`.
 """

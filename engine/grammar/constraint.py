@@ -21,7 +21,8 @@ import numpy as np
 
 from engine.grammar.automaton import DEAD, Grammar, Matcher
 from engine.grammar.dense import DenseSteps, trie_mask
-from engine.grammar.forced import ForcedDrafts, byte_kind
+from engine.grammar.forced import ForcedDrafts
+from engine.grammar.layout import TextView, feed
 from engine.grammar.vocab import TokenTable, allowed_tokens, build_table
 
 MAX_CACHED_MASKS = 512          # masks kept per grammar (each [V] bool: 49 KB for smol-135m)
@@ -73,13 +74,13 @@ class GrammarRuntime:
 
 class Constraint:
     """One sequence's position in its grammar."""
-    __slots__ = ("runtime", "state", "finished", "last_byte")
+    __slots__ = ("runtime", "state", "finished", "view")
 
     def __init__(self, runtime: GrammarRuntime):
         self.runtime = runtime
         self.state = runtime.matcher.initial
         self.finished = False
-        self.last_byte = -1             # the text's last byte (-1: none yet); drafts' whitespace reads it
+        self.view = TextView()          # the text's JSON layout so far: drafts' whitespace (layout.py)
 
     def allows(self, token: int) -> bool:
         if self.finished:
@@ -101,7 +102,7 @@ class Constraint:
         nxt = self.runtime.step_token(self.state, token)
         if nxt != DEAD:                      # a refused token (never sampled) leaves the state
             self.state = nxt
-            self.last_byte = self.runtime.table.token_bytes[token][-1]
+            self.view = feed(self.view, self.runtime.table.token_bytes[token])
 
     def forced_drafts(self, max_tokens: int) -> list[int]:
         """Up to `max_tokens` token ids for the text the grammar forces next (issue 24's
@@ -109,7 +110,7 @@ class Constraint:
         EOS. [] where the model has a choice. The cursor does not move."""
         if self.finished or max_tokens <= 0:
             return []
-        return list(self.runtime.forced.tokens(self.state, byte_kind(self.last_byte))[:max_tokens])
+        return list(self.runtime.forced.tokens(self.state, self.view)[:max_tokens])
 
     @property
     def complete(self) -> bool:

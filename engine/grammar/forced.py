@@ -8,17 +8,18 @@ them so the model verifies several in one step instead of writing one per step.
 The text (`expected_text`) follows the automaton at character level while it allows exactly
 one character and does not accept (where it accepts, EOS is an alternative). JSON lets
 optional whitespace sit between any two tokens, so a strictly forced character is rare
-there; the draft writes that whitespace as `json.dumps` does (a space after `:` and `,`,
-none elsewhere) and then the one non-space character the grammar allows. That part is a
-guess, which verification checks like any draft; outputs do not depend on it.
+there; the draft writes that whitespace as the text so far lays it out (layout.py: compact
+like `json.dumps`, or one member per line) and then the one non-space character the
+grammar allows. That part is a guess, which verification checks like any draft; outputs
+do not depend on it.
 
 The text becomes tokens the way the model most likely writes them: the tokenizer's own
 encoding of it, kept only while each token spells the next bytes of the text and the
 automaton allows it (so never EOS or a special token). Tokens end inside the text, but the
 last one may merge with what the model writes after it (`"` then `,` is `",`): the text is
 encoded again with each likely next character (`_merge_probes`) and the last token is
-dropped unless every encoding keeps it. Drafts depend only on (state, the kind of the
-text's last byte), so they are cached per grammar and shared by every sequence in that
+dropped unless every encoding keeps it. Drafts depend only on (state, the text's layout
+view), so they are cached per grammar and shared by every sequence in that
 state: a hit is one dict lookup (~1 us); a miss costs 0.1-0.5 ms (bench/grammar_drafts.py).
 """
 from __future__ import annotations
@@ -26,59 +27,54 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Callable
 
-from engine.grammar import charset
+from engine.grammar import charset, layout
 from engine.grammar.automaton import DEAD, Matcher
+from engine.grammar.layout import TextView
 from engine.grammar.vocab import TokenTable
 
 MAX_FORCED_CHARS = 96           # characters of forced text looked ahead from one state
 MAX_FORCED_TOKENS = 32          # drafts cached per state (a step verifies far fewer)
-MAX_CACHED_DRAFTS = 4096        # (state, last byte kind) entries kept per grammar
+MAX_CACHED_DRAFTS = 4096        # (state, text view) entries kept per grammar
 MAX_MERGE_PROBES = 32           # characters tried after the text before assuming its last token merges
 WORD_PROBES = "aA0"             # a lower-case word, a capitalised one, a number
 PRINTABLE_ASCII = ((0x20, 0x7E),)
 JSON_SPACE = charset.chars(" \n\t")
-SPACED_AFTER = frozenset(b":,")  # json.dumps' separators: ", " and ": "
 SENTINEL = "\n"                 # encoded before the text when the tokenizer adds a prefix space
 
-# What the text before the state ends with: it decides the whitespace the draft writes.
-AFTER_OTHER, AFTER_SEPARATOR = 0, 1
+
+def _single(allowed: charset.Ranges) -> str | None:
+    return chr(allowed[0][0]) if len(allowed) == 1 and allowed[0][0] == allowed[0][1] else None
 
 
-def byte_kind(last_byte: int) -> int:
-    """The kind of the text's last byte (-1: no text yet)."""
-    if last_byte in SPACED_AFTER:
-        return AFTER_SEPARATOR
-    return AFTER_OTHER
-
-
-def _next_char(allowed: charset.Ranges, after: int) -> str | None:
+def _next_char(allowed: charset.Ranges, view: TextView) -> str | None:
     """The character a draft writes where `allowed` may come next; None: the model chooses.
-    Optional JSON whitespace (all of space, newline and tab allowed: never inside a string,
-    where newline and tab are escaped) is written as json.dumps writes it."""
-    if charset.intersect(allowed, JSON_SPACE) == JSON_SPACE:
-        if after == AFTER_SEPARATOR:
-            return " "
-        allowed = charset.minus(allowed, JSON_SPACE)
-    if len(allowed) == 1 and allowed[0][0] == allowed[0][1]:
-        return chr(allowed[0][0])
-    return None
+    Where JSON's optional whitespace may come (space, newline and tab all allowed: never
+    inside a string, where newline and tab are escaped) the layout's whitespace is written
+    first, unless the text already holds whitespace the layout would not write."""
+    if charset.intersect(allowed, JSON_SPACE) != JSON_SPACE:
+        return _single(allowed)
+    after_space = _single(charset.minus(allowed, JSON_SPACE))
+    wanted = layout.plan(view, after_space)
+    if len(wanted) > len(view.run) and wanted.startswith(view.run):
+        return wanted[len(view.run)]
+    return after_space
 
 
-def expected_text(matcher: Matcher, state: int, after: int) -> str:
-    """The text the grammar forces from `state` (optional JSON whitespace as json.dumps
-    writes it), up to MAX_FORCED_CHARS; "" where the model has a choice."""
+def expected_text(matcher: Matcher, state: int, view: TextView) -> str:
+    """The text the grammar forces from `state` (optional JSON whitespace as the text's
+    layout writes it), up to MAX_FORCED_CHARS; "" where the model has a choice."""
     out: list[str] = []
     while len(out) < MAX_FORCED_CHARS:
         if state == DEAD or matcher.accepts(state) or matcher.mid_character(state):
             break
         sets = matcher.char_sets(state)
-        char = _next_char(charset.union(*sets), after) if sets else None
+        char = _next_char(charset.union(*sets), view) if sets else None
         if char is None:
             break
         data = char.encode("utf-8")
         state = matcher.step_bytes(state, data)
         out.append(char)
-        after = byte_kind(data[-1])
+        view = layout.feed(view, data)
     return "".join(out) if state != DEAD else ""
 
 
@@ -117,30 +113,30 @@ def _spelled_prefix(table: TokenTable, ids: list[int], data: bytes) -> list[int]
 
 
 class ForcedDrafts:
-    """One grammar's forced drafts by (state, last byte kind), LRU-cached (engine thread)."""
+    """One grammar's forced drafts by (state, text view), LRU-cached (engine thread)."""
 
     def __init__(self, matcher: Matcher, table: TokenTable, encode: Callable[[str], list[int]] | None,
                  step_token: Callable[[int, int], int]):
         self.matcher, self.table = matcher, table
         self._encode, self._step_token = encode, step_token
-        self._cache: OrderedDict[tuple[int, int], tuple[int, ...]] = OrderedDict()
+        self._cache: OrderedDict[tuple[int, TextView], tuple[int, ...]] = OrderedDict()
         self.built = 0                  # cache misses (the counter tests read)
 
-    def tokens(self, state: int, after: int) -> tuple[int, ...]:
-        key = (state, after)
+    def tokens(self, state: int, view: TextView) -> tuple[int, ...]:
+        key = (state, view)
         cached = self._cache.get(key)
         if cached is not None:
             self._cache.move_to_end(key)
             return cached
         self.built += 1
-        drafts = self._build(state, after) if self._encode is not None else ()
+        drafts = self._build(state, view) if self._encode is not None else ()
         self._cache[key] = drafts
         if len(self._cache) > MAX_CACHED_DRAFTS:
             self._cache.popitem(last=False)
         return drafts
 
-    def _build(self, state: int, after: int) -> tuple[int, ...]:
-        text = expected_text(self.matcher, state, after)
+    def _build(self, state: int, view: TextView) -> tuple[int, ...]:
+        text = expected_text(self.matcher, state, view)
         if not text:
             return ()
         states, drafts = [state], []            # states[k]: the state before drafts[k]

@@ -13,7 +13,8 @@ import pytest
 from engine.grammar.automaton import DEAD
 from engine.grammar.compile import CallSyntax, GrammarCache, GrammarSpec, schema_spec
 from engine.grammar.constraint import Constraint, GrammarRuntime, Guides
-from engine.grammar.forced import byte_kind, expected_text, spelled_tokens
+from engine.grammar.forced import expected_text, spelled_tokens
+from engine.grammar.layout import TextView, feed
 from engine.grammar.vocab import build_table
 from tests.engine.grammar.grammar_sampling import sample_texts
 
@@ -66,7 +67,7 @@ def at(runtime: GrammarRuntime, text: str) -> Constraint:
 def forced_after(spec: GrammarSpec, text: str) -> str:
     m = runtime_for(spec, TinyTokenizer()).matcher
     state = m.step_bytes(m.initial, text.encode())
-    return expected_text(m, state, byte_kind(text.encode()[-1] if text else -1))
+    return expected_text(m, state, feed(TextView(), text.encode()))
 
 
 @pytest.mark.parametrize("before, forced", [
@@ -79,6 +80,10 @@ def forced_after(spec: GrammarSpec, text: str) -> str:
     ('{"name": "Bob", "unit": "f', 'ahrenheit", "k": "abc", "o": {"x": '),
     ('{"name": "B", "unit": "celsius", "k": "abc", "o": {"x": 12', ""),   # a number may go on
     ('{"name": "B", "unit": "celsius", "k": "abc", "o": {"x": 12 ', "}}"),  # closing brackets
+    ('{"name": "Bob",  ', '"unit": "'),          # the model's own whitespace: none added
+    ('{\n  "name": "Bob",', '\n  "unit": "'),   # one member per line, as the text began
+    ('{\n  "name": "Bob",\n  "unit": "c', 'elsius",\n  "k": "abc",\n  "o": {\n    "x": '),
+    ('{\n  "name": "B",\n  "unit": "celsius",\n  "k": "abc",\n  "o": {\n    "x": 12\n', "  }\n}"),
 ])
 def test_the_forced_text_of_a_schema(before, forced):
     assert forced_after(schema_spec(WEATHER_SCHEMA), before) == forced
@@ -157,7 +162,7 @@ def test_drafts_parse_in_sequence_and_never_hold_eos_on_random_sentences():
             for b in text.encode():
                 drafts = c.forced_drafts(6)
                 assert len(drafts) <= 6 and tok.eos not in drafts
-                forced = expected_text(runtime.matcher, c.state, byte_kind(c.last_byte))
+                forced = expected_text(runtime.matcher, c.state, c.view)
                 assert forced.encode().startswith(b"".join(tok.vocab[t] for t in drafts))
                 probe = Constraint(runtime)
                 probe.state = c.state
@@ -211,7 +216,7 @@ def test_smol_drafts_build_a_valid_document_on_their_own(real_model):
     drafted = 0
     while not c.complete:
         # no draft: the next forced character (a token dropped as one that may merge) or a free one
-        forced = expected_text(c.runtime.matcher, c.state, byte_kind(c.last_byte))
+        forced = expected_text(c.runtime.matcher, c.state, c.view)
         drafts = c.forced_drafts(8)
         step = drafts or tok.encode(forced[:1] or next(free))
         drafted += len(drafts)
