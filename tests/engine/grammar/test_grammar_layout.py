@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from engine.grammar.layout import COLON, COMMA, OPEN, OTHER, START, TextView, feed, plan
+from engine.grammar.layout import COLON, COMMA, OPEN, OTHER, QUOTE, START, TextView, feed, plan
 
 DOC = {"a": 1, "b": {"c": [True, "x"]}, "d": "e"}
 
@@ -38,9 +38,17 @@ def test_one_member_per_line_is_learned_with_its_indent_step():
 
 def test_the_view_tracks_the_last_non_space_byte_and_the_run_after_it():
     assert view_of("") == TextView(START, "", False, 0, 0)
-    assert view_of('{"a"').last_kind == OTHER
+    assert view_of('{"a"').last_kind == QUOTE and view_of('{"a": 12').last_kind == OTHER
     assert view_of('{"a",  ').last_kind == COMMA and view_of('{"a",  ').run == "  "
-    view = view_of('{"a": 1, "b"')
+    view = view_of('{"a": 1, "b": "x')
     assert view.run == "" and view.last_kind == OTHER
     assert view_of("x" * 40 + " " * 40).run == " " * 16        # bounded
-    assert feed(view, b'"z"') is view                           # nothing to learn: no new tuple
+    assert feed(view, b'yz') is view                             # nothing to learn: no new tuple
+
+
+def test_the_spaces_after_a_key_and_a_comma_are_the_texts_own():
+    tight = view_of('{"a":1,"b":{"c":')
+    assert plan(tight, None) == "" and plan(view_of('{"a":1,"b":2,'), '"') == ""
+    assert plan(view_of('{"a":  1,  "b":'), None) == "  "
+    assert plan(view_of('{"t": "10:30", "b":'), None) == " "    # a colon inside a string teaches nothing
+    assert view_of('{"t": "10:30"').after_colon == " "
