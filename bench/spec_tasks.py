@@ -36,8 +36,6 @@ AGENT_MAX_TOKENS = 96            # one tool call
 CHAT_MAX_TOKENS = 128            # as the load sweep
 AGENT_TURNS = 10
 CHAT_MIN_REQUESTS = 4
-EDIT_SYSTEM = ("You are a careful editor. Apply exactly the change the user asks for and "
-               "reply with the complete updated file, nothing else.")
 EXTRACT_SYSTEM = ("Extract the support ticket from the customer's e-mail. Answer with JSON "
                   "that follows the schema.")
 AGENT_SYSTEM = ("You are a travel assistant. Use the tools to look up the weather and the "
@@ -190,9 +188,11 @@ class Task:
 
 
 def edit_doc(file: EditFile, change: str) -> dict:
+    """The file first, the change last: smol-135m then starts its answer with the file
+    (the other order, or a system prompt asking for the file, gets an explanation more often)."""
     fenced = f"```{file.fence}\n{file.text}```"
-    return {"messages": [{"role": "system", "content": EDIT_SYSTEM},
-                         {"role": "user", "content": f"{change}\n\n{file.name}:\n{fenced}"}],
+    user = f"Here is {file.name}:\n{fenced}\n\nRewrite the whole file with one change: {change}"
+    return {"messages": [{"role": "user", "content": user}],
             "prediction": {"type": "content", "content": fenced},
             "max_tokens": EDIT_MAX_TOKENS}
 
