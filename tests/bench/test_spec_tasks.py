@@ -3,6 +3,7 @@ tok/s, acceptance from whatever spec counters /metrics has) is right. The benchm
 is never run here: no server, no timing."""
 from __future__ import annotations
 
+import argparse
 import json
 
 import jsonschema
@@ -138,13 +139,12 @@ def test_acceptance_reads_spec_counters_per_source_or_in_total():
     assert delta == {"prediction": [100.0, 90.0], "suffix": [100.0, 10.0]}
     assert acceptance(delta) == pytest.approx(0.5)         # (90 + 10) / (100 + 100)
     totals = {"tl_engine_spec_draft_tokens_total": 40.0, "tl_engine_spec_accepted_tokens_total": 30.0}
-    assert acceptance(spec_delta({}, {**after, **totals}))== pytest.approx(0.75)   # the totals win
+    assert acceptance(spec_delta({}, {**after, **totals})) == pytest.approx(0.75)   # the totals win
     assert ALL_SOURCES in spec_delta({}, totals)
     assert acceptance(spec_delta({}, {"tl_engine_steps_total": 1.0})) is None     # no counters
 
 
 def test_a_cell_sends_at_least_the_tasks_minimum_and_the_table_marks_what_is_missing():
-    import argparse
     args = argparse.Namespace(per_stream=2, min_requests=True)
     assert cell_requests(TASKS["agent"], 1, args) == AGENT_TURNS
     assert cell_requests(TASKS["agent"], 16, args) == 32
