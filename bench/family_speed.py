@@ -23,7 +23,10 @@ import subprocess
 import sys
 import time
 import urllib.request
+from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
+from typing import Iterator
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -40,6 +43,7 @@ TEMPLATE_DIR = REPO / "bench" / "out"
 MODELS = ("smol-135m", "gemma-3-270m")
 LLAMA_READY_TIMEOUT_S = 300.0
 LLAMA_PARALLEL = 128
+LLAMA_THREADS = 2                # the issue's comparison: `-t 2` on the 2-core machine class
 CONTEXT_TOKENS = 2048
 
 
@@ -79,26 +83,35 @@ def run_ours(name: str, template: Path | None, ns: argparse.Namespace) -> list[d
         return cells(endpoint, row, ns, lambda: endpoint.settle(server))
 
 
-def run_llama(name: str, template: Path | None, ns: argparse.Namespace) -> list[dict]:
-    if not LLAMA_SERVER.exists():
-        raise SystemExit(f"{LLAMA_SERVER} missing: make bench-deps")
+@contextmanager
+def llama_server(gguf: Path, extra_args: tuple[str, ...] = (), parallel: int = LLAMA_PARALLEL,
+                 threads: int = LLAMA_THREADS, binary: Path = LLAMA_SERVER
+                 ) -> Iterator[tuple[Endpoint, subprocess.Popen]]:
+    """llama-server on `gguf` (`-t threads --parallel P --cont-batching`, CONTEXT_TOKENS per
+    slot) on a free port, ready; its Endpoint and process; terminated at the end."""
+    if not binary.exists():
+        raise SystemExit(f"{binary} missing: make bench-deps")
     port = free_port()
-    cmd = [str(LLAMA_SERVER), "-m", str(gguf_of(name)), "-t", "2", "--parallel", str(LLAMA_PARALLEL),
-           "--cont-batching", "-c", str(CONTEXT_TOKENS * LLAMA_PARALLEL), "--port", str(port),
-           "--host", "127.0.0.1", "--no-webui"]
-    if template is not None:
-        cmd += ["--jinja", "--chat-template-file", str(template)]
-    started = time.monotonic()
+    cmd = [str(binary), "-m", str(gguf), "-t", str(threads), "--parallel", str(parallel),
+           "--cont-batching", "-c", str(CONTEXT_TOKENS * parallel), "--port", str(port),
+           "--host", "127.0.0.1", "--no-webui", *extra_args]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_llama(port, proc)
-        row = {"model": name, "server": "llama-server", "load_s": round(time.monotonic() - started, 1),
-               "rss_mib": round(rss_mib(proc.pid))}
-        endpoint = Endpoint(Target("127.0.0.1", port, "/v1/chat/completions", b""), name, "", "llama")
-        return cells(endpoint, row, ns, lambda: time.sleep(1.0))
+        yield Endpoint(Target("127.0.0.1", port, "/v1/chat/completions", b""), gguf.stem, "",
+                       "llama"), proc
     finally:
         proc.terminate()
         proc.wait(60)
+
+
+def run_llama(name: str, template: Path | None, ns: argparse.Namespace) -> list[dict]:
+    extra = ("--jinja", "--chat-template-file", str(template)) if template is not None else ()
+    started = time.monotonic()
+    with llama_server(gguf_of(name), extra) as (endpoint, proc):
+        row = {"model": name, "server": "llama-server", "load_s": round(time.monotonic() - started, 1),
+               "rss_mib": round(rss_mib(proc.pid))}
+        return cells(replace(endpoint, model=name), row, ns, lambda: time.sleep(1.0))
 
 
 def wait_llama(port: int, proc: subprocess.Popen) -> None:

@@ -199,6 +199,9 @@ class _Conn:
             data = b""
         now = time.perf_counter()
         if not data:
+            if self.record is None:        # the server closed an idle keep-alive connection
+                self.close()
+                return None
             return self._end(now, closed=True)
         if self.decoder is None and self.body_left < 0:
             data = self._read_head(data)

@@ -9,6 +9,9 @@ Precedence (lowest to highest): the defaults in `KEYS`, the `[engine]` table, en
 variables `TL_ENGINE__<KEY>` (upper-case key; nested speculative keys as
 `TL_ENGINE__SPECULATIVE__<KEY>`). Environment values are strings and are converted with the
 key's type; `TL_ENGINE__` variables naming no key are refused like unknown TOML keys.
+`TL_ENGINE__MODELS` is the one structured variable: a JSON array of `[[models]]` tables
+(`[{"id": "minilm", "model_dir": "/models/minilm", "kind": "embedding"}]`) that replaces
+the file's `[[models]]` whole ("" or "[]": none), checked by the same rules.
 
 Listen addresses are `"host:port"`; both default to loopback (`127.0.0.1`); `":8000"` or
 `"0.0.0.0:8000"` opens a listener on all interfaces; port 0 picks a free port (the tests).
@@ -23,6 +26,7 @@ that differs from its default, the API key redacted, for the start-up log.
 """
 from __future__ import annotations
 
+import json
 import os
 import tomllib
 from dataclasses import dataclass, field, replace
@@ -40,6 +44,7 @@ from server.http.connstate import parse_address
 from server.model_table import ModelEntry, ModelTableError, check_unique_ids, parse_models
 
 ENV_PREFIX = "TL_ENGINE__"
+ENV_MODELS = ENV_PREFIX + "MODELS"       # [[models]] from the environment: a JSON array
 ACCESS_LOG_STREAMS = ("stdout", "stderr", "off")   # else: a file path
 REDACTED = "<redacted>"
 MAX_ARRIVAL_WINDOW_MS = 1000                       # a longer wait would be a delay, not a window
@@ -116,11 +121,7 @@ class ServeConfig:
         except sampling.DefaultsError as exc:
             raise ConfigError(str(exc)) from None
         values["default_overrides"] = tuple(sorted(overrides.items()))
-        try:
-            values["models"] = parse_models(document.get("models", []),
-                                            partial(_model_value, base_dir), base_dir)
-        except ModelTableError as exc:
-            raise ConfigError(str(exc)) from None
+        values["models"] = _models(document.get("models", []), env or {}, base_dir)
         return _build(values)
 
     @staticmethod
@@ -258,11 +259,29 @@ def _convert(name: str, key: Key, text: str) -> Any:
         raise ConfigError(f"{ENV_PREFIX}{name.upper()} ([engine].{name}): "
                           f"expected {key.rule}, got {text!r}") from None
 
+def _models(tables: Any, env: Mapping[str, str],
+            base_dir: str | os.PathLike | None) -> tuple[ModelEntry, ...]:
+    """`[[models]]`, or `TL_ENGINE__MODELS` (a JSON array of the same tables; its paths
+    relative to the current directory) in its place when set."""
+    text, source = env.get(ENV_MODELS), "[[models]]"
+    if text is not None:
+        try:
+            tables = json.loads(text) if text.strip() else []
+        except ValueError as exc:
+            raise ConfigError(f"{ENV_MODELS}: expected a JSON array of model tables "
+                              f"([{{\"id\": ..., \"model_dir\": ...}}]): {exc}") from None
+        source, base_dir = ENV_MODELS, None
+    try:
+        return parse_models(tables, partial(_model_value, base_dir), base_dir, source=source)
+    except ModelTableError as exc:
+        raise ConfigError(str(exc)) from None
+
+
 def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
     values: dict[str, Any] = {}
     spec: dict[str, Any] = {}
     for var, text in env.items():
-        if not var.startswith(ENV_PREFIX):
+        if not var.startswith(ENV_PREFIX) or var == ENV_MODELS:
             continue
         path = var[len(ENV_PREFIX):].lower().split("__")
         if len(path) == 2 and path[0] == "speculative":

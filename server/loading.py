@@ -1,8 +1,9 @@
 """Load the served models and build their workers: what `serve.load` assembles the apps from.
 
 Each model is one `ModelEntry` (its id, its folder or file, its kind): a chat model
-becomes an `Engine` behind an `EngineBridge` with its text layer (`ServedModel`), a
-sentence-embedding model an `Encoder` behind an `EncoderWorker`. Every worker shares one
+becomes an `Engine` behind its own `EngineBridge` (its engine thread) with its text layer
+(`ServedModel`) and sampling defaults -- a `ChatModel` --, a sentence-embedding model an
+`Encoder` behind an `EncoderWorker`. Any number of each, ids unique (config.py). Every worker shares one
 `ComputeTurn` (server/worker/compute_turn.py): the CPU is handed to one chat step or one
 encoder batch at a time, first come first served. The kind is read from the folder
 (`engine.api.model_kind`) unless the configuration names it.
@@ -22,7 +23,7 @@ from typing import Callable
 from engine.api import (KIND_CHAT, Engine, KvSize, ModelFormatError, UnsupportedModel,
                         load_encoder, load_model, model_kind)
 from server.api import defaults as sampling
-from server.api.defaults import SamplingDefaults
+from server.api.launch import ChatModel
 from server.config import ENGINE_FIELDS, REASONING_OFF, ServeConfig
 from server.model_table import ModelEntry
 from server.observe.engine_view import EngineView
@@ -47,19 +48,22 @@ class StartupError(Exception):
 
 @dataclass
 class LoadedModels:
-    """The workers of every served model (at most one chat model)."""
-    served: ServedModel | None = None           # the chat model's text layer
-    bridge: EngineBridge | None = None          # the chat model's engine thread
-    view: EngineView | None = None              # the engine view (the chat engine's history)
-    defaults: SamplingDefaults = field(default_factory=SamplingDefaults)
+    """The workers of every served model, by id in configuration order."""
+    chats: dict[str, ChatModel] = field(default_factory=dict)          # id -> chat model
+    views: dict[str, EngineView] = field(default_factory=dict)        # id -> its engine view
     encoders: dict[str, EncoderWorker] = field(default_factory=dict)   # id -> worker
+
+    @property
+    def bridge(self) -> EngineBridge | None:
+        """The first chat model's engine thread (None: embedding models only)."""
+        return next(iter(self.chats.values())).bridge if self.chats else None
 
     def set_wake(self, wake: Callable[[], None]) -> None:
         for worker in self.workers():
             worker.wake = wake
 
     def workers(self) -> list:
-        return ([self.bridge] if self.bridge is not None else []) + list(self.encoders.values())
+        return [chat.bridge for chat in self.chats.values()] + list(self.encoders.values())
 
     def start(self) -> None:
         for worker in self.workers():
@@ -93,20 +97,30 @@ def model_config(cfg: ServeConfig, entry: ModelEntry) -> ServeConfig:
 
 def load_models(cfg: ServeConfig, wrap_engine: EngineWrapper | None = None) -> LoadedModels:
     """Every configured model, as a chat engine or an encoder by its kind, all on one
-    compute turn. One chat model at most (its text layer and engine are the API's)."""
+    compute turn (each chat model its own engine thread, each encoder its own worker)."""
     turn = ComputeTurn()                        # one per process: see the module docstring
-    loaded = LoadedModels(view=EngineView() if cfg.engine_view else None)
+    loaded = LoadedModels()
     for entry in model_entries(cfg):
         own = model_config(cfg, entry)
         if _kind(entry) == KIND_CHAT:
-            if loaded.bridge is not None:
-                raise StartupError(f"model {entry.id} ({entry.model_dir}) is a second chat "
-                                   f"model; this server serves one chat model "
-                                   f"({loaded.served.id}) beside any number of embedding models")
-            _load_chat(own, loaded, turn, wrap_engine)
+            _add_chat(own, loaded, turn, wrap_engine)
         else:
             loaded.encoders[entry.id] = _encoder_worker(own, entry, turn)
     return loaded
+
+
+def _add_chat(cfg: ServeConfig, loaded: LoadedModels, turn: ComputeTurn,
+              wrap_engine: EngineWrapper | None) -> None:
+    """One more chat model (`cfg` as it sees it): its engine view, and the step trace
+    when it is the first (one file, one writer)."""
+    view = EngineView() if cfg.engine_view else None
+    if view is not None:
+        loaded.views[cfg.model_id] = view
+    if loaded.chats and cfg.trace_file:
+        log.info("step trace: %s's engine is not traced (the first chat model's is)",
+                 cfg.model_id)
+        cfg = replace(cfg, trace_file="")
+    loaded.chats[cfg.model_id] = _load_chat(cfg, view, turn, wrap_engine)
 
 
 def _kind(entry: ModelEntry) -> str:
@@ -143,8 +157,8 @@ def _encoder_worker(cfg: ServeConfig, entry: ModelEntry, turn: ComputeTurn) -> E
                          max_batch_tokens=entry.max_batch_tokens)
 
 
-def _load_chat(cfg: ServeConfig, loaded: LoadedModels, turn: ComputeTurn,
-               wrap_engine: EngineWrapper | None) -> None:
+def _load_chat(cfg: ServeConfig, view: EngineView | None, turn: ComputeTurn,
+               wrap_engine: EngineWrapper | None) -> ChatModel:
     try:
         given_template = read_chat_template(cfg.chat_template) if cfg.chat_template else None
     except TemplateFileError as exc:
@@ -157,26 +171,29 @@ def _load_chat(cfg: ServeConfig, loaded: LoadedModels, turn: ComputeTurn,
     log.info("model %s loaded from %s in %.2f s", cfg.model_id, cfg.model_dir,
              time.perf_counter() - t0)
     _log_chat_template(cfg, model.chat_template, given_template)
-    loaded.defaults = sampling.resolve(cfg.model_dir, dict(cfg.default_overrides))
-    log.info("sampling defaults: %s", loaded.defaults.changed() or "OpenAI's (none set)")
+    defaults = sampling.resolve(cfg.model_dir, dict(cfg.default_overrides))
+    log.info("sampling defaults: %s (model %s)", defaults.changed() or "OpenAI's (none set)",
+             cfg.model_id)
     engine_cfg = cfg.engine
     engine = Engine(model, engine_cfg)
     _log_kv(engine.kv_size())
     queue = QueuePolicy(capacity_requests=cfg.queue_capacity, deadline_ms=cfg.queue_deadline_ms,
                         batch_slots=engine_cfg.max_num_seqs)
-    loaded.bridge = EngineBridge(wrap_engine(engine) if wrap_engine else engine, queue=queue,
-                                 arrivals=ArrivalWindow(cfg.arrival_window_ms),
-                                 view=loaded.view, tracer=_tracer(cfg), turn=turn)
+    bridge = EngineBridge(wrap_engine(engine) if wrap_engine else engine, queue=queue,
+                          arrivals=ArrivalWindow(cfg.arrival_window_ms),
+                          view=view, tracer=_tracer(cfg), turn=turn)
     try:                                 # the model's own template is parsed here
-        loaded.served = ServedModel(model, cfg.model_id, engine.max_model_len(),
+        served = ServedModel(model, cfg.model_id, engine.max_model_len(),
                                     kv_capacity_tokens=engine.kv_size().capacity_tokens,
                                     chat_template=given_template,
                                     reasoning=cfg.reasoning != REASONING_OFF)
     except ModelFormatError as exc:
         raise StartupError(f"cannot serve the model {exc.path}: {exc.problem}; give a working "
                            "template with --chat-template FILE ([engine].chat_template)") from None
-    if loaded.served.thinks:
-        log.info("chat template thinks: reasoning kept apart as reasoning_content ([engine].reasoning)")
+    if served.thinks:
+        log.info("chat template of %s thinks: reasoning kept apart as reasoning_content "
+                 "([engine].reasoning)", cfg.model_id)
+    return ChatModel(served, bridge, defaults)
 
 
 def _log_chat_template(cfg: ServeConfig, model_template: str | None, given: str | None) -> None:

@@ -51,16 +51,17 @@ class ModelEntry:
 Check = Callable[[str, str, Any], Any]      # (where, key, value) -> the checked value
 
 
-def parse_models(tables: Any, check: Check,
-                 base_dir: str | os.PathLike | None) -> tuple[ModelEntry, ...]:
-    """The `[[models]]` array of tables -> entries (paths relative to the config file)."""
+def parse_models(tables: Any, check: Check, base_dir: str | os.PathLike | None,
+                 source: str = "[[models]]") -> tuple[ModelEntry, ...]:
+    """The `[[models]]` array of tables -> entries (paths relative to the config file);
+    `source` names where the tables came from in messages (or TL_ENGINE__MODELS)."""
     if not isinstance(tables, list) or not all(isinstance(t, dict) for t in tables):
-        raise ModelTableError("[[models]] must be an array of tables ([[models]] per model)")
-    return tuple(_entry(i, table, check, base_dir) for i, table in enumerate(tables))
+        raise ModelTableError(f"{source} must be an array of tables (one per model)")
+    return tuple(_entry(f"{source} #{i + 1}", table, check, base_dir)
+                 for i, table in enumerate(tables))
 
 
-def _entry(index: int, table: dict, check: Check, base_dir) -> ModelEntry:
-    where = f"[[models]] #{index + 1}"
+def _entry(where: str, table: dict, check: Check, base_dir) -> ModelEntry:
     unknown = sorted(set(table) - {"id", "model_dir", "kind", "max_batch_tokens"}
                      - set(PER_MODEL_KEYS))
     if unknown:

@@ -2,8 +2,8 @@
 
     bind both listeners (a taken port fails now, naming the address and its config key)
     -> serve at once: /healthz 200, /readyz and the API 503 + Retry-After (LoadingApp)
-    -> load the models (server/loading.py): a chat model -> Engine -> EngineBridge (engine
-       thread); a sentence-embedding model -> Encoder -> EncoderWorker (its own thread)
+    -> load the models (server/loading.py): each chat model -> Engine -> EngineBridge (its
+       engine thread); each sentence-embedding model -> Encoder -> EncoderWorker (its thread)
     -> ApiApp + HealthApp swapped in
     -> loop thread (spawn: after the load) or main thread (run: during the load, which
        runs on a loader thread; SIGTERM = drain, a second = exit)
@@ -66,7 +66,7 @@ class ServerHandle:
     state: ServerState
     api: GatewayApp
     health: Switch
-    bridge: EngineBridge | None = None      # the chat model's engine thread, once loaded
+    bridge: EngineBridge | None = None      # the first chat model's engine thread, once loaded
     models: LoadedModels | None = None      # every model's worker, once loaded
     workers: WorkerPool | None = None       # the off-loop pool, started once the model loads
     thread: threading.Thread | None = None
@@ -157,15 +157,15 @@ def load(cfg: ServeConfig, handle: ServerHandle, wrap_engine: EngineWrapper | No
     workers = WorkerPool(wake=handle.loop.wake)    # the heavy, pure half of requests
     handle.models, handle.bridge, handle.workers = loaded, loaded.bridge, workers
     workers.start()
-    handle.api.inner = ApiApp(served=loaded.served, bridge=loaded.bridge, state=handle.state,
-                              ping_interval_s=cfg.ping_interval_s, defaults=loaded.defaults,
-                              offloop=workers, encoders=loaded.encoders)
+    handle.api.inner = ApiApp(chats=loaded.chats, state=handle.state,
+                              ping_interval_s=cfg.ping_interval_s, offloop=workers,
+                              encoders=loaded.encoders)
     loop = handle.loop
-    handle.health.current = HealthApp(bridge=loaded.bridge, state=handle.state, view=loaded.view,
-                                      loop_stall_s=lambda: (loop.stall.max_s,
-                                                            loop.stall.max_cpu_s),
-                                      encoders=list(loaded.encoders.values()),
-                                      chat_model=loaded.served.id if loaded.served else None)
+    handle.health.current = HealthApp(
+        engines={model_id: chat.bridge for model_id, chat in loaded.chats.items()},
+        views=loaded.views, engine_view=cfg.engine_view, state=handle.state,
+        loop_stall_s=lambda: (loop.stall.max_s, loop.stall.max_cpu_s),
+        encoders=list(loaded.encoders.values()))
 
 
 def build(cfg: ServeConfig, wrap_engine: EngineWrapper | None = None) -> ServerHandle:
@@ -246,7 +246,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="tlserve",
         description="Serve an OpenAI-compatible v1 API (chat, completions, embeddings, "
-                    "tokenize, models) for one model, plus /healthz, /readyz and /metrics "
+                    "tokenize, models) for its models ([[models]]), plus /healthz, /readyz and /metrics "
                     "on a health port. SIGTERM drains; a second SIGTERM exits at once.")
     p.add_argument("--version", action="version", version=f"tl-serve {version()}")
     p.add_argument("--config", metavar="PATH",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 
 import numpy as np
 
@@ -21,6 +22,7 @@ STEP_S = 0.05                   # what one SlotEngine step takes on the manual c
 ANSWER_TOKENS = 48              # a SlotEngine answer stops here (EOS)
 IDLE_BRIDGE_DEADLINE_MS = 1000  # an IdleBridge's queue deadline (it never runs anyway)
 PERMIT_WAIT_S = 30.0            # a PacedSteps step waits this long for its permit, then fails
+PREDICTION_REJECTED_TOKENS = 2  # what PredictionCounts reports rejected per finished request
 EMOJI_TABLE = {1: b"he", 2: b"llo", 3: b"\xf0\x9f", 4: b"\x98\x80", 9: b"</s>"}
 
 
@@ -233,6 +235,46 @@ class ScriptedAnswers(WrappedEngine):
         return EngineStats(active_sequences=len(self._made))
 
 
+class PredictionCounts(WrappedEngine):
+    """Reports what a speculating engine would for a request with a `prediction`: on its
+    finishing TokenOut, `len(prediction)` accepted and PREDICTION_REJECTED_TOKENS rejected
+    tokens; in `stats()`, the "prediction" draft source's running totals. The answers are
+    the wrapped engine's. `requests` holds the GenRequests it was given, in order."""
+
+    def __init__(self, engine):
+        super().__init__(engine)
+        self._predictions: dict[int, tuple[int, ...]] = {}     # engine id -> prediction
+        self._requests: list[GenRequest] = []
+        self._drafted_tokens = self._accepted_tokens = 0
+
+    @property
+    def requests(self) -> list[GenRequest]:
+        return self._requests
+
+    def add_request(self, req: GenRequest) -> int:
+        rid = self._engine.add_request(req)
+        self._requests.append(req)
+        if req.prediction:
+            self._predictions[rid] = req.prediction
+        return rid
+
+    def step(self) -> list[TokenOut]:
+        return [self._counted(out) for out in self._engine.step()]
+
+    def _counted(self, out: TokenOut) -> TokenOut:
+        if out.finish is None or out.id not in self._predictions:
+            return out
+        accepted = len(self._predictions.pop(out.id))
+        self._accepted_tokens += accepted
+        self._drafted_tokens += accepted + PREDICTION_REJECTED_TOKENS
+        return replace(out, accepted_prediction_tokens=accepted,
+                       rejected_prediction_tokens=PREDICTION_REJECTED_TOKENS)
+
+    def stats(self) -> EngineStats:
+        return replace(self._engine.stats(), spec_by_source=(
+            ("prediction", self._drafted_tokens, self._accepted_tokens),))
+
+
 class PacedSteps(WrappedEngine):
     """Each step waits for a permit the test hands out: the engine thread steps exactly as
     often as the test says, so "the request is still queued" holds until the test moves on."""
@@ -266,17 +308,21 @@ class StatsOnly:
 
 
 class IdleBridge(EngineBridge):
-    """A bridge whose engine thread never runs: whatever is admitted stays queued."""
+    """A bridge whose engine thread never runs: whatever is admitted stays queued (kept:
+    `embedded` the embeddings inputs, `added` the generation requests)."""
 
     def __init__(self, capacity: int):
         super().__init__(StatsOnly(), queue=QueuePolicy(capacity_requests=capacity,
                                                         deadline_ms=IDLE_BRIDGE_DEADLINE_MS))
         self.embedded = []
+        self.added = []
 
     def _post(self, command):
         verb, ticket = command
         if verb == "embed":
             self.embedded.append(ticket.inputs)
+        elif verb == "add":
+            self.added.append(ticket.request)
         super()._post(command)
 
 

@@ -9,5 +9,8 @@ order and `trie.py` the same as a trie by depth, which `dense.py` walks with num
 every token the automaton accepts (the mask; `vocab.allowed_tokens` is the per-token
 reference), `constraint.py` caches masks per state for all of a grammar's sequences and is the
 per-sequence cursor the sampler consults: check the sampled token first, build the mask
-only when it is rejected. The server reaches all of this through `engine/api.py`.
+only when it is rejected; `forced.py` drafts the text the grammar forces next (keys, enum
+tails, closing brackets) as the model's tokens for speculation, its optional whitespace as
+`layout.py` learns it from the text so far. The server reaches all of
+this through `engine/api.py`.
 """

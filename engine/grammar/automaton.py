@@ -290,6 +290,10 @@ class Matcher:
             return ()
         return tuple(dict.fromkeys(ranges for _, _, ranges, _ in self._edges(self._stacks[self._states[state][0]])))
 
+    def mid_character(self, state: int) -> bool:
+        """The bytes so far end inside a UTF-8 character (the state holds its first bytes)."""
+        return state != DEAD and bool(self._states[state][1])
+
     def can_continue(self, state: int) -> bool:
         """Some character may still follow."""
         return state != DEAD and any(True for _ in self._edges(self._stacks[self._states[state][0]]))

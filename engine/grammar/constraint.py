@@ -9,15 +9,20 @@ sampled first (a few memoised byte steps) and `mask()` only when that token is r
 the request needs the whole masked distribution (filters, logprobs).
 
 EOS is allowed exactly where the automaton accepts; after it (`finished`) nothing is.
+`forced_drafts` proposes the text the grammar forces next as tokens (forced.py), cached per
+state beside the masks; it reads the cursor and never moves it.
 """
 from __future__ import annotations
 
 from collections import OrderedDict
+from typing import Callable
 
 import numpy as np
 
 from engine.grammar.automaton import DEAD, Grammar, Matcher
 from engine.grammar.dense import DenseSteps, trie_mask
+from engine.grammar.forced import ForcedDrafts
+from engine.grammar.layout import TextView, feed
 from engine.grammar.vocab import TokenTable, allowed_tokens, build_table
 
 MAX_CACHED_MASKS = 512          # masks kept per grammar (each [V] bool: 49 KB for smol-135m)
@@ -25,10 +30,11 @@ MAX_CACHED_RUNTIMES = 64        # grammars whose run-time tables the engine keep
 
 
 class GrammarRuntime:
-    def __init__(self, grammar: Grammar, table: TokenTable):
+    def __init__(self, grammar: Grammar, table: TokenTable, encode: Callable[[str], list[int]] | None = None):
         self.grammar, self.table = grammar, table
         self.matcher = Matcher(grammar)
         self.dense = DenseSteps(self.matcher)
+        self.forced = ForcedDrafts(self.matcher, table, encode, self.step_token)   # encode None: no drafts
         self._masks: OrderedDict[int, np.ndarray] = OrderedDict()
         self.masks_built = 0            # full vocabulary walks (the counter tests read)
 
@@ -68,12 +74,13 @@ class GrammarRuntime:
 
 class Constraint:
     """One sequence's position in its grammar."""
-    __slots__ = ("runtime", "state", "finished")
+    __slots__ = ("runtime", "state", "finished", "view")
 
     def __init__(self, runtime: GrammarRuntime):
         self.runtime = runtime
         self.state = runtime.matcher.initial
         self.finished = False
+        self.view = TextView()          # the text's JSON layout so far: drafts' whitespace (layout.py)
 
     def allows(self, token: int) -> bool:
         if self.finished:
@@ -95,11 +102,15 @@ class Constraint:
         nxt = self.runtime.step_token(self.state, token)
         if nxt != DEAD:                      # a refused token (never sampled) leaves the state
             self.state = nxt
+            self.view = feed(self.view, self.runtime.table.token_bytes[token])
 
     def forced_drafts(self, max_tokens: int) -> list[int]:
         """Up to `max_tokens` token ids for the text the grammar forces next (issue 24's
-        grammar draft source; [] until it lands: no drafts, outputs unchanged)."""
-        return []
+        grammar draft source, forced.py); each is allowed after the ones before it, none is
+        EOS. [] where the model has a choice. The cursor does not move."""
+        if self.finished or max_tokens <= 0:
+            return []
+        return list(self.runtime.forced.tokens(self.state, self.view)[:max_tokens])
 
     @property
     def complete(self) -> bool:
@@ -119,6 +130,10 @@ class Guides:
         self._runtimes: OrderedDict[str, GrammarRuntime] = OrderedDict()
         self.capacity = capacity
 
+    def _encode(self, text: str) -> list[int]:
+        """The model's own tokens for grammar-forced text (no special tokens parsed)."""
+        return self._tokenizer.encode(text, parse_special=False)
+
     @property
     def table(self) -> TokenTable:
         if self._table is None:
@@ -132,7 +147,8 @@ class Guides:
     def constraint(self, grammar: Grammar) -> Constraint:
         runtime = self._runtimes.get(grammar.key)
         if runtime is None:
-            runtime = self._runtimes[grammar.key] = GrammarRuntime(grammar, self.table)
+            runtime = self._runtimes[grammar.key] = GrammarRuntime(
+                grammar, self.table, self._encode if self._tokenizer is not None else None)
             if len(self._runtimes) > self.capacity:
                 self._runtimes.popitem(last=False)
         else:

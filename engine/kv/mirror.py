@@ -36,6 +36,9 @@ from engine.kv.pools import KVCache, block_bytes, blocks_for_tokens
 
 # Token capacity grows in steps of this many positions (a reallocation copies the rows).
 CAPACITY_STEP_TOKENS = 128
+# Past this fraction of the rows or positions held, the next capacity is built ahead of
+# need, one layer per step (a whole-mirror copy in one step was a ~1 s stall).
+GROW_AHEAD_FRACTION = 0.75
 
 
 def _round_up(value: int, step: int) -> int:
@@ -59,12 +62,14 @@ class DecodeMirror:
         self.kv = kv
         self.num_layers = num_layers
         self.max_bytes = max_bytes
-        self.k: list[np.ndarray] = []            # per layer K [rows_cap, KV, cap_tokens, hd]
-        self.v: list[np.ndarray] = []            # per layer V [rows_cap, KV, cap_tokens, hd]
-        self.rows_cap = 0
-        self.cap_tokens = 0
+        # Per layer K and V [rows_cap_i, KV, cap_tokens_i, hd]: layers may differ for a few
+        # steps while a larger capacity is being built ahead of need (`_grow_ahead`).
+        self.k: list[np.ndarray] = []
+        self.v: list[np.ndarray] = []
         self.row_of: dict[int, int] = {}         # sequence id -> row
         self.valid_tokens: dict[int, int] = {}   # row -> positions 0.. that hold this sequence's K/V
+        self._ahead: tuple[int, int] | None = None   # (rows, tokens) being built a layer per step
+        self.layers_grown_total = 0              # layer reallocations (tests read it)
 
     # ----------------------------------------------------------------- planning
 
@@ -92,11 +97,12 @@ class DecodeMirror:
             if self.valid_tokens[int(row)] < m.start_pos:
                 self._refill(int(row), m.start_pos, m.block_table)
             self.valid_tokens[int(row)] = m.start_pos + num_queries
+        self._grow_ahead(need_rows, need_tokens)
         return rows
 
     def clear(self) -> None:
         self.k, self.v = [], []
-        self.rows_cap = self.cap_tokens = 0
+        self._ahead = None
         self.row_of.clear()
         self.valid_tokens.clear()
 
@@ -104,36 +110,97 @@ class DecodeMirror:
     def num_rows(self) -> int:
         return max(self.row_of.values()) + 1 if self.row_of else 0
 
+    @property
+    def rows_cap(self) -> int:
+        """Rows every layer holds."""
+        return min(k.shape[0] for k in self.k) if self.k else 0
+
+    @property
+    def cap_tokens(self) -> int:
+        """Positions every layer holds."""
+        return min(k.shape[2] for k in self.k) if self.k else 0
+
+    # ----------------------------------------------------------------- growing
+    #
+    # Growing copies a layer's K and V into larger arrays. All 30 layers of smol-135m at
+    # 16 rows x 1,024 positions are 720 MiB: copied in one step, that step took ~1 s (the
+    # worst gap issue 21 measured). So a capacity is built AHEAD of need, one layer per
+    # step, once the rows or positions in use pass GROW_AHEAD_FRACTION of it; only a need
+    # that outruns that (a burst of arrivals, a long prompt joining) grows every layer at once.
+
     def _reserve(self, rows: int, tokens: int) -> bool:
-        """Grow (geometrically, so arrivals do not copy the mirror each time) within budget."""
+        """Every layer holds `rows` x `tokens`, grown now if needed; False over budget."""
         if rows <= self.rows_cap and tokens <= self.cap_tokens:
             return True
+        ahead = self._ahead
+        if ahead is not None and rows <= ahead[0] and tokens <= ahead[1]:
+            shape = ahead                  # finish the capacity being built ahead
+        elif ahead is not None:            # a shape that holds the half-built one too
+            shape = self._shape_for(max(rows, ahead[0]), max(tokens, ahead[1]))
+        else:
+            shape = self._shape_for(rows, tokens)
+        if shape is None:
+            return False
+        for layer in range(self.num_layers):
+            self._grow_layer(layer, shape)
+        self._ahead = None
+        return True
+
+    def _grow_ahead(self, rows: int, tokens: int) -> None:
+        """Build the next capacity one layer per call once use passes the threshold."""
+        if self._ahead is None:
+            rows_cap, cap_tokens = self.rows_cap, self.cap_tokens
+            rows_full = rows > rows_cap * GROW_AHEAD_FRACTION
+            tokens_full = tokens > cap_tokens * GROW_AHEAD_FRACTION
+            if not (rows_full or tokens_full):
+                return
+            shape = self._shape_for(rows_cap + 1 if rows_full else rows,
+                                    cap_tokens + 1 if tokens_full else tokens)
+            if shape is None or shape == (rows_cap, cap_tokens):
+                return                     # the budget holds no more: grow on need (or gather)
+            self._ahead = shape
+        for layer in range(self.num_layers):
+            if self._grow_layer(layer, self._ahead):
+                return
+        self._ahead = None                 # every layer holds it now
+
+    def _shape_for(self, rows: int, tokens: int) -> tuple[int, int] | None:
+        """(rows, positions) to allocate for a need: doubled (so arrivals do not copy the
+        mirror each time) if the budget holds it, else the positions needed with as many
+        rows as fit; None if not even the need fits."""
+        rows_cap, cap_tokens = self.rows_cap, self.cap_tokens
+        row_bytes = block_bytes(self.kv.config, 1)                          # per row and position
+        step = CAPACITY_STEP_TOKENS
+        doubled = (_grow(rows, rows_cap), _round_up(_grow(tokens, cap_tokens), step))
+        tight_tokens = _round_up(max(tokens, cap_tokens), step)
+        rows_that_fit = self.max_bytes // (tight_tokens * row_bytes)
+        tight = (max(rows, rows_cap, min(doubled[0], rows_that_fit)), tight_tokens)
+        fits = [shape for shape in (doubled, tight) if shape[0] * shape[1] * row_bytes <= self.max_bytes]
+        return fits[0] if fits else None
+
+    def _grow_layer(self, layer: int, shape: tuple[int, int]) -> bool:
+        """Reallocate one layer to at least `shape`, keeping its rows; False if it held it."""
         if not self.kv.k:
             return False
         kv_heads, hd = self.kv.k[0].shape[2:]
-        row_bytes = block_bytes(self.kv.config, 1)                          # per row and position
-        step = CAPACITY_STEP_TOKENS
-        doubled = (_grow(rows, self.rows_cap), _round_up(_grow(tokens, self.cap_tokens), step))
-        # Else the positions needed, and as many of the doubled rows as the budget holds
-        # beside them (growing one row at a time would copy the whole mirror per arrival).
-        tight_tokens = _round_up(max(tokens, self.cap_tokens), step)
-        rows_that_fit = self.max_bytes // (tight_tokens * row_bytes)
-        tight = (max(rows, self.rows_cap, min(doubled[0], rows_that_fit)), tight_tokens)
-        fits = [shape for shape in (doubled, tight) if shape[0] * shape[1] * row_bytes <= self.max_bytes]
-        if not fits:
-            return False
-        new_rows, new_tokens = fits[0]
-        for i in range(self.num_layers):
-            k = np.zeros((new_rows, kv_heads, new_tokens, hd), dtype=np.float32)
-            v = np.zeros((new_rows, kv_heads, new_tokens, hd), dtype=np.float32)
-            if i < len(self.k):
-                k[:self.rows_cap, :, :self.cap_tokens] = self.k[i]
-                v[:self.rows_cap, :, :self.cap_tokens] = self.v[i]
-                self.k[i], self.v[i] = k, v
-            else:
-                self.k.append(k)
-                self.v.append(v)
-        self.rows_cap, self.cap_tokens = new_rows, new_tokens
+        if layer < len(self.k):
+            old_rows, _, old_tokens, _ = self.k[layer].shape
+            if old_rows >= shape[0] and old_tokens >= shape[1]:
+                return False
+            new_shape = (max(old_rows, shape[0]), kv_heads, max(old_tokens, shape[1]), hd)
+        else:
+            old_rows = old_tokens = 0
+            new_shape = (shape[0], kv_heads, shape[1], hd)
+        k = np.zeros(new_shape, dtype=np.float32)
+        v = np.zeros(new_shape, dtype=np.float32)
+        if layer < len(self.k):
+            k[:old_rows, :, :old_tokens] = self.k[layer]
+            v[:old_rows, :, :old_tokens] = self.v[layer]
+            self.k[layer], self.v[layer] = k, v
+        else:
+            self.k.append(k)
+            self.v.append(v)
+        self.layers_grown_total += 1
         return True
 
     def _refill(self, row: int, num_tokens: int, table: tuple[int, ...]) -> None:

@@ -32,7 +32,7 @@ from server.api.completions import completions
 from server.api.defaults import SamplingDefaults
 from server.replies import json_response
 from server.api.embeddings import embeddings
-from server.api.launch import ApiContext
+from server.api.launch import ApiContext, ChatModel
 from server.api.models import model, models
 from server.api.offloop import Inline, OffLoop, Outcome, outcome_of
 from server.api.rerank import rerank, score
@@ -65,24 +65,34 @@ OFFLOOP_ROUTES = frozenset({"chat", "completions", "responses", "embeddings", "t
 class ApiApp:
     """The OpenAI v1 API listener."""
 
-    def __init__(self, *, served: ServedModel | None, bridge: EngineBridge | None,
+    def __init__(self, *, served: ServedModel | None = None, bridge: EngineBridge | None = None,
                  state: ServerState, ping_interval_s: float,
                  clock: Callable[[], float] = time.monotonic, web: StaticFiles | None = None,
                  defaults: SamplingDefaults = SamplingDefaults(), offloop: OffLoop = Inline(),
-                 encoders: Mapping[str, EncoderWorker] | None = None):
-        self.served, self.bridge, self.state = served, bridge, state
+                 encoders: Mapping[str, EncoderWorker] | None = None,
+                 chats: Mapping[str, ChatModel] | None = None):
+        """`chats`: every chat model by id, the first answering where one is needed before
+        a request names its model; or one chat model as `served`, `bridge`, `defaults`."""
+        if chats is None:
+            chats = {served.id: ChatModel(served, bridge, defaults)} if served is not None else {}
+        first = next(iter(chats.values()), None)
+        self.served = first.served if first else None      # the first chat model's
+        self.bridge = first.bridge if first else None
+        self.state = state
         self.offloop = offloop                   # where OFFLOOP_ROUTES are prepared
         self.web = web or StaticFiles.load()
         metrics = state.metrics
         self.stream_ctx = StreamContext(
-            bridge=bridge, tokenizer=served.tokenizer if served is not None else None,
+            bridge=self.bridge, tokenizer=self.served.tokenizer if first else None,
             ping_interval_s=ping_interval_s,
             on_status=metrics.count_request,
             on_finish=metrics.observe_generation, offloop=offloop)
-        self.ctx = ApiContext(served=served, defaults=defaults, bridge=bridge,
+        self.ctx = ApiContext(served=self.served,
+                              defaults=first.defaults if first else defaults,
+                              bridge=self.bridge,
                               stream_ctx=self.stream_ctx, offloop=offloop,
                               count_request=metrics.count_request, clock=clock,
-                              encoders=dict(encoders or {}))
+                              encoders=dict(encoders or {}), chats=dict(chats))
         endpoints = {"chat": chat, "completions": completions, "responses": responses,
                      "embeddings": embeddings, "tokenize": tokenize, "detokenize": detokenize,
                      "models": models, "model": model, "rerank": rerank, "score": score}
@@ -120,13 +130,19 @@ class ApiApp:
             if not isinstance(result, Response) and callable(result):
                 result = result()                   # a Launch: tickets, on this thread
         except ApiError as err:
-            self.state.metrics.count_request(label, err.status)
+            self._count(label, err.status, err.model)
             return error_response(err, extra)
         except Exception:                                      # noqa: BLE001
             log.exception("request %s: handler %s failed", request.request_id, label)
-            self.state.metrics.count_request(label, 500)
+            self._count(label, 500, None)
             return error_response(ApiError("internal_error", "Internal server error."), extra)
         if isinstance(result, Response):
-            self.state.metrics.count_request(label, result.status)
+            self._count(label, result.status, dict(result.notes).get("model"))
             return replace(result, headers=result.headers + extra)
         return result
+
+    def _count(self, label: str, status: int, model: str | None) -> None:
+        """The request counter, labelled with the model when it is one this server serves
+        (a client's unknown id never becomes a label: the series stay bounded)."""
+        served = model if model in self.ctx.model_ids() else ""
+        self.state.metrics.count_request(label, status, model=served)

@@ -12,6 +12,7 @@ from server.api import documents as docs
 from server.api.defaults import SamplingDefaults
 from server.api.fields import bad, boolean, integer, is_int, load_json_object, token_ids, unsupported
 from server.api.generation import GenSpec, common_fields
+from server.api.prediction import parse_prediction
 from server.api.launch import ApiContext, Endpoint, Launch, launch_generation
 from server.door.routes import Params
 from server.replies import Headers
@@ -69,7 +70,7 @@ def parse_completion(body: bytes, defaults: SamplingDefaults = SamplingDefaults(
     if common.max_tokens == 0 and not echo:
         raise bad("max_tokens", "'max_tokens' 0 is only allowed with 'echo': true (score the "
                                 "prompt without sampling).")
-    return replace(common, prompts=prompts, echo=echo)
+    return replace(common, prompts=prompts, echo=echo, prediction=parse_prediction(doc))
 
 
 # ---- the answer -------------------------------------------------------------------------------
@@ -116,8 +117,8 @@ def renderer(spec: GenSpec, header: docs.Header) -> Renderer:
 # ---- the handler ------------------------------------------------------------------------------
 
 def completions(ctx: ApiContext, request: Request, params: Params, extra: Headers) -> Launch:
-    spec = parse_completion(request.body, ctx.defaults)
-    with ctx.serving(spec.model):
+    spec = parse_completion(request.body, ctx.defaults_for(request.body))
+    with ctx.serving(spec.model) as ctx:
         served = ctx.served
         prompts = []
         for prompt in spec.prompts:

@@ -22,9 +22,14 @@ def new_id(prefix: str) -> str:
     return f"{prefix}-{os.urandom(12).hex()}"
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict:
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+def usage(prompt_tokens: int, completion_tokens: int,
+          completion_details: dict | None = None) -> dict:
+    """`completion_details`: usage.completion_tokens_details, when the answer has any."""
+    use = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+           "total_tokens": prompt_tokens + completion_tokens}
+    if completion_details is not None:
+        use["completion_tokens_details"] = completion_details
+    return use
 
 
 @dataclass(frozen=True)

@@ -117,7 +117,7 @@ def encoder_rows(encoder: Encoder, inputs: Sequence[str | tuple[int, ...]],
 
 def embeddings(ctx: ApiContext, request: Request, params: Params, extra: Headers) -> Launch:
     spec = parse_embeddings(request.body)
-    with ctx.serving(spec.model, TASK_EMBED):
+    with ctx.serving(spec.model, TASK_EMBED) as ctx:
         worker = ctx.encoders.get(spec.model)
         if worker is not None:
             rows = encoder_rows(worker.encoder, spec.inputs, spec.truncate_tokens)

@@ -57,6 +57,8 @@ class GenSpec:
     template_vars: tuple[tuple[str, Any], ...] = ()   # chat: the template's further names
     thinking: Thinking | None = None            # chat: the answer's reasoning split off (set
                                                 # once the prompt is rendered: launch.py)
+    prediction: str | None = None               # chat, completion: the predicted answer text
+                                                # (server/api/prediction.py), drafts only
 
 
 def _stop(doc: dict) -> tuple[str, ...]:

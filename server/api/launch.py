@@ -6,8 +6,8 @@ template rendered, the answer's thinking split decided) and
 requests and a `GenerationStream`.
 
     worker thread:  priority header -> logit_bias ids -> grammar (compiled once, shared by
-                    every choice) -> one GenRequest per choice (the context and KV rules of
-                    server/text/served.py) => a `Launch`
+                    every choice) -> the prediction's token ids (once) -> one GenRequest per
+                    choice (the context and KV rules of server/text/served.py) => a `Launch`
     loop thread:    the Launch: admission (a slot per choice in the bridge's queue, or 429;
                     all or none) -> GenerationStream with the renderer the endpoint chose
 
@@ -17,6 +17,7 @@ responses/render.py) and hands it in as `render(header)`: the shell never choose
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 from dataclasses import dataclass, field, replace
 from contextlib import contextmanager
@@ -44,7 +45,7 @@ from server.worker.encoder_worker import EncoderWorker
 TASK_GENERATE, TASK_EMBED, TASK_TOKENIZE = "generate", "embeddings", "tokenize"
 TASK_RERANK, TASK_SCORE = "rerank", "score"
 CHAT_TASKS = (TASK_GENERATE, TASK_EMBED, TASK_TOKENIZE)
-ENCODER_TASKS = (TASK_EMBED, TASK_RERANK, TASK_SCORE)
+ENCODER_TASKS = (TASK_EMBED, TASK_RERANK, TASK_SCORE, TASK_TOKENIZE)
 TASK_ROUTES = {TASK_GENERATE: "/v1/chat/completions, /v1/completions and /v1/responses",
                TASK_EMBED: "/v1/embeddings", TASK_TOKENIZE: "/v1/tokenize and /v1/detokenize",
                TASK_RERANK: "/v1/rerank", TASK_SCORE: "/v1/score"}
@@ -63,22 +64,35 @@ class Endpoint:
 
 
 @dataclass(frozen=True)
+class ChatModel:
+    """One served chat model as the API sees it: its text layer, its engine thread and its
+    server-side sampling defaults."""
+    served: ServedModel
+    bridge: EngineBridge
+    defaults: SamplingDefaults = SamplingDefaults()
+
+
+@dataclass(frozen=True)
 class ApiContext:
-    """What every endpoint handler is given (no globals): the chat model (its text layer
-    and engine bridge; None in a server of embedding models only) and the sentence-embedding
-    models by id (each its own encoder worker)."""
+    """What every endpoint handler is given (no globals): the chat models by id (each its
+    text layer, engine bridge and defaults) and the sentence-embedding models by id (each
+    its own encoder worker). `served`, `bridge`, `defaults` and `stream_ctx` are one chat
+    model's: the first's in the server's context, the request's own in the context
+    `serving` yields (`for_model`); None in a server of embedding models only."""
     served: ServedModel | None
     defaults: SamplingDefaults                  # server-side sampling defaults
     bridge: EngineBridge | None
     stream_ctx: StreamContext
     offloop: OffLoop
-    count_request: Callable[[str, int], None]   # (route, status) -> the request counter
+    count_request: Callable[..., None]          # (route, status, model=) -> the request counter
     clock: Callable[[], float] = time.monotonic
     encoders: Mapping[str, EncoderWorker] = field(default_factory=dict)
+    chats: Mapping[str, ChatModel] = field(default_factory=dict)
 
     def model_ids(self) -> list[str]:
-        """Every served id: the chat model first, then the embedding models."""
-        return ([self.served.id] if self.served is not None else []) + list(self.encoders)
+        """Every served id in configuration order: the chat models, then the embedding
+        models (`[engine].model_dir`'s model is the first of its kind)."""
+        return list(self.chats) + list(self.encoders)
 
     def check_model(self, model: str, task: str | None = None) -> None:
         """404 for an id this server does not serve; 400 naming the model and what it
@@ -94,13 +108,39 @@ class ApiContext:
                                f"{kind} model: it serves {', '.join(TASK_ROUTES[t] for t in tasks)}"
                                f", not {TASK_ROUTES[task]}.")
 
+    def for_model(self, model: str) -> ApiContext:
+        """This context as served model `model` sees it: a chat model's text layer, engine
+        and defaults; its requests counted under its id (an embedding model keeps the
+        rest)."""
+        chat = self.chats.get(model)
+        own = {} if chat is None else {
+            "served": chat.served, "bridge": chat.bridge, "defaults": chat.defaults,
+            "stream_ctx": replace(self.stream_ctx, bridge=chat.bridge,
+                                  tokenizer=chat.served.tokenizer,
+                                  on_status=partial(self.stream_ctx.on_status, model=model))}
+        return replace(self, count_request=partial(self.count_request, model=model), **own)
+
+    def defaults_for(self, body: bytes) -> SamplingDefaults:
+        """The sampling defaults of the chat model `body` names, before it is parsed: the
+        first chat model's when every chat model has the same (one parse), else the
+        named one's (unknown or absent: the first's; the parse then refuses it)."""
+        if all(chat.defaults == self.defaults for chat in self.chats.values()):
+            return self.defaults
+        try:
+            named = json.loads(body).get("model")
+        except (ValueError, AttributeError):
+            return self.defaults
+        chat = self.chats.get(named) if isinstance(named, str) else None
+        return chat.defaults if chat is not None else self.defaults
+
     @contextmanager
-    def serving(self, model: str, task: str = TASK_GENERATE) -> Iterator[None]:
-        """The request's body parsed and named `model`: check it can do `task`, and note
-        every error raised from here on as about that model (the access log's `model`)."""
+    def serving(self, model: str, task: str = TASK_GENERATE) -> Iterator[ApiContext]:
+        """The request's body parsed and named `model`: check it can do `task`, yield the
+        context of that model (`for_model`), and note every error raised from here on as
+        about that model (the access log's `model`)."""
         try:
             self.check_model(model, task)
-            yield
+            yield self.for_model(model)
         except ApiError as err:
             raise err.about(model)
 
@@ -135,8 +175,10 @@ def launch_generation(ctx: ApiContext, request: Request, spec: GenSpec,
     structured = after_thinking(spec.structured, spec.thinking)    # the answer's, not the thinking's
     grammar = (compile_structured(ctx.served.grammars, structured)
                if structured else None)             # compiled once, shared by every choice
+    predicted = (() if spec.prediction is None        # tokenized once, shared like the grammar
+                 else tuple(ctx.served.encode_plain(spec.prediction)))
     requests = [_gen_request(ctx.served, spec, prompt, endpoint.prompt_param, priority, j,
-                             grammar)
+                             grammar, predicted)
                 for prompt in prompts for j in range(spec.n)]
     return partial(_launch, ctx, requests, spec, sum(map(len, prompts)), endpoint, extra,
                    echoes, render, request.request_id)
@@ -164,15 +206,17 @@ def _launch(ctx: ApiContext, requests: list[GenRequest], spec: GenSpec, prompt_t
 
 
 def _gen_request(served: ServedModel, spec: GenSpec, prompt: list[int], prompt_param: str,
-                 priority: int, choice: int, grammar: Grammar | None) -> GenRequest:
+                 priority: int, choice: int, grammar: Grammar | None,
+                 predicted: tuple[int, ...]) -> GenRequest:
     """Choice 0 is exactly the n = 1 request; the others are forks of it: their own
-    seed (`choice_seed`) and they wait to share the prompt's KV blocks."""
+    seed (`choice_seed`) and they wait to share the prompt's KV blocks. Every choice
+    drafts from the same prediction (`predicted`: token ids, () for none)."""
     max_tokens = served.max_tokens_for(len(prompt), spec.max_tokens, prompt_param)
     scored = spec.top_logprobs if spec.echo and spec.logprobs else None
     return GenRequest(prompt=tuple(prompt), params=spec.params,
                       seed=choice_seed(spec.seed, choice), max_tokens=max_tokens,
                       stop_ids=spec.stop_ids, priority=priority, prompt_logprobs=scored,
-                      wait_for_prefix=choice > 0, grammar=grammar)
+                      wait_for_prefix=choice > 0, grammar=grammar, prediction=predicted)
 
 
 def chat_prompt(ctx: ApiContext, spec: GenSpec,

@@ -1,6 +1,6 @@
 """The model list, `GET /v1/models` and `GET /v1/models/{model}`: a card per served model
-(the chat model first, then the sentence-embedding models), each saying its kind and the
-routes it serves."""
+(the chat models first, then the sentence-embedding models, each in configuration order),
+each saying its kind and the routes it serves."""
 from __future__ import annotations
 
 from server.api import documents as docs
@@ -14,10 +14,10 @@ from engine.api import KIND_CHAT, KIND_EMBEDDING
 
 def _cards(ctx: ApiContext) -> dict[str, dict]:
     cards = {}
-    if ctx.served is not None:
-        served = ctx.served
-        cards[served.id] = docs.model_card(served.id, served.created, served.max_model_len,
-                                           KIND_CHAT, CHAT_TASKS)
+    for model_id, chat in ctx.chats.items():
+        served = chat.served
+        cards[model_id] = docs.model_card(model_id, served.created, served.max_model_len,
+                                          KIND_CHAT, CHAT_TASKS)
     for model_id, worker in ctx.encoders.items():
         cards[model_id] = docs.model_card(model_id, worker.created, worker.encoder.max_seq_length,
                                           KIND_EMBEDDING, ENCODER_TASKS)

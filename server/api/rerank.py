@@ -113,7 +113,7 @@ def cosines(vectors: list, left: int) -> np.ndarray:
 
 def rerank(ctx: ApiContext, request: Request, params: Params, extra: Headers) -> Launch:
     spec = parse_rerank(request.body)
-    with ctx.serving(spec.model, TASK_RERANK):
+    with ctx.serving(spec.model, TASK_RERANK) as ctx:
         texts = (spec.query,) + spec.documents
         rows = encoder_rows(ctx.encoders[spec.model].encoder, texts, None,
                             lambda i: ("query", "The query") if i == 0 else
@@ -136,7 +136,7 @@ def _rerank_document(spec: RerankSpec, vectors: list, prompt_tokens: int) -> dic
 
 def score(ctx: ApiContext, request: Request, params: Params, extra: Headers) -> Launch:
     spec = parse_score(request.body)
-    with ctx.serving(spec.model, TASK_SCORE):
+    with ctx.serving(spec.model, TASK_SCORE) as ctx:
         n_left = len(spec.left)
         rows = encoder_rows(ctx.encoders[spec.model].encoder, spec.left + spec.right, None,
                             lambda i: ("text_1", f"text_1[{i}]") if i < n_left else

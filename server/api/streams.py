@@ -34,6 +34,7 @@ from server.worker.bridge import EngineBridge, Ticket
 from server.errors import ApiError
 from server.text.gentext import Echo, GenerationText, Piece, TokenLogprob
 from server.api.generation import GenSpec
+from server.api.prediction import prediction_usage
 from server.replies import JSON_CONTENT_TYPE, json_bytes, json_bytes_piecewise
 from server.http.protocol import Response, ResponseHead, Stream, StreamPoll
 from server.api.offloop import Inline, OffLoop, Outcome
@@ -171,6 +172,7 @@ class GenerationStream:
         self.head_sent = self.done = False
         self.last_send_s = arrival_s
         self.model_id, self.finish_reason, self.error_message = header.model, None, None
+        self.predicted = spec.prediction is not None    # usage reports the prediction's tokens
 
     def access_fields(self) -> dict:
         """What the access log (server/door/access.py) records of this generation."""
@@ -255,8 +257,18 @@ class GenerationStream:
     def completion_tokens(self) -> int:
         return sum(choice.text.completion_tokens for choice in self.choices)
 
+    def _usage(self) -> dict:
+        """The answer's usage; with a prediction, its accepted and rejected tokens summed
+        over the choices (each from its engine request's finish)."""
+        details = None
+        if self.predicted:
+            details = prediction_usage(
+                sum(c.text.accepted_prediction_tokens for c in self.choices),
+                sum(c.text.rejected_prediction_tokens for c in self.choices))
+        return docs.usage(self.prompt_tokens, self.completion_tokens, details)
+
     def _finish(self, out: StreamPoll, now_s: float) -> None:
-        usage = docs.usage(self.prompt_tokens, self.completion_tokens)
+        usage = self._usage()
         if self.render.streamed:
             self.pending.append(self.render.finish(usage))
             self._send_sse(out, now_s)

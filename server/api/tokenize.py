@@ -1,6 +1,9 @@
 """Tokenize and detokenize, `POST /tokenize` and `POST /detokenize` (vLLM's extras): a prompt
 or a chat (rendered by the served template, with chat's `chat_template_kwargs` and
-`reasoning_effort`) -> token ids, and token ids -> text.
+`reasoning_effort`) -> token ids, and token ids -> text, with the named model's own
+tokenizer. A sentence-embedding model tokenizes a prompt with its WordPiece vocabulary
+([CLS] ... [SEP] unless add_special_tokens is false: the ids it embeds) and detokenizes as
+BertTokenizer decodes ("##" pieces joined); it has no chat template, so `messages` is a 400.
 """
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ from server.door.routes import Params
 from server.replies import Headers
 from server.http.protocol import Request, Response
 from server.text.messages import Message
+from server.text.served import check_token_ids
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,19 +65,33 @@ def parse_detokenize(body: bytes) -> DetokenizeSpec:
 
 def tokenize(ctx: ApiContext, request: Request, params: Params, extra: Headers) -> Response:
     spec = parse_tokenize(request.body)
-    with ctx.serving(spec.model, TASK_TOKENIZE):
-        text = (ctx.served.render(spec.messages, add_generation_prompt=spec.add_generation_prompt,
-                                  variables=dict(spec.template_vars))
-                if spec.messages else spec.prompt)
-        tokens = ctx.served.encode(text, add_special_tokens=spec.add_special_tokens)
+    with ctx.serving(spec.model, TASK_TOKENIZE) as ctx:
+        worker = ctx.encoders.get(spec.model)
+        if worker is not None:              # WordPiece ids, [CLS] ... [SEP] as it embeds them
+            if spec.messages:
+                raise bad("messages", f"The model '{spec.model}' is an embedding model: it "
+                                      "has no chat template to render 'messages'; send "
+                                      "'prompt'.")
+            tokens = worker.encoder.tokenizer.encode(
+                spec.prompt, add_special_tokens=spec.add_special_tokens)
+            limit = worker.encoder.max_seq_length
+        else:
+            text = (ctx.served.render(spec.messages,
+                                      add_generation_prompt=spec.add_generation_prompt,
+                                      variables=dict(spec.template_vars))
+                    if spec.messages else spec.prompt)
+            tokens = ctx.served.encode(text, add_special_tokens=spec.add_special_tokens)
+            limit = ctx.served.max_model_len
         return Response(status=200, headers=(JSON_CONTENT_TYPE,), body=json_bytes_piecewise(
-            docs.tokenized(tokens, ctx.served.max_model_len)), notes=(("model", spec.model),))
+            docs.tokenized(tokens, limit)), notes=(("model", spec.model),))
 
 
 def detokenize(ctx: ApiContext, request: Request, params: Params, extra: Headers) -> Response:
     spec = parse_detokenize(request.body)
-    with ctx.serving(spec.model, TASK_TOKENIZE):
-        ctx.served.check_token_ids(spec.tokens, "tokens")
-        answer = replies.json_response(200, docs.detokenized(ctx.served.tokenizer.decode(
+    with ctx.serving(spec.model, TASK_TOKENIZE) as ctx:
+        worker = ctx.encoders.get(spec.model)
+        tokenizer = worker.encoder.tokenizer if worker is not None else ctx.served.tokenizer
+        check_token_ids(spec.tokens, tokenizer.vocab_size, "tokens")
+        answer = replies.json_response(200, docs.detokenized(tokenizer.decode(
             list(spec.tokens))))
         return replace(answer, notes=(("model", spec.model),))

@@ -109,15 +109,18 @@ class EngineView:
 
 
 def snapshot_document(view: ViewSnapshot | None, model: str | None = None,
-                      encoders: tuple[dict, ...] = ()) -> dict:
+                      encoders: tuple[dict, ...] = (), engines: tuple[str, ...] = ()) -> dict:
     """The JSON document of GET /engine/snapshot (ages in seconds, newest history last):
-    the chat engine `model`'s picture and each encoder's part (`encoder_document`); a
-    server of embedding models only (no chat engine: `view` None) has just the latter."""
+    the chat engine `model`'s picture, every chat engine's id (`engines`) and each
+    encoder's part (`encoder_document`); a server of embedding models only (no chat
+    engine: `view` None) has just the latter."""
     if view is None:
-        return {"object": "engine.snapshot", "model": None, "encoders": list(encoders)}
+        return {"object": "engine.snapshot", "model": None, "engines": list(engines),
+                "encoders": list(encoders)}
     snap, stats = view.engine, view.stats
     return {
-        "object": "engine.snapshot", "model": model, "encoders": list(encoders),
+        "object": "engine.snapshot", "model": model, "engines": list(engines),
+        "encoders": list(encoders),
         "blocks": {"num_blocks": snap.num_blocks, "block_size": snap.block_size,
                    "states": snap.block_states, "used": stats.kv_blocks_used,
                    "cached": stats.kv_blocks_cached, "free": stats.kv_blocks_free},

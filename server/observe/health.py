@@ -1,13 +1,18 @@
 """The health listener's application: liveness, readiness, metrics, the engine view.
 
-`/healthz` fails once the engine thread has died (an orchestrator restarts us); `/readyz`
-fails while draining; `/metrics` is the Prometheus text of server/observe/metrics.py, with the
-loop's worst stall when serve.py hands over the meter. It stays up during a drain.
+`/healthz` fails once any model's engine thread has died (an orchestrator restarts us);
+`/readyz` fails while draining or while any model's worker is down (it is swapped in once
+every model has loaded, so it is ready when every model is); `/metrics` is the Prometheus
+text of server/observe/metrics.py, every engine's samples labelled with its model, with the
+loop's worst stall when serve.py hands over the meter. `/engine/snapshot?model=ID` is one
+chat engine's picture (default: the first chat model's), listing every engine's id in
+`engines`. It stays up during a drain.
 """
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
+from urllib.parse import parse_qs
 
 from server.door.routes import Params
 from server.replies import Headers, json_response
@@ -27,14 +32,16 @@ from server.observe.static import ENGINE_PAGE, FAVICON, StaticFiles
 class HealthApp:
     """The health listener: liveness, readiness, metrics. Stays up during a drain."""
 
-    def __init__(self, *, bridge: EngineBridge | None, state: ServerState,
-                 web: StaticFiles | None = None, view: EngineView | None = None,
+    def __init__(self, *, state: ServerState, engines: Mapping[str, EngineBridge] | None = None,
+                 views: Mapping[str, EngineView] | None = None, engine_view: bool = True,
+                 web: StaticFiles | None = None,
                  loop_stall_s: Callable[[], tuple[float, float]] | None = None,
-                 encoders: Sequence[EncoderWorker] = (), chat_model: str | None = None):
-        self.bridge, self.state = bridge, state  # the chat engine (None: embedding models only)
+                 encoders: Sequence[EncoderWorker] = ()):
+        self.state = state
+        self.engines = dict(engines or {})       # chat model id -> its engine thread
+        self.views = dict(views or {})           # chat model id -> its engine view
+        self.engine_view = engine_view           # False: /engine and its JSON are 404
         self.encoders = tuple(encoders)          # each sentence-embedding model's worker
-        self.chat_model = chat_model             # the chat engine's `model` label
-        self.view = view                         # the engine view, None when turned off
         self.loop_stall_s = loop_stall_s         # the loop's worst (wall, CPU), if measured
         self.web = web or StaticFiles.load()
         self.handlers = {"healthz": self.healthz, "readyz": self.readyz, "metrics": self.metrics,
@@ -55,44 +62,55 @@ class HealthApp:
 
     def healthz(self, request: Request, params: Params, extra: Headers) -> Response:
         """Liveness: fails once the engine thread has died, so an orchestrator restarts us."""
-        workers = ([self.bridge] if self.bridge is not None else []) + list(self.encoders)
-        for worker in workers:
-            if not worker.is_healthy():
-                raise ApiError("engine_unavailable", f"The engine thread has stopped: "
-                                                     f"{worker.died or 'unknown reason'}.")
+        self._check_workers("engine_unavailable")
         return health_ok(request, params, extra)
 
     def readyz(self, request: Request, params: Params, extra: Headers) -> Response:
         if self.state.is_draining:
             raise ApiError("not_ready", "The server is draining.")
+        self._check_workers("not_ready")
         return json_response(200, {"status": "ready"})
+
+    def _check_workers(self, kind: str) -> None:
+        """`kind` (naming the model) when any model's worker thread has stopped."""
+        workers = list(self.engines.items()) + [(w.model_id, w) for w in self.encoders]
+        for model_id, worker in workers:
+            if not worker.is_healthy():
+                raise ApiError(kind, f"The engine thread of model {model_id} has stopped: "
+                                     f"{worker.died or 'unknown reason'}.")
 
     def metrics(self, request: Request, params: Params, extra: Headers) -> Response:
         stall_s = self.loop_stall_s() if self.loop_stall_s is not None else None
-        stats = self.bridge.stats if self.bridge is not None else None
-        text = metrics_text(stats, self.state.metrics, stall_s,
+        text = metrics_text(None, self.state.metrics, stall_s,
                             encoders=[(w.model_id, w.stats) for w in self.encoders],
-                            model=self.chat_model)
+                            engines=[(m, b.stats) for m, b in self.engines.items()])
         return Response(status=200, headers=(("Content-Type", METRICS_TYPE),),
                         body=text.encode("utf-8"))
 
-    def _view(self) -> EngineView:
-        if self.view is None:
+    def _view_on(self) -> None:
+        if not self.engine_view:
             raise ApiError("engine_view_off", "The engine view is turned off on this server "
                                               "([engine].engine_view = false).")
-        return self.view
 
     def engine_page(self, request: Request, params: Params, extra: Headers) -> Response:
-        self._view()
+        self._view_on()
         return self.web.response(ENGINE_PAGE)
 
     def engine_snapshot(self, request: Request, params: Params, extra: Headers) -> Response:
-        view = self._view()
-        view.asked()
-        latest = view.latest               # published by the engine thread, read as one value
+        """One chat engine's picture (`?model=ID`, default the first chat model's), every
+        encoder's part and every chat engine's id (`engines`: the page's choice)."""
+        self._view_on()
+        model = parse_qs(request.query).get("model", [next(iter(self.views), None)])[0]
+        if model is not None and model not in self.views:
+            raise ApiError("model_not_found", f"No chat engine serves '{model}'; the engines "
+                                              f"are {', '.join(self.views) or 'none'}.",
+                           param="model")
+        latest = None
+        if model is not None:
+            view = self.views[model]
+            view.asked()
+            latest = view.latest           # published by the engine thread, read as one value
         encoders = tuple(encoder_document(w.model_id, w.stats, w.max_batch_tokens)
                          for w in self.encoders)
-        return json_response(200, snapshot_document(latest, self.chat_model, encoders),
+        return json_response(200, snapshot_document(latest, model, encoders, tuple(self.views)),
                              (("Cache-Control", "no-store"),))
-
-

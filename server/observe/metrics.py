@@ -8,7 +8,8 @@ ending in `le="+Inf"`, then `name_sum` and `name_count`.
 Three sources feed this page:
 * the engine's `EngineStats` snapshot (published by the engine thread after each step):
   the chapter's gauges `tl_engine_*`, the KV-cache utilisation (0-1, what routers such as
-  the Gateway API Inference Extension's endpoint picker read) and the prefix-cache counters;
+  the Gateway API Inference Extension's endpoint picker read), the prefix-cache counters
+  and the speculative drafts per source (`source` label);
 * `server/observe/process_metrics.py`: the standard `process_*` families;
 * `ServerMetrics`, updated on the loop thread only (no lock): requests by route and
   status, prompt/generation tokens, and the latency histograms;
@@ -129,14 +130,27 @@ def engine_metrics_text(s: EngineStats, model: str | None = None) -> str:
                [(m, s.evictions_total)]),
         family("tl_engine_steps_total", "counter", "Engine steps run.",
                [(m, s.steps_total)]),
+        spec_source_metrics_text(s, m),
     ])
+
+
+def spec_source_metrics_text(s: EngineStats, m: tuple[tuple[str, str], ...] = ()) -> str:
+    """Speculative decoding per draft source (`EngineStats.spec_by_source`: grammar,
+    prediction, suffix, prompt_lookup), each sample labelled `source` after `m`: the tokens
+    drafted and those the model accepted. A source the engine has not reported has no sample."""
+    drafted = [(m + (("source", source),), d) for source, d, _ in s.spec_by_source]
+    accepted = [(m + (("source", source),), a) for source, _, a in s.spec_by_source]
+    return (family("tl_engine_spec_draft_tokens_total", "counter",
+                   "Speculative draft tokens verified, by draft source.", drafted)
+            + family("tl_engine_spec_accepted_tokens_total", "counter",
+                     "Speculative draft tokens the model accepted, by draft source.", accepted))
 
 
 class ServerMetrics:
     """Request-level metrics, updated on the loop thread."""
 
     def __init__(self):
-        self.requests: dict[tuple[str, int], int] = {}
+        self.requests: dict[tuple[str, int, str], int] = {}   # (route, status, model) -> n
         self.prompt_tokens = 0
         self.generation_tokens = 0
         self.ttft = Histogram("tl_request_time_to_first_token_seconds",
@@ -152,8 +166,10 @@ class ServerMetrics:
                                "Time from admission until the engine first scheduled the request.",
                                LATENCY_BUCKETS_S)
 
-    def count_request(self, route: str, status: int) -> None:
-        key = (route, status)
+    def count_request(self, route: str, status: int, model: str = "") -> None:
+        """One answered request; `model`: the served model it named ("" when none: the
+        sample then has no `model` label)."""
+        key = (route, status, model)
         self.requests[key] = self.requests.get(key, 0) + 1
 
     def observe_generation(self, *, prompt_tokens: int, completion_tokens: int,
@@ -169,10 +185,12 @@ class ServerMetrics:
             self.queue.observe(queue_s)
 
     def render(self) -> str:
-        by_route = [((("route", route), ("status", str(status))), n)
-                    for (route, status), n in sorted(self.requests.items())]
+        by_route = [(((("model", model),) if model else ()) + (("route", route),
+                                                                ("status", str(status))), n)
+                    for (route, status, model), n in sorted(self.requests.items())]
         return "".join([
-            family("tl_http_requests_total", "counter", "HTTP requests by route and status.",
+            family("tl_http_requests_total", "counter",
+                   "HTTP requests by route and status (and the served model they named).",
                    by_route),
             family("tl_prompt_tokens_total", "counter", "Prompt tokens of finished requests.",
                    [((), self.prompt_tokens)]),
@@ -218,15 +236,33 @@ def encoder_metrics_text(encoders: Sequence[tuple[str, EncoderStats]]) -> str:
     ])
 
 
+def merge_families(texts: Sequence[str]) -> str:
+    """Renderings of the same families (one per engine) as one page: each family's HELP
+    and TYPE once, then every text's samples of it in order (Prometheus refuses a family
+    that appears twice)."""
+    lines: dict[str, list[str]] = {}        # family name -> its lines, HELP and TYPE first
+    for text in texts:
+        known, name = set(lines), ""
+        for line in text.splitlines():
+            if line.startswith("# "):       # "# HELP name ..." or "# TYPE name ..."
+                name = line.split(" ", 3)[2]
+                if name in known:
+                    continue
+            lines.setdefault(name, []).append(line)
+    return "".join("\n".join(body) + "\n" for body in lines.values())
+
+
 def metrics_text(stats: EngineStats | None, server: ServerMetrics | None = None,
                  loop_stall_s: tuple[float, float] | None = None,
                  encoders: Sequence[tuple[str, EncoderStats]] = (),
-                 model: str | None = None) -> str:
-    """`stats`: the chat engine's (None: a server of embedding models only);
+                 model: str | None = None,
+                 engines: Sequence[tuple[str, EngineStats]] = ()) -> str:
+    """`stats`: one chat engine's, labelled `model` when given (None: see `engines`);
+    `engines`: (model id, stats) of each chat engine, every sample labelled with its id;
     `loop_stall_s`: (wall, CPU) of the loop's worst iteration, when it is measured;
-    `encoders`: (model id, stats) of each sentence-embedding model; `model`: the chat
-    model's id, the `model` label of its engine's samples."""
+    `encoders`: (model id, stats) of each sentence-embedding model."""
     loop = loop_metrics_text(*loop_stall_s) if loop_stall_s is not None else ""
-    engine = engine_metrics_text(stats, model) if stats is not None else ""
+    every = ([(model, stats)] if stats is not None else []) + list(engines)
+    engine = merge_families([engine_metrics_text(s, m) for m, s in every])
     return (engine + encoder_metrics_text(encoders)
             + (server.render() if server is not None else "") + loop + process_metrics_text())

@@ -81,17 +81,17 @@ class ServedModel:
         rendered chat template already holds its BOS."""
         return list(self.tokenizer.encode(text, add_special_tokens=add_special_tokens))
 
+    def encode_plain(self, text: str) -> list[int]:
+        """Token ids of text the model is expected to write (a `prediction`): markup such as
+        `<|im_end|>` in it stays plain text, never a special token; no BOS."""
+        return list(self.tokenizer.encode(text, parse_special=False))
+
     def check_token_ids(self, ids: tuple[int, ...], param: str) -> None:
         """Refuse client-sent token ids past the vocabulary (400 naming `param`).
 
         Only ids the client typed need this: ids our own tokenizer produced are in range.
         Unchecked, a bad id would fail later on the engine thread as a 500."""
-        vocab = self.tokenizer.vocab_size
-        past = [t for t in ids if t >= vocab]
-        if past:
-            raise ApiError("invalid_request",
-                           f"Token id {past[0]} in '{param}' is not in the vocabulary: "
-                           f"token ids must be below the vocabulary size {vocab}.", param=param)
+        check_token_ids(ids, self.tokenizer.vocab_size, param)
 
     def max_tokens_for(self, prompt_tokens: int, max_tokens: int | None, prompt_param: str) -> int:
         """The completion budget of a prompt: the engine's context rule (one source) and the
@@ -146,3 +146,12 @@ def read_chat_template(path: str) -> str:
         raise TemplateFileError(f"the chat template {path} ([engine].chat_template) does not "
                                 f"parse: {err}") from None
     return source
+
+
+def check_token_ids(ids: tuple[int, ...], vocab_size: int, param: str) -> None:
+    """Refuse token ids at or past `vocab_size` (400 naming `param`): any tokenizer's."""
+    past = [t for t in ids if t >= vocab_size]
+    if past:
+        raise ApiError("invalid_request",
+                       f"Token id {past[0]} in '{param}' is not in the vocabulary: "
+                       f"token ids must be below the vocabulary size {vocab_size}.", param=param)

@@ -4,12 +4,14 @@ server's own config reader) and h2load's report. The benchmark itself is never r
 from __future__ import annotations
 
 import math
+import selectors
+import socket
 
 import pytest
 
 from bench import h2load_client
-from bench.load_client import (ChunkedDecoder, LoadResult, SseCounter, StreamRecord, percentile,
-                               summarize)
+from bench.load_client import (ChunkedDecoder, LoadResult, SseCounter, StreamRecord, Target,
+                               _Conn, percentile, summarize)
 from bench.load_server import config_sets, settings_env
 from server.config import ServeConfig
 
@@ -48,6 +50,20 @@ def test_sse_counter_stamps_text_events_only_and_reads_the_usage():
     counter.feed(body[cut:], 2.0)
     assert record.event_s == [1.0, 2.0, 2.0]               # "Hel" at 1.0; "lo", '"!' at 2.0
     assert (record.usage_tokens, record.prompt_tokens) == (3, 41)
+
+
+def test_an_idle_connection_the_server_closes_is_dropped_not_ended():
+    # count mode leaves a finished client's keep-alive connection idle; llama-server closes
+    # such connections, and that end of file belongs to no request
+    sel = selectors.DefaultSelector()
+    ours, theirs = socket.socketpair()
+    conn = _Conn(Target("127.0.0.1", 1), sel, 0)
+    conn.sock = ours
+    sel.register(ours, selectors.EVENT_READ, conn)
+    theirs.close()
+    assert conn.on_ready(selectors.EVENT_READ) is None
+    assert conn.sock is None and not sel.get_map()          # the next send connects anew
+    sel.close()
 
 
 def test_percentile_is_nearest_rank():

@@ -13,7 +13,7 @@ from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import WebDriverWait
 
 from engine.api import EngineConfig
-from tests.e2e.helpers import chat_body, metrics, post, running_server
+from tests.e2e.helpers import chat_body, metrics, post, running_server, two_chat_config
 
 WAIT_S = 20
 STEP_DELAY_S = 0.01
@@ -220,3 +220,25 @@ def test_the_engine_view_shows_blocks_used_while_a_request_runs(browser, server,
     assert not browser.find_elements(By.CSS_SELECTOR, "#running tr")
     assert browser.find_elements(By.CSS_SELECTOR, "#radix li")
     shot(browser, "engine-idle")
+
+
+def test_the_engine_view_offers_each_chat_engine_of_a_two_model_server(browser, succ_model_dir,
+                                                                       tiny_llama_dir, shot):
+    """Two chat models: the page lists both engines and draws the one chosen (succ's pool
+    of 96 blocks first, then the tiny Llama's 40)."""
+    from selenium.webdriver.support.ui import Select
+    from server.serve import spawn
+    cfg = two_chat_config(succ_model_dir, tiny_llama_dir, first="num_kv_blocks = 96",
+                          second="num_kv_blocks = 40")
+    handle = spawn(cfg)
+    try:
+        browser.get(handle.health_url + "/engine")
+        cells = lambda: len(browser.find_elements(By.CSS_SELECTOR, "#grid .cell"))
+        until(browser, lambda d: cells() == 96)
+        choice = Select(browser.find_element(By.ID, "engine-model"))
+        assert [o.text for o in choice.options] == ["succ", "tiny"]
+        choice.select_by_visible_text("tiny")
+        until(browser, lambda d: cells() == 40)
+        shot(browser, "engine-two-models")
+    finally:
+        handle.stop()

@@ -53,6 +53,24 @@ def running_server(model_dir, wrap_engine=None, step_delay_s: float = 0.0, **ove
         handle.stop()
 
 
+def two_chat_config(first_dir, second_dir, first: str = "", second: str = "") -> ServeConfig:
+    """A server of two chat models on loopback port 0: `first_dir` as "succ" ([engine],
+    plus the lines `first`), `second_dir` as "tiny" ([[models]], plus the lines `second`)."""
+    return ServeConfig.from_toml(f"""
+[engine]
+model_dir = "{first_dir}"
+model_id = "succ"
+http_listen = "127.0.0.1:0"
+health_listen = "127.0.0.1:0"
+access_log = "off"
+{first}
+[[models]]
+id = "tiny"
+model_dir = "{second_dir}"
+{second}
+""", env={})
+
+
 READY_LINE = re.compile(r"ready: API on (\S+), health on (\S+)")    # the model has loaded
 REPO = Path(__file__).resolve().parents[2]
 

@@ -2,8 +2,8 @@
 
 /v1/embeddings answers with the encoder's vectors (the oracle's, to 1e-5), in float and
 base64, with the token count as usage; an over-long input is a 400 naming its index and
-token count unless `truncate_prompt_tokens` asks for the cut; the generation and tokenize
-routes refuse the model by name, saying what it serves; /v1/models, /healthz, /metrics
+token count unless `truncate_prompt_tokens` asks for the cut; the generation routes
+refuse the model by name, saying what it serves; /v1/models, /healthz, /metrics
 describe it.
 """
 from __future__ import annotations
@@ -107,7 +107,6 @@ def test_a_smaller_truncation_keeps_cls_the_first_pieces_and_sep(server):
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}),
     ("/v1/completions", {"prompt": "hi"}),
     ("/v1/responses", {"input": "hi"}),
-    ("/v1/tokenize", {"prompt": "hi"}),
 ])
 def test_generation_routes_refuse_the_model_by_name_saying_what_it_serves(server, path, body):
     reply = post(server, path, dict(body, model=MODEL))
@@ -125,7 +124,7 @@ def test_an_unknown_model_stays_a_404(server):
 def test_the_model_list_says_what_it_can_do(server):
     cards = requests.get(server.http_url + "/v1/models", timeout=10).json()["data"]
     assert [(c["id"], c["kind"], c["max_model_len"]) for c in cards] == [(MODEL, "embedding", 256)]
-    assert set(cards[0]["capabilities"]) == {"embeddings", "rerank", "score"}
+    assert set(cards[0]["capabilities"]) == {"embeddings", "rerank", "score", "tokenize"}
     one = requests.get(server.http_url + f"/v1/models/{MODEL}", timeout=10).json()
     assert one == cards[0]
 
@@ -138,3 +137,34 @@ def test_health_and_metrics_describe_the_encoder(server):
     line = next(l for l in text.splitlines()
                 if l.startswith(f'tl_encoder_requests_total{{model="{MODEL}"}}'))
     assert float(line.split()[-1]) >= 1
+
+
+def test_tokenize_uses_the_wordpiece_vocabulary_as_hugging_face_does(server):
+    """/v1/tokenize with the encoder: its WordPiece ids, [CLS] ... [SEP] by default (what
+    it embeds) and without them on request, exact against the oracle's cases."""
+    for case in read_jsonl("families/minilm-l6/tokenize_cases.jsonl"):
+        whole = post(server, "/v1/tokenize", {"model": MODEL, "prompt": case["text"]})
+        assert whole.status_code == 200, whole.text
+        assert whole.json()["tokens"] == case["ids_with_special"], case["text"]
+        assert whole.json()["max_model_len"] == 256
+        bare = post(server, "/v1/tokenize", {"model": MODEL, "prompt": case["text"],
+                                             "add_special_tokens": False})
+        assert bare.json()["tokens"] == case["ids_no_special"], case["text"]
+
+
+def test_detokenize_joins_word_pieces_and_a_chat_is_refused(server):
+    case = read_jsonl("families/minilm-l6/tokenize_cases.jsonl")[0]
+    back = post(server, "/v1/detokenize", {"model": MODEL, "tokens": case["ids_no_special"]})
+    assert back.status_code == 200 and back.json()["prompt"] == case["decode_skip_special"]
+    past = post(server, "/v1/detokenize", {"model": MODEL, "tokens": [30_522]})
+    assert past.status_code == 400 and "30522" in past.json()["error"]["message"]
+    chat = post(server, "/v1/tokenize", {"model": MODEL,
+                                         "messages": [{"role": "user", "content": "hi"}]})
+    assert chat.status_code == 400 and chat.json()["error"]["param"] == "messages"
+    assert MODEL in chat.json()["error"]["message"]
+
+
+def test_the_engine_view_of_an_embedding_only_server_shows_its_encoder(server):
+    doc = requests.get(server.health_url + "/engine/snapshot", timeout=10).json()
+    assert doc["model"] is None and doc["engines"] == []
+    assert [e["model"] for e in doc["encoders"]] == [MODEL]

@@ -4,8 +4,8 @@ The request's `model` picks the model: chat goes to the chat engine, embeddings 
 encoder (or to the chat model's own pooling when it is named); each refuses what it does
 not serve by name; /v1/models lists both with what they can do; /metrics labels each
 engine's samples with its model; /readyz is ready once both loaded; the engine view shows
-both; the access log names the model of each request. A second chat model, or a `kind`
-the folder contradicts, stops the start-up with one line.
+both; the access log names the model of each request. A `kind` the folder contradicts
+stops the start-up with one line (several chat models: test_two_chat_models.py).
 """
 from __future__ import annotations
 
@@ -105,21 +105,6 @@ def test_the_access_log_names_each_request_s_model(server):
     post(server, "/v1/embeddings", {"model": "succ", "input": "logged"})
     records = [json.loads(line) for line in server.access_path.read_text().splitlines()]
     assert [r["model"] for r in records if r["path"] == "/v1/embeddings"][-2:] == [ENCODER, "succ"]
-
-
-def test_a_second_chat_model_stops_the_start_up_by_name(succ_model_dir, tmp_path):
-    cfg = ServeConfig.from_toml(f"""
-[engine]
-model_dir = "{succ_model_dir}"
-http_listen = "127.0.0.1:0"
-health_listen = "127.0.0.1:0"
-access_log = "off"
-[[models]]
-id = "succ-2"
-model_dir = "{succ_model_dir}"
-""", env={})
-    with pytest.raises(StartupError, match="succ-2.*second chat model"):
-        spawn(cfg)
 
 
 def test_a_kind_the_folder_contradicts_stops_the_start_up(succ_model_dir, minilm_dir, tmp_path):

@@ -70,3 +70,41 @@ def test_a_bad_table_is_refused_naming_the_table_and_key(table, words):
 def test_models_must_be_an_array_of_tables():
     with pytest.raises(ConfigError, match=r"\[\[models\]\] must be an array"):
         ServeConfig.from_toml("models = 3\n" + BASE, env={})
+
+
+# --- TL_ENGINE__MODELS: [[models]] from the environment ---------------------------------
+
+ENV_MODELS = ('[{"id": "minilm", "model_dir": "models/minilm", "kind": "embedding", '
+              '"max_batch_tokens": 512}, {"id": "second", "model_dir": "/abs/chat-2", '
+              '"queue_capacity": 4}]')
+
+
+def test_env_models_replace_the_file_s_tables_paths_from_the_current_directory(tmp_path):
+    text = BASE + '[[models]]\nid = "from-file"\nmodel_dir = "file-model"\n'
+    cfg = ServeConfig.from_toml(text, env={"TL_ENGINE__MODELS": ENV_MODELS}, base_dir=tmp_path)
+    assert cfg.models == (
+        ModelEntry(id="minilm", model_dir="models/minilm", kind="embedding",
+                   max_batch_tokens=512),
+        ModelEntry(id="second", model_dir="/abs/chat-2", settings=(("queue_capacity", 4),)))
+    assert [e.id for e in model_entries(cfg)] == ["chat", "minilm", "second"]
+
+
+@pytest.mark.parametrize("value", ["", "[]"])
+def test_empty_env_models_serve_the_first_model_alone(value):
+    text = BASE + '[[models]]\nid = "from-file"\nmodel_dir = "file-model"\n'
+    assert ServeConfig.from_toml(text, env={"TL_ENGINE__MODELS": value}).models == ()
+
+
+@pytest.mark.parametrize("value, words", [
+    ("[{", "TL_ENGINE__MODELS: expected a JSON array of model tables"),
+    ('{"id": "x"}', "TL_ENGINE__MODELS must be an array of tables"),
+    ('[{"model_dir": "x", "port": 1}]', "TL_ENGINE__MODELS #1.port: unknown key"),
+    ('[{"model_dir": "x", "max_num_seqs": 0}]',
+     "TL_ENGINE__MODELS #1.max_num_seqs: expected an integer"),
+    ('[{"id": "a", "model_dir": "x"}, {"id": "a", "model_dir": "y"}]', "'a' is already served"),
+    ('[{"model_dir": "x", "id": "chat"}]', "'chat' is already served"),
+])
+def test_bad_env_models_are_refused_naming_the_variable_and_key(value, words):
+    with pytest.raises(ConfigError) as info:
+        ServeConfig.from_toml(BASE, env={"TL_ENGINE__MODELS": value})
+    assert words in str(info.value)

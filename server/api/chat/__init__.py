@@ -17,8 +17,8 @@ CHAT = Endpoint(route="chat", id_prefix="chatcmpl", prompt_param="messages")
 
 
 def chat(ctx: ApiContext, request: Request, params: Params, extra: Headers) -> Launch:
-    spec = parse_chat(request.body, ctx.defaults)
-    with ctx.serving(spec.model):
+    spec = parse_chat(request.body, ctx.defaults_for(request.body))
+    with ctx.serving(spec.model) as ctx:
         spec, offered = with_tools(ctx, spec)
         spec, prompt = chat_prompt(ctx, spec, offered)
         return launch_generation(ctx, request, spec, [prompt], CHAT, extra,

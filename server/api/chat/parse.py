@@ -2,7 +2,8 @@
 typed `Message`s (server/text/messages.py), built once here from the JSON. Content parts are
 checked by the text layer; `tools`, `tool_choice`, `parallel_tool_calls` and the history's
 `tool_calls` by server/api/tools.py; `chat_template_kwargs` and `reasoning_effort` by
-server/api/thinking.py; the shared sampling fields by server/api/generation.py.
+server/api/thinking.py; `prediction` by server/api/prediction.py; the shared sampling
+fields by server/api/generation.py.
 `parse_messages` serves /tokenize too.
 """
 from __future__ import annotations
@@ -14,6 +15,7 @@ from engine.api import MAX_TOP_LOGPROBS
 from server.api.defaults import SamplingDefaults
 from server.api.fields import bad, boolean, integer, load_json_object, unsupported
 from server.api.generation import GenSpec, common_fields
+from server.api.prediction import parse_prediction
 from server.api.thinking import template_variables
 from server.api.tools import check_tool_calls, check_tool_message, parse_tools
 from server.text.messages import Message, check_content
@@ -75,4 +77,4 @@ def parse_chat(body: bytes, defaults: SamplingDefaults = SamplingDefaults()) -> 
         raise unsupported("tool_choice", f"A forced 'tool_choice' cannot be combined with "
                                          f"'{common.structured.param}'.")
     return replace(common, messages=checked, tools=tools,
-                   template_vars=template_variables(doc))
+                   template_vars=template_variables(doc), prediction=parse_prediction(doc))

@@ -31,7 +31,8 @@
       const r = await fetch("/v1/models", { headers: headers() });
       if (!r.ok) { say(`GET /v1/models: ${await errorText(r)}`); return; }
       const doc = await r.json();
-      state.model = doc.data[0].id;
+      const chat = doc.data.find((m) => m.kind === "chat") || doc.data[0];   // the first chat model
+      state.model = chat.id;
       $("model").textContent = state.model;
       say("");
     } catch (err) { say(`GET /v1/models failed: ${err.message}`); }

@@ -1,7 +1,8 @@
 // tl-serve's engine view: polls GET /engine/snapshot (same origin: the health port) a few
 // times a second and draws the KV block pool, the running and waiting sequences, the radix
 // tree and a plot of the last minute. The snapshot holds ids, counts and block numbers
-// only; everything is still set as textContent, never as HTML.
+// only; everything is still set as textContent, never as HTML. A server with several chat
+// models lists their engines (`engines`); the choice is asked for as ?model=ID.
 "use strict";
 
 (() => {
@@ -37,6 +38,7 @@
       cells.push(cell);
       grid.append(cell);
     }
+    while (cells.length > states.length) cells.pop().remove();   // another engine's smaller pool
     for (let i = 0; i < states.length; i++) {
       const name = "cell " + states[i];
       if (cells[i].className !== name) {
@@ -111,7 +113,23 @@
     });
   }
 
+  function drawChoice(engines) {
+    const select = $("engine-model");
+    $("engine-choice").hidden = engines.length < 2;
+    if (select.options.length === engines.length) return;
+    select.replaceChildren(...engines.map((id) => {
+      const option = el("option", null, id);
+      option.value = id;
+      return option;
+    }));
+  }
+
   function draw(snap) {
+    drawChoice(snap.engines || []);
+    if (!snap.blocks) {                 // embedding models only: no chat engine to draw
+      $("summary").textContent = "no chat engine";
+      return;
+    }
     drawGrid(snap.blocks);
     drawTables(snap);
     drawRadix(snap);
@@ -123,7 +141,9 @@
 
   async function poll() {
     try {
-      const r = await fetch("/engine/snapshot", { cache: "no-store" });
+      const chosen = $("engine-model").value;
+      const query = chosen ? `?model=${encodeURIComponent(chosen)}` : "";
+      const r = await fetch(`/engine/snapshot${query}`, { cache: "no-store" });
       if (!r.ok) throw new Error(`HTTP ${r.status}`);
       draw(await r.json());
       $("status").textContent = "";

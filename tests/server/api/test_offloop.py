@@ -231,7 +231,7 @@ def test_a_prepare_error_keeps_its_status_and_is_counted(app):
     assert ("X-Request-Id", "rid-1") in out.head.headers
     error = json.loads(b"".join(out.chunks))["error"]
     assert error["type"] == "invalid_request_error" and error["param"] == "messages"
-    assert api.state.metrics.requests == {("chat", 400): 1}
+    assert api.state.metrics.requests == {("chat", 400, ""): 1}    # no model parsed
     assert bridge.verbs == []
 
 
@@ -246,7 +246,7 @@ def test_an_unexpected_prepare_failure_is_a_logged_500(app, caplog, monkeypatch)
     out = answer(post(api, "/v1/embeddings", body, rid="rid-500"), woken)
     assert out.head.status == 500
     assert json.loads(b"".join(out.chunks))["error"]["code"] == "internal_error"
-    assert api.state.metrics.requests == {("embeddings", 500): 1}
+    assert api.state.metrics.requests == {("embeddings", 500, ""): 1}
     logged = [r for r in caplog.records if "rid-500" in r.getMessage()]
     assert len(logged) == 1 and "tokenizer bug" in str(logged[0].exc_info[1])
 

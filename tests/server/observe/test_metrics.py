@@ -105,3 +105,37 @@ def test_loop_stall_gauge_only_when_the_loop_measures_it():
     assert samples["tl_loop_stall_cpu_seconds_max"] == 0.002
     types, _ = parse(metrics_text(EngineStats(), ServerMetrics()))
     assert "tl_loop_stall_seconds_max" not in types
+
+
+def test_several_engines_share_each_family_every_sample_labelled_with_its_model():
+    """Two chat engines: one HELP/TYPE per family (parse asserts it), each engine's samples
+    under its `model`; the request counter labelled with the model a request named."""
+    server = ServerMetrics()
+    server.count_request("chat", 200, model="a")
+    server.count_request("chat", 429, model="b")
+    server.count_request("models", 200)                        # no model: no label
+    engines = [("a", EngineStats(queue_depth=1, kv_blocks_used=2)),
+               ("b", EngineStats(queue_depth=5, kv_blocks_free=7))]
+    types, samples = parse(metrics_text(None, server, engines=engines))
+    assert types["tl_engine_queue_depth"] == "gauge"
+    assert samples['tl_engine_queue_depth{model="a"}'] == 1
+    assert samples['tl_engine_queue_depth{model="b"}'] == 5
+    assert samples['tl_engine_kv_blocks{model="a",state="used"}'] == 2
+    assert samples['tl_engine_kv_blocks{model="b",state="free"}'] == 7
+    assert samples['tl_http_requests_total{model="a",route="chat",status="200"}'] == 1
+    assert samples['tl_http_requests_total{model="b",route="chat",status="429"}'] == 1
+    assert samples['tl_http_requests_total{route="models",status="200"}'] == 1
+
+
+def test_speculative_drafts_per_source_carry_model_and_source_labels():
+    stats = EngineStats(spec_draft_tokens=70, spec_accepted_tokens=41,
+                        spec_by_source=(("prediction", 40, 31), ("prompt_lookup", 30, 10)))
+    types, samples = parse(metrics_text(stats, model="smol-135m"))
+    assert types["tl_engine_spec_draft_tokens_total"] == "counter"
+    assert types["tl_engine_spec_accepted_tokens_total"] == "counter"
+    drafted = 'tl_engine_spec_draft_tokens_total{model="smol-135m",source="%s"}'
+    accepted = 'tl_engine_spec_accepted_tokens_total{model="smol-135m",source="%s"}'
+    assert samples[drafted % "prediction"] == 40 and samples[accepted % "prediction"] == 31
+    assert samples[drafted % "prompt_lookup"] == 30 and samples[accepted % "prompt_lookup"] == 10
+    _, quiet = parse(metrics_text(EngineStats()))            # no source reported: no samples
+    assert not [name for name in quiet if name.startswith("tl_engine_spec_")]

@@ -1,0 +1,230 @@
+"""The four tasks of the speculation benchmark (bench/spec_bench.py) as request bodies.
+
+Each task is a fixed cycle of chat requests, written for the benchmark before its first
+measurement (issue 24) and never derived from what a server answered:
+
+  edit     rewrite a 300-600-token file with a one-line change (bench/spec_files.py: four
+           files, four changes each); `prediction` = the original file, the draft a predicted
+           output gives. No `ignore_eos`: the answer ends where the model ends the file.
+  extract  a support e-mail into a JSON Schema made from a pydantic model (9 fields, four
+           enums, two nested objects), `response_format` json_schema strict.
+  agent    a travel assistant's loop: 10 turns, each one request with the growing history,
+           the assistant's earlier calls of `get_weather` / `get_time` and their results
+           appended (scripted, so every run sends the same turns), the next call forced with
+           tool_choice "required" (a 135M model would often answer in prose otherwise).
+  chat     bench/load_server.py's load-sweep prompts, 128 tokens, `ignore_eos`.
+
+`Task.body(i, model, foreign)` is request i of the cycle as bytes (streaming, usage on,
+temperature 0); `foreign`: for a server without our extensions (llama-server), so no
+`prediction` (it would decode the edit plainly).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from enum import Enum
+from typing import Callable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from bench.load_server import chat_prompt
+from bench.spec_files import FILES, EditFile
+
+EDIT_MAX_TOKENS = 800            # the longest file is < 600 tokens: room for the whole answer
+EXTRACT_MAX_TOKENS = 400
+AGENT_MAX_TOKENS = 96            # one tool call
+CHAT_MAX_TOKENS = 128            # as the load sweep
+AGENT_TURNS = 10
+CHAT_MIN_REQUESTS = 4
+EXTRACT_SYSTEM = ("Extract the support ticket from the customer's e-mail. Answer with JSON "
+                  "that follows the schema.")
+AGENT_SYSTEM = ("You are a travel assistant. Use the tools to look up the weather and the "
+                "local time of every city the user mentions, one call at a time.")
+
+
+class Plan(str, Enum):
+    free = "free"
+    pro = "pro"
+    enterprise = "enterprise"
+
+
+class Category(str, Enum):
+    billing = "billing"
+    bug = "bug"
+    feature_request = "feature_request"
+    account = "account"
+    outage = "outage"
+
+
+class Priority(str, Enum):
+    low = "low"
+    medium = "medium"
+    high = "high"
+    urgent = "urgent"
+
+
+class Sentiment(str, Enum):
+    positive = "positive"
+    neutral = "neutral"
+    negative = "negative"
+
+
+class Customer(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    email: str
+    plan: Plan
+
+
+class OrderRef(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    order_id: str
+    amount_eur: float
+
+
+class SupportTicket(BaseModel):
+    """What the extraction task asks for: 9 fields, enums, nested objects."""
+    model_config = ConfigDict(extra="forbid")
+    customer: Customer
+    category: Category
+    priority: Priority
+    sentiment: Sentiment
+    product_area: str = Field(description="the part of the product the e-mail is about")
+    summary: str = Field(description="one sentence")
+    affected_users: int
+    order: OrderRef
+    requested_action: str
+
+
+def ticket_schema() -> dict:
+    """SupportTicket's JSON Schema as pydantic writes it ($defs, $ref, enums)."""
+    return SupportTicket.model_json_schema()
+
+
+EMAILS = (
+    "From: Maria Lindqvist <maria.lindqvist@northwind.example>\nSubject: Charged twice\n\n"
+    "Hello, we are on the Pro plan and our card was charged twice for order NW-20931 "
+    "(49.00 EUR each time). Only I handle billing, so it is just me affected, but I need the "
+    "second charge refunded before the end of the month. Thanks, Maria",
+    "From: Tom Okafor <tom@brightlabs.example>\nSubject: Dashboard down for everyone\n\n"
+    "Since 7:40 this morning the analytics dashboard shows a blank page for all 230 people "
+    "in our company. We pay for Enterprise and this is the second outage this month. Please "
+    "restore it immediately and send us an incident report. Order reference BL-7781, "
+    "12500.00 EUR yearly contract. Tom",
+    "From: Aiko Tanaka <aiko.t@mailbox.example>\nSubject: Idea: dark mode for the mobile app\n\n"
+    "Hi! I love the app (free plan) and use it every evening. Could you add a dark mode to "
+    "the mobile app? Not urgent at all. My last in-app purchase was order MB-1203 for "
+    "3.99 EUR. Keep up the good work, Aiko",
+    "From: Pedro Alves <pedro.alves@quinta.example>\nSubject: Export button broken\n\n"
+    "The CSV export in the reports section fails with 'unknown error' since yesterday's "
+    "update. Five of us on the team rely on it for the weekly report due Friday. We are on "
+    "Pro, order QT-5520, 245.50 EUR. Please fix or tell us a workaround. Regards, Pedro",
+)
+
+CITIES = (("Lisbon", "Europe/Lisbon", 21, "sunny"), ("Oslo", "Europe/Oslo", 4, "snow"),
+          ("Nairobi", "Africa/Nairobi", 24, "cloudy"), ("Tokyo", "Asia/Tokyo", 12, "rain"),
+          ("Lima", "America/Lima", 18, "fog"))
+TRIPS = (
+    ("I am planning a trip to Lisbon, Oslo, Nairobi, Tokyo and Lima. For each city, what is "
+     "the weather and what time is it there now?"),
+    ("My colleagues are in Tokyo, Lima, Oslo, Lisbon and Nairobi. Check the weather and the "
+     "local time in each city so I know when to call them."),
+)
+
+
+def _tool(name: str, description: str, properties: dict) -> dict:
+    return {"type": "function", "function": {
+        "name": name, "description": description,
+        "parameters": {"type": "object", "properties": properties,
+                       "required": list(properties), "additionalProperties": False}}}
+
+
+TOOLS = (
+    _tool("get_weather", "Current weather in a city.",
+          {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}}),
+    _tool("get_time", "Current local time in an IANA time zone.",
+          {"timezone": {"type": "string"}}),
+)
+
+
+def _agent_history(trip: int, turns: int) -> list[dict]:
+    """The first `turns` scripted calls of a trip and their results (weather, then time,
+    for each city in the order the user named them)."""
+    order = sorted(CITIES, key=lambda c: TRIPS[trip].index(c[0]))
+    messages = []
+    for k in range(turns):
+        city, zone, temp_c, sky = order[k // 2]
+        if k % 2 == 0:
+            name, args = "get_weather", {"city": city, "unit": "celsius"}
+            result = {"city": city, "temperature_c": temp_c, "conditions": sky}
+        else:
+            name, args = "get_time", {"timezone": zone}
+            result = {"timezone": zone, "local_time": f"{(9 + 3 * k) % 24:02d}:{(7 * k) % 60:02d}"}
+        call_id = f"call_{trip}_{k}"
+        messages.append({"role": "assistant", "content": None, "tool_calls": [{
+            "id": call_id, "type": "function",
+            "function": {"name": name, "arguments": json.dumps(args)}}]})
+        messages.append({"role": "tool", "tool_call_id": call_id, "content": json.dumps(result)})
+    return messages
+
+
+@dataclass(frozen=True)
+class Task:
+    """One task: a cycle of request documents (without model and streaming fields)."""
+    name: str
+    min_requests: int                               # a measured run sends at least these
+    docs: tuple[dict, ...] = ()
+    doc_at: Callable[[int], dict] | None = None     # an endless cycle instead (chat)
+
+    def doc(self, i: int) -> dict:
+        return self.doc_at(i) if self.doc_at is not None else self.docs[i % len(self.docs)]
+
+    def body(self, i: int, model: str, foreign: bool = False) -> bytes:
+        doc = dict(self.doc(i), model=model, stream=True, temperature=0,
+                   stream_options={"include_usage": True})
+        if foreign:
+            doc.pop("prediction", None)             # llama-server: no predicted outputs
+        return json.dumps(doc).encode()
+
+
+def edit_doc(file: EditFile, change: str) -> dict:
+    """The file first, the change last: smol-135m then starts its answer with the file
+    (the other order, or a system prompt asking for the file, gets an explanation more often)."""
+    fenced = f"```{file.fence}\n{file.text}```"
+    user = f"Here is {file.name}:\n{fenced}\n\nRewrite the whole file with one change: {change}"
+    return {"messages": [{"role": "user", "content": user}],
+            "prediction": {"type": "content", "content": fenced},
+            "max_tokens": EDIT_MAX_TOKENS}
+
+
+def extract_doc(email: str) -> dict:
+    return {"messages": [{"role": "system", "content": EXTRACT_SYSTEM},
+                         {"role": "user", "content": email}],
+            "response_format": {"type": "json_schema", "json_schema": {
+                "name": "support_ticket", "strict": True, "schema": ticket_schema()}},
+            "max_tokens": EXTRACT_MAX_TOKENS}
+
+
+def agent_doc(trip: int, turn: int) -> dict:
+    return {"messages": [{"role": "system", "content": AGENT_SYSTEM},
+                         {"role": "user", "content": TRIPS[trip]}, *_agent_history(trip, turn)],
+            "tools": list(TOOLS), "tool_choice": "required", "max_tokens": AGENT_MAX_TOKENS}
+
+
+def chat_doc(i: int) -> dict:
+    return {"messages": [{"role": "user", "content": chat_prompt(i)}],
+            "max_tokens": CHAT_MAX_TOKENS, "ignore_eos": True}
+
+
+def tasks() -> dict[str, Task]:
+    """The four tasks by name. Edits interleave the files (change c of every file, then
+    change c + 1) so a few requests already cover every file; agent turns run in order. A
+    run sends at least one request per file or e-mail, and a whole agent loop (10 turns)."""
+    changes = len(FILES[0].changes)
+    return {
+        "edit": Task("edit", len(FILES), tuple(edit_doc(f, f.changes[c]) for c in range(changes) for f in FILES)),
+        "extract": Task("extract", len(EMAILS), tuple(extract_doc(e) for e in EMAILS)),
+        "agent": Task("agent", AGENT_TURNS, tuple(agent_doc(trip, turn) for trip in range(len(TRIPS))
+                                     for turn in range(AGENT_TURNS))),
+        "chat": Task("chat", CHAT_MIN_REQUESTS, doc_at=chat_doc),
+    }
