@@ -8,7 +8,7 @@ what it drafts from -- a prediction (half the plain answer, then tokens of its o
 earlier pass of the same requests (the suffix store's documents), repetitive prompts
 (prompt lookup) -- and must have drafted and had drafts accepted, so a test cannot pass
 by not speculating. The grammar source runs on a byte-vocabulary model with a JSON
-schema, its forced drafts stood in for by a walk of the grammar's allowed tokens.
+schema, with its forced drafts and with a walk of the grammar's allowed tokens.
 """
 from __future__ import annotations
 
@@ -152,10 +152,14 @@ def _walk_allowed(self: Constraint, max_tokens: int) -> list[int]:
     return drafts
 
 
+@pytest.mark.parametrize("drafts", ["forced", "walk"])
 @pytest.mark.parametrize("method", ["grammar", "auto"])
 @pytest.mark.parametrize("params", [GREEDY, SEEDED], ids=["greedy", "seeded"])
-def test_grammar_drafts_change_nothing(monkeypatch, params, method):
-    monkeypatch.setattr(Constraint, "forced_drafts", _walk_allowed)
+def test_grammar_drafts_change_nothing(monkeypatch, params, method, drafts):
+    """The grammar's own forced text, and a walk of its allowed bytes (drafts that also
+    guess where the model has a choice, so they are rejected more often)."""
+    if drafts == "walk":
+        monkeypatch.setattr(Constraint, "forced_drafts", _walk_allowed)
     model = family_model("llama", eos=(256,))
     grammar = GrammarCache().get(schema_spec(SCHEMA))
     prompts = [tuple(b"name? "), tuple(b"{}{}{} ok"), tuple(b"n=3 please")]
