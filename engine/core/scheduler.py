@@ -47,7 +47,7 @@ from typing import Callable
 from engine.types import EngineConfig
 from engine.kv.blocks import BlockManager
 from engine.core.sequence import Sequence
-from engine.core.drafts.policy import Draft
+from engine.core.drafts.policy import Draft, DraftBatch
 from engine.core.step_cost import StepCostModel
 
 # A waiting request is passed over while a running sequence still computes at least this
@@ -92,7 +92,7 @@ class Scheduler:
     """Waiting queue + running set + the per-step batching decision."""
 
     def __init__(self, config: EngineConfig, blocks: BlockManager,
-                 drafter: Callable[[Sequence, int, int], Draft | None] | None = None):
+                 drafter: Callable[[Sequence, int, DraftBatch], Draft | None] | None = None):
         self.config = config
         self.blocks = blocks
         self.drafter = drafter
@@ -102,7 +102,7 @@ class Scheduler:
         self.prefix_hit_tokens = 0
         self.prompt_tokens = 0
         self.prefix_waits_total = 0         # requests passed over for a prefix in flight
-        self._decoding = 0                  # this step's decoding sequences (the draft rule's batch)
+        self._draft_batch = DraftBatch(0)   # this step's drafting so far (the draft rule's batch)
         self.step_cost = StepCostModel()    # fed by the engine after every step
 
     # ----------------------------------------------------------------- queue
@@ -141,7 +141,7 @@ class Scheduler:
         budget = self.config.max_batched_tokens
         decoding = self._num_decoding()
         prefill_room = plan.prefill_allowance = self._allowance(decoding)
-        self._decoding = decoding
+        self._draft_batch = DraftBatch(decoding)
         self.running.sort(key=lambda s: s.sort_key)
         index = 0
         while index < len(self.running) and budget > 0:
@@ -197,7 +197,7 @@ class Scheduler:
         drafts: tuple[int, ...] = ()
         source = ""
         if remaining == 1 and self.drafter is not None and budget > 1:
-            draft = self.drafter(seq, budget - 1, self._decoding)
+            draft = self.drafter(seq, budget - 1, self._draft_batch)
             if draft is not None:
                 drafts, source = draft.tokens, draft.source
         want = min(remaining, self.config.prefill_chunk, budget)

@@ -10,7 +10,8 @@ sequences add a + a^2 + ... + a^k expected tokens and k rows, so the rule picks
 
     k = argmax over 0..max of  (B + a + ... + a^k) / step_s(B + k)
 
-the most expected tokens per second of step. `step_s(rows)` is learned from the steps
+the most expected tokens per second of step (B and the B tokens grow with the drafts the
+step's earlier sequences took: `DraftBatch`). `step_s(rows)` is learned from the steps
 without prompt rows (prefill steps of hundreds of rows are compute-bound and say nothing
 of the few-row regime drafts live in): a table of seconds per row count
 (engine/core/step_cost.py `RowCostTable`; a 1-row step is a matrix-vector product, 2+
@@ -18,8 +19,7 @@ rows a gemm that costs a jump, then little more per row) filled in between the c
 seen, outside them by an affine fit of the same steps (`StepCostModel`), and before any
 step by `PRIOR_ROW_COST_RATIO`. So: many drafts at one stream (the step is bound by
 reading the weights), fewer as B grows, none when a is near 0 -- replacing a fixed "no
-drafts above N streams" cut. Each sequence is decided alone (the others' drafts are not
-in its B). At most `SPEC_MAX_DRAFT_TOKENS` per sequence and the step's token budget.
+drafts above N streams" cut. At most `SPEC_MAX_DRAFT_TOKENS` per sequence and the step's token budget.
 
 Acceptance a is measured per source over all requests (decayed, from a prior: grammar
 and prediction high) and per sequence (its own trials, the source's rate as prior). A
@@ -59,12 +59,13 @@ MIN_DRAFT_GAIN = 1e-3              # a draft expected to add fewer tokens than t
 DECODE_MIN_ROW_SPREAD = 1.0        # decode steps' rows vary little: a slope from this spread on
 
 
-def draft_length(acceptance: float, step_s: Callable[[int], float], decoding_rows: int,
-                 max_tokens: int) -> int:
-    """The drafts (0..max_tokens) that give the most expected tokens per second of step."""
+def draft_length(acceptance: float, step_s: Callable[[int], float], rows: int, max_tokens: int,
+                 expected_tokens: float | None = None) -> int:
+    """The drafts (0..max_tokens) that give the most expected tokens per second of a step
+    that holds `rows` rows so far, worth `expected_tokens` tokens (default: one a row)."""
     acceptance = min(acceptance, MAX_ACCEPTANCE)
-    rows = max(1, decoding_rows)
-    expected_tokens, gain = float(rows), acceptance
+    rows = max(1, rows)
+    expected_tokens, gain = float(rows if expected_tokens is None else expected_tokens), acceptance
     best_k, best_rate = 0, expected_tokens / step_s(rows)
     for k in range(1, max_tokens + 1):
         expected_tokens += gain
@@ -80,6 +81,18 @@ def draft_length(acceptance: float, step_s: Callable[[int], float], decoding_row
 def affine_step_s(row_cost_ratio: float) -> Callable[[int], float]:
     """A step's time in units of its fixed part: 1 + rows * per_row_s / fixed_s."""
     return lambda rows: 1.0 + rows * row_cost_ratio
+
+
+@dataclass(slots=True)
+class DraftBatch:
+    """One step's drafting so far (the scheduler makes one per step): each sequence's draft
+    is chosen against the step as the sequences before it left it, so 16 streams do not
+    each draft as if their rows were the only extra ones."""
+    rows: int                           # decode rows, then + the drafts given so far
+    expected_tokens: float = 0.0        # one per decode row + the drafts' expected tokens
+
+    def __post_init__(self) -> None:
+        self.expected_tokens = self.expected_tokens or float(self.rows)
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,8 +149,9 @@ class DraftPolicy:
 
     # -- choosing ---------------------------------------------------------------------------
 
-    def propose(self, seq: Sequence, budget_tokens: int, decoding_rows: int) -> Draft | None:
-        """The draft for `seq` this step (None: none), within `budget_tokens` rows."""
+    def propose(self, seq: Sequence, budget_tokens: int, batch: DraftBatch) -> Draft | None:
+        """The draft for `seq` this step (None: none), within `budget_tokens` rows; `batch`
+        is the step so far and takes the draft's rows and expected tokens."""
         state = self._state(seq)
         room = min(budget_tokens, SPEC_MAX_DRAFT_TOKENS, seq.req.max_tokens - seq.num_generated - 1,
                    self.max_model_len - len(seq.tokens) - 1)
@@ -153,9 +167,12 @@ class DraftPolicy:
             if (paused and source in GUESSING_SOURCES) or (source == GRAMMAR and seq.constraint is None) \
                     or (source == PREDICTION and state.track is None):
                 continue                          # nothing to draft from: skip the rule's work
-            k = draft_length(self.acceptance(seq, source), step_s, decoding_rows, room)
+            acceptance = self.acceptance(seq, source)
+            k = draft_length(acceptance, step_s, batch.rows, room, batch.expected_tokens)
             tokens = self._offer(source, seq, state, k) if k > 0 else []
             if tokens:
+                batch.rows += len(tokens)
+                batch.expected_tokens += sum(acceptance ** i for i in range(1, len(tokens) + 1))
                 return Draft(source, tuple(tokens))
         return None
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine.core.drafts.policy import (PRIOR_ACCEPTANCE, PREDICTION, SPEC_MAX_DRAFT_TOKENS, DraftPolicy,
-                                       affine_step_s, draft_length)
+from engine.core.drafts.policy import (PRIOR_ACCEPTANCE, PREDICTION, SPEC_MAX_DRAFT_TOKENS, DraftBatch,
+                                       DraftPolicy, affine_step_s, draft_length)
 from engine.core.drafts.prediction import PredictionTrack
 from engine.core.drafts.suffix import SUFFIX_KEY_TOKENS, SuffixStore
 from engine.core.sequence import Sequence
@@ -72,8 +72,8 @@ def test_the_policy_uses_the_learned_step_cost_and_the_measured_acceptance():
     policy = DraftPolicy(SpeculativeConfig(method="prediction"), 512, step_cost=_learned_cost())
     assert policy.row_cost_ratio() == pytest.approx(PER_ROW_S / FIXED_S)
     prediction = tuple(range(10, 110))
-    alone = policy.propose(_sequence(prediction), 1000, decoding_rows=1)
-    crowded = policy.propose(_sequence(prediction, 1), 1000, decoding_rows=16)
+    alone = policy.propose(_sequence(prediction), 1000, DraftBatch(1))
+    crowded = policy.propose(_sequence(prediction, 1), 1000, DraftBatch(16))
     assert alone.source == crowded.source == PREDICTION
     assert alone.tokens[:len(crowded.tokens)] == crowded.tokens == prediction[:len(crowded.tokens)]
     assert len(alone.tokens) > len(crowded.tokens) > 0
@@ -81,7 +81,7 @@ def test_the_policy_uses_the_learned_step_cost_and_the_measured_acceptance():
     for _ in range(200):                                                # every draft misses at once
         policy.settle(_sequence(prediction, 3), alone, accepted=0, mismatched=True)
     assert policy.acceptance(_sequence(prediction, 4), PREDICTION) < 0.05
-    assert policy.propose(_sequence(prediction, 5), 1000, decoding_rows=1) is None
+    assert policy.propose(_sequence(prediction, 5), 1000, DraftBatch(1)) is None
     assert policy.by_source() == ((PREDICTION, 200 * len(alone.tokens), 0),)
 
 
@@ -145,3 +145,12 @@ def test_a_sequence_whose_drafts_miss_trusts_its_source_less_than_its_neighbours
     assert overall < PRIOR_ACCEPTANCE[PREDICTION]                        # the misses count for all ...
     assert policy.acceptance(missing, PREDICTION) == pytest.approx(     # ... most for their sequence
         overall * SEQ_PRIOR_TRIALS / (20 + SEQ_PRIOR_TRIALS))
+
+
+def test_sequences_later_in_a_step_see_the_rows_the_earlier_ones_drafted():
+    policy = DraftPolicy(SpeculativeConfig(method="prediction"), 512, step_cost=_learned_cost())
+    batch = DraftBatch(16)
+    lengths = [len(policy.propose(_sequence(tuple(range(10, 110)), i), 1000, batch).tokens) for i in range(4)]
+    alone = [len(policy.propose(_sequence(tuple(range(10, 110)), 9), 1000, DraftBatch(16)).tokens)]
+    assert lengths[0] == alone[0] and lengths == sorted(lengths, reverse=True) and lengths[-1] < lengths[0]
+    assert batch.rows == 16 + sum(lengths)
