@@ -75,8 +75,9 @@ class TokenOut:
     logprob: float = 0.0
     top_logprobs: tuple[tuple[int, float], ...] = ()
     finish: str | None = None      # None while the request goes on
-    # On the TokenOut that finishes a request with a `prediction` (else 0): its drafted
-    # prediction tokens the model accepted / rejected (OpenAI's usage.completion_tokens_details).
+    # A request with a `prediction`: its drafted prediction tokens the model accepted /
+    # rejected SO FAR (OpenAI's usage.completion_tokens_details), on each step's last TokenOut
+    # of it and on its finishing one; running totals, never decreasing (else 0).
     accepted_prediction_tokens: int = 0
     rejected_prediction_tokens: int = 0
 

@@ -161,7 +161,7 @@ class Engine:
         for copy in plan.copies:                         # prefix hits that end inside a block
             self.kv.copy_rows(copy.src_block, copy.dst_block, copy.num_tokens)
         for seq in plan.cannot_fit:
-            outs.append(self._finishing(seq, TokenOut(id=seq.id, token=None, finish=FINISH_LENGTH)))
+            outs.append(self._with_prediction_counts(seq, TokenOut(id=seq.id, token=None, finish=FINISH_LENGTH)))
             self._seqs.pop(seq.id, None)
             self._finish(seq)
         embeds = self._embedding_rows(plan) if self.embeddings.has_work() else []
@@ -246,13 +246,15 @@ class Engine:
                 self._step_accepted[seq.id] = accepted
             if outs[-1].finish is None:
                 self._commit_full_blocks(seq)            # blocks filled by accepted drafts
-        if outs[-1].finish is not None:
-            outs[-1] = self._finishing(seq, outs[-1])
+        if outs[-1].finish is not None or seq.req.prediction:
+            outs[-1] = self._with_prediction_counts(seq, outs[-1])
         return outs
 
     @staticmethod
-    def _finishing(seq: Sequence, out: TokenOut) -> TokenOut:
-        """The finishing TokenOut with the request's prediction counts (0, 0 without one)."""
+    def _with_prediction_counts(seq: Sequence, out: TokenOut) -> TokenOut:
+        """The step's last TokenOut of a request with a prediction, and every finishing one,
+        carry its prediction counts so far (0, 0 without one): a server that ends the request
+        itself (a stop string) has them without the engine's finish."""
         accepted, rejected = prediction_counts(seq)
         if not (accepted or rejected):
             return out

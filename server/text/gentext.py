@@ -71,7 +71,7 @@ class GenerationText:
         self._prompt: list[TokenLogprob] = []
         self._split = None if thinking is None else thinking.splitter()
         self.completion_tokens = 0
-        # From the engine's finishing TokenOut of a request with a prediction (else 0).
+        # The engine's running prediction counts of this choice (else 0).
         self.accepted_prediction_tokens = self.rejected_prediction_tokens = 0
 
     def feed(self, ev: Event) -> Piece | ApiError | None:
@@ -79,8 +79,12 @@ class GenerationText:
             return self._scored_prompt(ev)
         if not isinstance(ev, TokenOut):
             return ev.error()                   # refused, failed or expired
-        self.accepted_prediction_tokens += ev.accepted_prediction_tokens
-        self.rejected_prediction_tokens += ev.rejected_prediction_tokens
+        # running totals (engine/types.py): the latest is the request's, also when a stop
+        # string ends it before the engine's finish
+        self.accepted_prediction_tokens = max(self.accepted_prediction_tokens,
+                                              ev.accepted_prediction_tokens)
+        self.rejected_prediction_tokens = max(self.rejected_prediction_tokens,
+                                              ev.rejected_prediction_tokens)
         if ev.token is None:                    # the finish alone (length, stop)
             return self._piece(self._text.finish(), None, _finish_reason(ev.finish))
         self.completion_tokens += 1

@@ -110,7 +110,7 @@ def test_speculation_on_equals_off_token_for_token(source, scenario, params):
 
 
 @pytest.mark.parametrize("kind", ["matches", "half", "unrelated"])
-def test_prediction_counts_on_the_finishing_token_add_up(kind):
+def test_prediction_counts_run_to_the_finishing_token_and_add_up(kind):
     model = random_model(seed=2)
     prompts = _prompts()
     plain = [tokens_of(o) for o in _answers(_engine(model, None, "plain"), _requests("plain", GREEDY))]
@@ -122,7 +122,14 @@ def test_prediction_counts_on_the_finishing_token_add_up(kind):
     outs = _answers(engine, requests)
     assert [tokens_of(o) for o in outs] == plain
     finishing = [o[-1] for o in outs]
-    assert all(o.accepted_prediction_tokens == o.rejected_prediction_tokens == 0 for out in outs for o in out[:-1])
+    for out in outs:         # running totals on each step's last token: never decreasing
+        counts = [(o.accepted_prediction_tokens, o.rejected_prediction_tokens) for o in out]
+        carried = [c for c in counts if c != (0, 0)]
+        assert all(a <= b and r <= s for (a, r), (b, s) in zip(carried, carried[1:]))
+        assert not carried or carried[-1] == counts[-1]
+    if kind != "unrelated":  # ... so a request the server ends early has them before its finish
+        assert any(c != (0, 0) for out in outs for c in
+                   [(o.accepted_prediction_tokens, o.rejected_prediction_tokens) for o in out[:-1]])
     accepted = sum(o.accepted_prediction_tokens for o in finishing)
     rejected = sum(o.rejected_prediction_tokens for o in finishing)
     assert engine.stats().spec_by_source == (("prediction", accepted + rejected, accepted),)

@@ -95,11 +95,16 @@ def finished(accepted: int, rejected: int, finish: str = FINISH_STOP) -> TokenOu
 def answer(spec: GenSpec, *finishes: TokenOut) -> bytes:
     """The bytes a stream shell of len(finishes) choices sends: each choice "he" then its
     finishing event."""
+    return answer_events(spec, *[[TokenOut(id=0, token=1), last] for last in finishes])
+
+
+def answer_events(spec: GenSpec, *events: list[TokenOut]) -> bytes:
+    """The bytes a stream shell sends for one choice per list of engine events."""
     ctx = StreamContext(bridge=RecordingBridge(), tokenizer=FakeTokenizer(), ping_interval_s=15.0,
                         on_status=lambda route, status: None, on_finish=lambda **kw: None)
-    tickets = [Ticket(GenRequest(prompt=(1,)), None) for _ in finishes]
-    for ticket, last in zip(tickets, finishes):
-        ticket.events.extend([TokenOut(id=0, token=1), last])
+    tickets = [Ticket(GenRequest(prompt=(1,)), None) for _ in events]
+    for ticket, choice_events in zip(tickets, events):
+        ticket.events.extend(choice_events)
     header = docs.Header("chatcmpl-1", 0, "m")
     stream = GenerationStream(ctx=ctx, tickets=tickets, spec=spec, header=header,
                               prompt_tokens=3, route="chat", headers=(), arrival_s=0.0,
@@ -139,6 +144,19 @@ def test_the_streamed_usage_chunk_carries_them_too():
     usage = streamed_usage(answer(spec, finished(5, 2), finished(3, 0)))
     assert usage["completion_tokens_details"] == {"accepted_prediction_tokens": 8,
                                                   "rejected_prediction_tokens": 2}
+
+
+def test_a_choice_a_stop_string_ends_reports_the_running_counts_of_its_last_step():
+    """The engine's counts are running totals on each step's last token (engine/types.py):
+    the latest is the choice's, also when the server ends it before the engine's finish."""
+    spec = GenSpec(kind="chat", model="m", prediction="hello", stop=("ll",))
+    running = [TokenOut(id=0, token=1, accepted_prediction_tokens=2, rejected_prediction_tokens=1),
+               TokenOut(id=0, token=2, accepted_prediction_tokens=3, rejected_prediction_tokens=1),
+               TokenOut(id=0, token=1, finish=FINISH_STOP)]        # never read: "ll" stopped it
+    body = json.loads(answer_events(spec, running))
+    assert body["choices"][0]["message"]["content"] == "he"
+    assert body["usage"]["completion_tokens_details"] == {"accepted_prediction_tokens": 3,
+                                                          "rejected_prediction_tokens": 1}
 
 
 def test_an_answer_without_a_prediction_keeps_the_plain_usage():
