@@ -27,7 +27,7 @@ trial is a verified draft position: accepted, or the mismatch that ended the dra
 
 Back-off for guesses: when all of a sequence's suffix or prompt-lookup drafts miss, those
 two sources pause for 1, 2, 4 ... steps (`speculative.pause_after`), so plain chat pays
-for few drafts. Nothing here changes an output: it only chooses rows to verify.
+for few drafts; and they draft only while at most `GUESS_MAX_DECODING` sequences decode. Nothing here changes an output: it only chooses rows to verify.
 """
 from __future__ import annotations
 
@@ -46,6 +46,11 @@ GRAMMAR, PREDICTION, SUFFIX, PROMPT_LOOKUP = "grammar", "prediction", "suffix", 
 SOURCES = (GRAMMAR, PREDICTION, SUFFIX, PROMPT_LOOKUP)       # tried in this order
 METHOD_SOURCES = {"auto": SOURCES} | {source: (source,) for source in SOURCES}   # config method -> sources
 GUESSING_SOURCES = frozenset((SUFFIX, PROMPT_LOOKUP))       # paused after misses
+# Guesses (suffix, prompt lookup) only while at most this many sequences decode: at 16
+# streams of chat the rule's small predicted gains were a loss when measured (0.85x of
+# speculation off, bench/spec_bench.py --tasks chat); grammar and prediction drafts, whose
+# acceptance is high, follow the rule at any batch.
+GUESS_MAX_DECODING = 8
 
 SPEC_MAX_DRAFT_TOKENS = 32         # drafts of one sequence in one step, at most
 # Acceptance per draft position assumed before any is measured, and its weight in trials.
@@ -90,9 +95,11 @@ class DraftBatch:
     each draft as if their rows were the only extra ones."""
     rows: int                           # decode rows, then + the drafts given so far
     expected_tokens: float = 0.0        # one per decode row + the drafts' expected tokens
+    decoding: int = -1                  # the step's decoding sequences (default: `rows`)
 
     def __post_init__(self) -> None:
         self.expected_tokens = self.expected_tokens or float(self.rows)
+        self.decoding = self.rows if self.decoding < 0 else self.decoding
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +171,8 @@ class DraftPolicy:
             state.track.follow(seq.tokens[seq.num_prompt:])
         step_s = self.step_seconds()
         for source in self.sources:
-            if (paused and source in GUESSING_SOURCES) or (source == GRAMMAR and seq.constraint is None) \
+            guessing_off = paused or batch.decoding > GUESS_MAX_DECODING
+            if (guessing_off and source in GUESSING_SOURCES) or (source == GRAMMAR and seq.constraint is None) \
                     or (source == PREDICTION and state.track is None):
                 continue                          # nothing to draft from: skip the rule's work
             acceptance = self.acceptance(seq, source)

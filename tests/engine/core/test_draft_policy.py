@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine.core.drafts.policy import (PRIOR_ACCEPTANCE, PREDICTION, SPEC_MAX_DRAFT_TOKENS, DraftBatch,
+from engine.core.drafts.policy import (GUESS_MAX_DECODING, PRIOR_ACCEPTANCE, PREDICTION, PROMPT_LOOKUP,
+                                       SPEC_MAX_DRAFT_TOKENS, Draft, DraftBatch,
                                        DraftPolicy, affine_step_s, draft_length)
 from engine.core.drafts.prediction import PredictionTrack
 from engine.core.drafts.suffix import SUFFIX_KEY_TOKENS, SuffixStore
@@ -154,3 +155,19 @@ def test_sequences_later_in_a_step_see_the_rows_the_earlier_ones_drafted():
     alone = [len(policy.propose(_sequence(tuple(range(10, 110)), 9), 1000, DraftBatch(16)).tokens)]
     assert lengths[0] == alone[0] and lengths == sorted(lengths, reverse=True) and lengths[-1] < lengths[0]
     assert batch.rows == 16 + sum(lengths)
+
+
+def test_guesses_stop_above_eight_decoding_sequences_while_predictions_go_on():
+    """Suffix and prompt-lookup drafts only while few sequences decode (chat at 16 streams
+    lost 15% to them); a prediction still drafts in a crowded step."""
+    policy = DraftPolicy(SpeculativeConfig(method="auto"), 512, step_cost=_learned_cost())
+    repeating = Sequence(0, GenRequest(prompt=(5, 6, 7, 8, 9, 5, 6, 7), max_tokens=200), seed=0,
+                         arrival=0, eos_ids=frozenset())
+    repeating.num_computed = len(repeating.tokens) - 1
+    for i in range(100):                                   # prompt lookup's drafts all hit
+        policy.settle(_sequence((), 10 + i), Draft(PROMPT_LOOKUP, (1, 2, 3, 4)), accepted=4, mismatched=False)
+    few = policy.propose(repeating, 1000, DraftBatch(GUESS_MAX_DECODING))
+    assert few is not None and few.source == PROMPT_LOOKUP and few.tokens[0] == 8
+    assert policy.propose(repeating, 1000, DraftBatch(GUESS_MAX_DECODING + 8)) is None
+    crowded = policy.propose(_sequence(tuple(range(10, 110))), 1000, DraftBatch(GUESS_MAX_DECODING + 8))
+    assert crowded is not None and crowded.source == PREDICTION
