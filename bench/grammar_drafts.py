@@ -17,7 +17,7 @@ nested objects: the issue's benchmark task b), the answer compact (json.dumps' d
 extract2: the same answer indented by 2, as smol-135m lays out JSON when greedy; tool: a
 Hermes `<tool_call>` of get_weather with two tools offered (task c).
 
-Usage:   python bench/grammar_drafts.py          # K = 8 (SPEC_MAX_DECODING)
+Usage:   python bench/grammar_drafts.py          # K = 8 drafts a step at most (--k)
 """
 from __future__ import annotations
 
