@@ -95,55 +95,62 @@ def kv_cache_utilization(s: EngineStats) -> float:
     return s.kv_blocks_used / total_blocks if total_blocks else 0.0
 
 
-def engine_metrics_text(s: EngineStats, model: str | None = None) -> str:
-    """The chapter's engine gauges from one stats snapshot (chapter 4: `metrics_text`),
-    each sample labelled `model="<id>"` first when the served id is given."""
-    m = (("model", model),) if model is not None else ()
-    return "".join([
-        family("tl_engine_kv_blocks", "gauge", "KV cache blocks by state.",
-               [(m + (("state", "used"),), s.kv_blocks_used),
-                (m + (("state", "cached"),), s.kv_blocks_cached),
-                (m + (("state", "free"),), s.kv_blocks_free)]),
-        family("tl_engine_kv_cache_utilization", "gauge",
-               "KV-cache blocks held by running sequences / all blocks (0-1); cached, "
-               "evictable blocks count as free.", [(m, kv_cache_utilization(s))]),
-        family("tl_engine_prefix_cache_hit_tokens_total", "counter",
-               "Prompt tokens reused from the prefix cache.", [(m, s.prefix_hit_tokens)]),
-        family("tl_engine_prefix_cache_prompt_tokens_total", "counter",
-               "Prompt tokens looked up in the prefix cache (the hit counter's denominator).",
-               [(m, s.prompt_tokens)]),
-        family("tl_engine_queue_depth", "gauge", "Requests waiting to be scheduled.",
-               [(m, s.queue_depth)]),
-        family("tl_engine_active_sequences", "gauge", "Sequences running in the engine.",
-               [(m, s.active_sequences)]),
-        family("tl_engine_batch_tokens", "gauge", "Tokens in the last engine step.",
-               [(m, s.batch_tokens)]),
-        family("tl_engine_prefix_cache_hit_ratio", "gauge",
-               "Prompt tokens reused from the prefix cache / prompt tokens, since start.",
-               [(m, float(s.prefix_hit_ratio))]),
-        family("tl_engine_preemptions_total", "counter", "Sequences preempted for KV blocks.",
-               [(m, s.preemptions_total)]),
-        family("tl_engine_prefix_waits_total", "counter",
-               "Requests that waited for a shared prompt prefix another request was computing.",
-               [(m, s.prefix_waits_total)]),
-        family("tl_engine_kv_evictions_total", "counter", "Cached KV blocks evicted.",
-               [(m, s.evictions_total)]),
-        family("tl_engine_steps_total", "counter", "Engine steps run.",
-               [(m, s.steps_total)]),
-        spec_source_metrics_text(s, m),
-    ])
+def engine_metrics_text(engines: Sequence[tuple[str | None, EngineStats]]) -> str:
+    """The chapter's engine gauges (chapter 4: `metrics_text`) of every engine as one page:
+    each family once (Prometheus refuses a family that appears twice), its samples those of
+    every engine in order, labelled `model="<id>"` first when the engine's id is given."""
+    per_engine = [_engine_families(s, _model_label(model)) for model, s in engines]
+    return "".join(family(name, kind, help_text,
+                          [sample for families in per_engine for sample in families[index][3]])
+                   for index, (name, kind, help_text, _) in enumerate(per_engine[0]))
 
 
-def spec_source_metrics_text(s: EngineStats, m: tuple[tuple[str, str], ...] = ()) -> str:
-    """Speculative decoding per draft source (`EngineStats.spec_by_source`: grammar,
-    prediction, suffix, prompt_lookup), each sample labelled `source` after `m`: the tokens
-    drafted and those the model accepted. A source the engine has not reported has no sample."""
+def _model_label(model: str | None) -> tuple[tuple[str, str], ...]:
+    return (("model", model),) if model is not None else ()
+
+
+def _engine_families(s: EngineStats, m: tuple[tuple[str, str], ...] = ()) -> list[tuple]:
+    """(name, kind, help, samples) of each engine family for one snapshot; `m` leads every
+    sample's labels."""
     drafted = [(m + (("source", source),), d) for source, d, _ in s.spec_by_source]
     accepted = [(m + (("source", source),), a) for source, _, a in s.spec_by_source]
-    return (family("tl_engine_spec_draft_tokens_total", "counter",
-                   "Speculative draft tokens verified, by draft source.", drafted)
-            + family("tl_engine_spec_accepted_tokens_total", "counter",
-                     "Speculative draft tokens the model accepted, by draft source.", accepted))
+    return [
+        ("tl_engine_kv_blocks", "gauge", "KV cache blocks by state.",
+         [(m + (("state", "used"),), s.kv_blocks_used),
+          (m + (("state", "cached"),), s.kv_blocks_cached),
+          (m + (("state", "free"),), s.kv_blocks_free)]),
+        ("tl_engine_kv_cache_utilization", "gauge",
+         "KV-cache blocks held by running sequences / all blocks (0-1); cached, "
+         "evictable blocks count as free.", [(m, kv_cache_utilization(s))]),
+        ("tl_engine_prefix_cache_hit_tokens_total", "counter",
+         "Prompt tokens reused from the prefix cache.", [(m, s.prefix_hit_tokens)]),
+        ("tl_engine_prefix_cache_prompt_tokens_total", "counter",
+         "Prompt tokens looked up in the prefix cache (the hit counter's denominator).",
+         [(m, s.prompt_tokens)]),
+        ("tl_engine_queue_depth", "gauge", "Requests waiting to be scheduled.",
+         [(m, s.queue_depth)]),
+        ("tl_engine_active_sequences", "gauge", "Sequences running in the engine.",
+         [(m, s.active_sequences)]),
+        ("tl_engine_batch_tokens", "gauge", "Tokens in the last engine step.",
+         [(m, s.batch_tokens)]),
+        ("tl_engine_prefix_cache_hit_ratio", "gauge",
+         "Prompt tokens reused from the prefix cache / prompt tokens, since start.",
+         [(m, float(s.prefix_hit_ratio))]),
+        ("tl_engine_preemptions_total", "counter", "Sequences preempted for KV blocks.",
+         [(m, s.preemptions_total)]),
+        ("tl_engine_prefix_waits_total", "counter",
+         "Requests that waited for a shared prompt prefix another request was computing.",
+         [(m, s.prefix_waits_total)]),
+        ("tl_engine_kv_evictions_total", "counter", "Cached KV blocks evicted.",
+         [(m, s.evictions_total)]),
+        ("tl_engine_steps_total", "counter", "Engine steps run.", [(m, s.steps_total)]),
+        # Speculative decoding per draft source (grammar, prediction, suffix, prompt_lookup):
+        # a source the engine has not reported has no sample.
+        ("tl_engine_spec_draft_tokens_total", "counter",
+         "Speculative draft tokens verified, by draft source.", drafted),
+        ("tl_engine_spec_accepted_tokens_total", "counter",
+         "Speculative draft tokens the model accepted, by draft source.", accepted),
+    ]
 
 
 class ServerMetrics:
@@ -236,22 +243,6 @@ def encoder_metrics_text(encoders: Sequence[tuple[str, EncoderStats]]) -> str:
     ])
 
 
-def merge_families(texts: Sequence[str]) -> str:
-    """Renderings of the same families (one per engine) as one page: each family's HELP
-    and TYPE once, then every text's samples of it in order (Prometheus refuses a family
-    that appears twice)."""
-    lines: dict[str, list[str]] = {}        # family name -> its lines, HELP and TYPE first
-    for text in texts:
-        known, name = set(lines), ""
-        for line in text.splitlines():
-            if line.startswith("# "):       # "# HELP name ..." or "# TYPE name ..."
-                name = line.split(" ", 3)[2]
-                if name in known:
-                    continue
-            lines.setdefault(name, []).append(line)
-    return "".join("\n".join(body) + "\n" for body in lines.values())
-
-
 def metrics_text(stats: EngineStats | None, server: ServerMetrics | None = None,
                  loop_stall_s: tuple[float, float] | None = None,
                  encoders: Sequence[tuple[str, EncoderStats]] = (),
@@ -263,6 +254,6 @@ def metrics_text(stats: EngineStats | None, server: ServerMetrics | None = None,
     `encoders`: (model id, stats) of each sentence-embedding model."""
     loop = loop_metrics_text(*loop_stall_s) if loop_stall_s is not None else ""
     every = ([(model, stats)] if stats is not None else []) + list(engines)
-    engine = merge_families([engine_metrics_text(s, m) for m, s in every])
+    engine = engine_metrics_text(every) if every else ""
     return (engine + encoder_metrics_text(encoders)
             + (server.render() if server is not None else "") + loop + process_metrics_text())
