@@ -4,9 +4,12 @@ When a model repeats or edits text it was given (summaries that quote, code edit
 this passage"), the next tokens often already appear in the context right after the
 current last few tokens. `propose` finds the most recent earlier occurrence of the
 context's last n-gram (n from `prompt_lookup_max` down to `prompt_lookup_min`) and
-proposes the tokens that followed it.
+proposes the tokens that followed it. `agreement` is the backward match the prediction
+cursor and the suffix store rank their candidates by.
 """
 from __future__ import annotations
+
+from typing import Callable
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -30,3 +33,12 @@ def propose(tokens: list[int], config: SpeculativeConfig, max_draft: int) -> lis
             start = int(hits[-1]) + n                                       # the token after the match
             return context[start:start + max_draft].tolist()
     return []
+
+
+def agreement(token_at: Callable[[int], int], end: int, context: list[int], limit: int) -> int:
+    """How many of `context`'s last tokens, up to `limit`, equal the stored tokens ending at
+    `end` (`token_at(end)`, `token_at(end - 1)`, ...)."""
+    n = 0
+    while n < limit and token_at(end - n) == context[-1 - n]:
+        n += 1
+    return n

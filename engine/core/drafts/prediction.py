@@ -15,6 +15,8 @@ edit went on forward), then the nearest. Until the context agrees again, no draf
 """
 from __future__ import annotations
 
+from engine.core.drafts.lookup import agreement
+
 REALIGN_KEY_TOKENS = 3            # the shortest agreement that re-aligns the cursor
 REALIGN_MAX_TOKENS = 16           # agreement measured up to this far back
 
@@ -68,10 +70,7 @@ class PredictionTrack:
 
     def _agreement(self, context: list[int], end: int) -> int:
         limit = min(REALIGN_MAX_TOKENS, len(context), end + 1)
-        n = 0
-        while n < limit and self.prediction[end - n] == context[-1 - n]:
-            n += 1
-        return n
+        return agreement(self.prediction.__getitem__, end, context, limit)
 
     def _positions(self) -> dict[tuple[int, ...], list[int]]:
         if self._index is None:

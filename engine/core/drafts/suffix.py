@@ -23,6 +23,8 @@ from __future__ import annotations
 from collections import deque
 from itertools import islice
 
+from engine.core.drafts.lookup import agreement
+
 SUFFIX_STORE_TOKENS = 262_144      # ring size: the most recent tokens kept (~2 MiB of ids + index)
 SUFFIX_KEY_TOKENS = 3              # the shortest agreement that may draft (the index key length)
 SUFFIX_MAX_MATCH_TOKENS = 32       # agreement measured up to this far back
@@ -92,11 +94,7 @@ class SuffixStore:
 
     def _agreement(self, context: list[int], end: int) -> int:
         """How many of context's last tokens equal the ring's tokens ending at `end`."""
-        limit = min(SUFFIX_MAX_MATCH_TOKENS, len(context))
-        n = 0
-        while n < limit and self._at(end - n) == context[-1 - n]:
-            n += 1
-        return n
+        return agreement(self._at, end, context, min(SUFFIX_MAX_MATCH_TOKENS, len(context)))
 
     def _put(self, token: int, key: int | None) -> None:
         """Write `token` over the oldest one; `key`: that of the gram it ends (None: none)."""
