@@ -9,13 +9,16 @@ prompt per sequence was prefilled through the engine:
   drafts   one sequence, its last token + N - 1 drafted rows (rows = N)
 
 The fastest of `--repeats` forwards per cell (the draft-length rule learns the same curve,
-engine/core/step_cost.py `RowCostTable`). Usage (a quiet machine):
+engine/core/step_cost.py `RowCostTable`). With `--plain` each cell is also timed, side by
+side, with every projection a plain `x @ w` (what engine/model/project.py replaced), to
+show what choosing the matmul's shape by row count gains. Usage (a quiet machine):
 
-    python bench/step_rows.py [--rows 1 2 4 8 16 32] [--repeats 15]
+    python bench/step_rows.py [--rows 1 2 4 8 16 32] [--repeats 15] [--plain]
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -27,6 +30,8 @@ sys.path.insert(0, str(ROOT))
 from engine.api import Engine, EngineConfig, GenRequest, SamplingParams, load_model, tune_malloc  # noqa: E402
 from engine.core.chunk import Chunk  # noqa: E402
 from cli.fetch import DEFAULT_DEST  # noqa: E402
+from engine.core import runner  # noqa: E402
+from engine.model import llama  # noqa: E402
 
 PROMPT_TOKENS = 128
 GREEDY = SamplingParams(temperature=0.0, ignore_eos=True)
@@ -43,14 +48,24 @@ def prefilled(model, streams: int) -> tuple[Engine, list]:
     return engine, list(engine.scheduler.running)
 
 
-def time_forward(engine: Engine, chunks: list[Chunk], repeats: int) -> float:
-    engine.runner.forward(chunks)                        # warm (mirror, buffers)
-    times = []
+def time_forward(engine: Engine, chunks: list[Chunk], repeats: int, plain: bool = False) -> dict:
+    """The fastest of `repeats` forwards (the least disturbed: the machine is shared), in
+    seconds, by shape: "shaped" (engine/model/project.py) and, with `plain`, "plain"
+    (`x @ w`), the two alternating forward by forward so both see the same machine."""
+    variants = {"shaped": contextlib.nullcontext}
+    if plain:
+        variants["plain"] = plain_matmul
+    best = {name: float("inf") for name in variants}
+    for name, shape in variants.items():
+        with shape():
+            engine.runner.forward(chunks)                # warm (mirror, buffers)
     for _ in range(repeats):
-        start = time.perf_counter()
-        engine.runner.forward(chunks)
-        times.append(time.perf_counter() - start)
-    return min(times)                                    # the least disturbed run: the machine is shared
+        for name, shape in variants.items():
+            with shape():
+                start = time.perf_counter()
+                engine.runner.forward(chunks)
+                best[name] = min(best[name], time.perf_counter() - start)
+    return best
 
 
 def chunk_of(engine: Engine, seq, rows: int) -> Chunk:
@@ -61,24 +76,48 @@ def chunk_of(engine: Engine, seq, rows: int) -> Chunk:
                  tuple(seq.blocks), rows, seq.id)
 
 
+@contextlib.contextmanager
+def plain_matmul():
+    """Every projection as `x @ w` for the duration (the modules' own name swapped: a
+    benchmark-only comparison, restored on exit)."""
+    saved = llama.project, runner.project
+    llama.project = runner.project = lambda x, w: x @ w
+    try:
+        yield
+    finally:
+        llama.project, runner.project = saved
+
+
+def cell(engine: Engine, seqs: list, rows: int, repeats: int, plain: bool) -> dict:
+    """Both batches of `rows` rows -- N one-row streams, one stream with N - 1 drafts -- in ms,
+    keyed "streams_ms", "drafts_ms" (and "plain_streams_ms", "plain_drafts_ms")."""
+    result = {}
+    for batch, chunks in (("streams", [chunk_of(engine, s, 1) for s in seqs[:rows]]),
+                          ("drafts", [chunk_of(engine, seqs[0], rows)])):
+        for name, seconds in time_forward(engine, chunks, repeats, plain).items():
+            key = f"{batch}_ms" if name == "shaped" else f"plain_{batch}_ms"
+            result[key] = round(seconds * 1e3, 2)
+    return result
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rows", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32])
     ap.add_argument("--repeats", type=int, default=15)
+    ap.add_argument("--plain", action="store_true", help="also time plain x @ w, side by side")
     args = ap.parse_args()
     tune_malloc()
     model = load_model(ROOT / DEFAULT_DEST)
     results = []
     engine, seqs = prefilled(model, max(args.rows))
     for rows in args.rows:
-        streams_s = time_forward(engine, [chunk_of(engine, s, 1) for s in seqs[:rows]], args.repeats)
-        drafts_s = time_forward(engine, [chunk_of(engine, seqs[0], rows)], args.repeats)
-        results.append({"rows": rows, "streams_ms": round(streams_s * 1e3, 2),
-                        "drafts_ms": round(drafts_s * 1e3, 2)})
+        results.append({"rows": rows, **cell(engine, seqs, rows, args.repeats, args.plain)})
     base = results[0]["streams_ms"]
-    print(f"{'rows':>5} {'N streams ms':>13} {'1 + drafts ms':>14} {'x one row':>10}")
+    print(f"{'rows':>5} {'N streams ms':>13} {'1 + drafts ms':>14} {'x one row':>10}"
+          + (f" {'plain streams':>14} {'plain drafts':>13}" if args.plain else ""))
     for r in results:
-        print(f"{r['rows']:>5} {r['streams_ms']:>13} {r['drafts_ms']:>14} {r['streams_ms'] / base:>10.2f}")
+        print(f"{r['rows']:>5} {r['streams_ms']:>13} {r['drafts_ms']:>14} {r['streams_ms'] / base:>10.2f}"
+              + (f" {r['plain_streams_ms']:>14} {r['plain_drafts_ms']:>13}" if args.plain else ""))
     for r in results:
         print(json.dumps(r))
 

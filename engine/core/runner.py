@@ -39,6 +39,7 @@ from engine.core.chunk import Chunk
 from engine.kv.mirror import DecodeMirror
 from engine.kv.pools import KVCache, slots_for
 from engine.model import llama
+from engine.model.project import project
 from engine.model.spec import LlamaWeights, ModelConfig
 
 F32 = np.float32
@@ -128,7 +129,7 @@ class ModelRunner:
             else:
                 for group in groups:
                     attn[group.rows] = self._attend(q[group.rows], index, group)
-            x += llama.post_norm(attn @ layer.wo, layer.post_attn_norm, cfg)                # [N, H*hd] @ [H*hd, d]
+            x += llama.post_norm(project(attn, layer.wo), layer.post_attn_norm, cfg)          # [N, H*hd] @ [H*hd, d]
             h = llama.rms_norm(x, layer.mlp_norm, cfg.rms_norm_eps)                          # [N, d]
             x += llama.post_norm(llama.mlp(h, layer, cfg.intermediate_size, cfg.options.mlp_activation),
                                  layer.post_mlp_norm, cfg)                                   # [N, d]

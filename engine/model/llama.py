@@ -11,7 +11,8 @@ What it is not: batching, paging, scheduling or sampling. Ids in, logits out.
 Conventions (fixed by `engine/model/spec.py`):
 
 * activations are rows: `x: [n, d]` holds `n` token positions;
-* weights are input-major, so a projection is `x @ W` with `W: [in, out]`;
+* weights are input-major, so a projection is `x @ W` with `W: [in, out]` (computed by
+  `engine/model/project.py` in the shape OpenBLAS does fastest for the row count);
 * Q, K and V come from ONE matmul with the fused `wqkv` (columns q | k | v), the gate and
   up projections from ONE matmul with `w_gate_up` (columns gate | up);
 * RoPE uses Hugging Face's rotate-half convention: a head vector is split into halves
@@ -37,6 +38,7 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 
 from engine.model import rope
+from engine.model.project import project
 from engine.model.spec import LayerWeights, LlamaWeights, ModelConfig
 
 F32 = np.float32
@@ -174,7 +176,7 @@ def qkv_project(x_normed: np.ndarray, layer: LayerWeights, config: ModelConfig,
     RoPE (Qwen3)."""
     n = x_normed.shape[0]
     qs, kvs, hd = config.q_size, config.kv_size, config.head_dim
-    qkv = x_normed @ layer.wqkv                                         # [n, d] -> [n, qs+2*kvs]
+    qkv = project(x_normed, layer.wqkv)                                 # [n, d] -> [n, qs+2*kvs]
     if layer.bqkv is not None:
         qkv += layer.bqkv                                               # [qs+2*kvs]
     heads_qk = config.num_heads + config.num_kv_heads
@@ -203,12 +205,12 @@ def mlp(x_normed: np.ndarray, layer: LayerWeights, ff: int,
     """Gated MLP: (act(x @ W_gate) * (x @ W_up)) @ W_down, with gate|up fused. [n, d] -> [n, d].
 
     act is silu (SwiGLU, Llama/Qwen) or gelu_tanh (GeGLU, Gemma)."""
-    gate_up = x_normed @ layer.w_gate_up                                # [n, d] -> [n, 2*ff]
+    gate_up = project(x_normed, layer.w_gate_up)                        # [n, d] -> [n, 2*ff]
     gate, up = gate_up[:, :ff], gate_up[:, ff:]                         # [n, ff] each
     if activation == "gelu_tanh":
         act = _gelu_tanh(gate)
         act *= up
-        return act @ layer.w_down                                       # [n, ff] -> [n, d]
+        return project(act, layer.w_down)                               # [n, ff] -> [n, d]
     # silu(g) = g * sigmoid(g), sigmoid(g) = (1 + tanh(g/2)) / 2: no overflow for large |g|.
     act = np.multiply(gate, F32(0.5))                                   # [n, ff]
     np.tanh(act, out=act)
@@ -216,7 +218,7 @@ def mlp(x_normed: np.ndarray, layer: LayerWeights, ff: int,
     act *= F32(0.5)
     act *= gate
     act *= up
-    return act @ layer.w_down                                           # [n, ff] -> [n, d]
+    return project(act, layer.w_down)                                   # [n, ff] -> [n, d]
 
 
 def _gelu_tanh(gate: np.ndarray) -> np.ndarray:
@@ -236,7 +238,7 @@ def _gelu_tanh(gate: np.ndarray) -> np.ndarray:
 
 def logits_from_hidden(weights: LlamaWeights, h: np.ndarray) -> np.ndarray:
     """Final-normed hidden rows -> logits: [n, d] @ [d, V] -> [n, V]."""
-    return h @ weights.lm_head
+    return project(h, weights.lm_head)
 
 
 def embed(weights: LlamaWeights, ids, scale: float | None = None) -> np.ndarray:
@@ -260,7 +262,7 @@ def decoder_layer(x: np.ndarray, layer: LayerWeights, config: ModelConfig,
     """
     h = rms_norm(x, layer.attn_norm, config.rms_norm_eps)               # [n, d]
     q, k, v = qkv_project(h, layer, config, cos, sin)
-    x = x + post_norm(attend(q, k, v) @ layer.wo, layer.post_attn_norm, config)  # [n, d]
+    x = x + post_norm(project(attend(q, k, v), layer.wo), layer.post_attn_norm, config)  # [n, d]
     h = rms_norm(x, layer.mlp_norm, config.rms_norm_eps)                # [n, d]
     x += post_norm(mlp(h, layer, config.intermediate_size, config.options.mlp_activation),
                    layer.post_mlp_norm, config)                         # [n, d]
