@@ -196,6 +196,7 @@ class Scheduler:
         remaining = seq.num_uncomputed
         drafts: tuple[int, ...] = ()
         source = ""
+        draft = None
         if remaining == 1 and self.drafter is not None and budget > 1:
             draft = self.drafter(seq, budget - 1, self._draft_batch)
             if draft is not None:
@@ -205,7 +206,8 @@ class Scheduler:
             if self.blocks.grow(seq.blocks, seq.num_computed + want + len(drafts)):
                 return Scheduled(seq, want, want == remaining, drafts, source)
             if drafts:                     # try again without the speculation first
-                drafts = ()
+                drafts, source = (), ""
+                self._draft_batch.give_back(draft)
                 continue
             victim = self.running[-1]
             if victim is seq and len(self.running) == 1:

@@ -101,11 +101,21 @@ class DraftBatch:
         self.expected_tokens = self.expected_tokens or float(self.rows)
         self.decoding = self.rows if self.decoding < 0 else self.decoding
 
+    def take(self, draft: "Draft") -> None:
+        self.rows += len(draft.tokens)
+        self.expected_tokens += draft.expected_tokens
+
+    def give_back(self, draft: "Draft") -> None:
+        """A draft the step could not hold (no KV room for it) no longer counts."""
+        self.rows -= len(draft.tokens)
+        self.expected_tokens -= draft.expected_tokens
+
 
 @dataclass(frozen=True, slots=True)
 class Draft:
     source: str
     tokens: tuple[int, ...]
+    expected_tokens: float = 0.0        # of the drafted ones, by the source's acceptance
 
 
 @dataclass(slots=True)
@@ -179,9 +189,10 @@ class DraftPolicy:
             k = draft_length(acceptance, step_s, batch.rows, room, batch.expected_tokens)
             tokens = self._offer(source, seq, state, k) if k > 0 else []
             if tokens:
-                batch.rows += len(tokens)
-                batch.expected_tokens += sum(acceptance ** i for i in range(1, len(tokens) + 1))
-                return Draft(source, tuple(tokens))
+                draft = Draft(source, tuple(tokens),
+                              sum(acceptance ** i for i in range(1, len(tokens) + 1)))
+                batch.take(draft)
+                return draft
         return None
 
     def observe_step(self, num_rows: int, step_s: float) -> None:

@@ -75,3 +75,28 @@ def test_a_sequence_that_outgrows_the_whole_pool_ends_with_length():
     assert [o.token is None for o in outs] == [False] * 6 + [True]
     assert outs[-1].finish == "length"
     assert engine.stats().kv_blocks_used == 0
+
+
+def test_a_draft_the_kv_pool_cannot_hold_stops_counting_in_the_steps_batch():
+    """The draft-length rule sizes each sequence's draft by the rows the step already holds;
+    a draft dropped for want of blocks must not keep counting there."""
+    from engine.core.drafts.policy import Draft
+    engine = Engine(random_model(), EngineConfig(block_size=4, num_kv_blocks=3, prefix_cache="none"))
+    first = engine.add_request(req([5, 6, 7], max_tokens=20))
+    engine.add_request(req([8, 9, 10], max_tokens=20))
+    engine.step()                                   # both prompts computed: each decodes next
+    seen = []
+
+    def drafter(seq, budget, batch):
+        seen.append((seq.id, batch.rows, batch.expected_tokens))
+        if seq.id != first:
+            return None
+        draft = Draft("prediction", tuple(range(11, 23)), expected_tokens=9.0)   # 12 rows: no room
+        batch.rows += len(draft.tokens)             # as the policy does: the draft takes its rows
+        batch.expected_tokens += draft.expected_tokens
+        return draft
+
+    engine.scheduler.drafter = drafter
+    engine.step()
+    assert [s[0] for s in seen] == [first, seen[1][0]] and seen[1][0] != first
+    assert seen[1][1:] == (2, 2.0)                  # the two decode rows, not 2 + 12 drafted
