@@ -29,7 +29,7 @@ a tok/s marked "!" had failed requests (a request whose connection closed before
 of its answer is sent again once, by the client, and counted as resent). One JSON line per
 cell follows the table, with each server's failed and resent requests and per-run figures.
 
-    python bench/spec_bench.py --quick                          # smoke run, a few minutes
+    python bench/spec_bench.py --quick                          # smoke run, 16 server starts
     python bench/spec_bench.py                                  # off vs on, 1/4/16 streams, 3 runs
     python bench/spec_bench.py --llama                          # + llama-server (make bench-deps)
     python bench/spec_bench.py --tasks edit,agent --streams 1 --runs 5
@@ -102,7 +102,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--llama", action="store_true", help="start llama-server beside ours")
     p.add_argument("--llama-bin", type=Path, default=LLAMA_SERVER)
     p.add_argument("--llama-threads", type=int, default=2)
-    p.add_argument("--quick", action="store_true", help="a smoke run (a few minutes)")
+    p.add_argument("--quick", action="store_true",
+                   help="a smoke run: 1 run at 1 and 4 streams, 32 tokens")
     args = p.parse_args(argv)
     args.min_requests = True
     if args.quick:
