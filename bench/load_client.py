@@ -1,7 +1,10 @@
 """A cheap closed-loop load client: one thread, non-blocking sockets, `selectors`, raw HTTP/1.1.
 
 C connections each send streaming chat requests back to back (keep-alive; a new connection
-only when the server closes one). Each answer is de-chunked and cut into SSE events as the
+only when the server closes one). A server may close a keep-alive connection just as the next
+request goes out on it (llama-server does): a request whose connection ends before any byte
+of its answer arrived is sent again, once, on a new connection (`StreamRecord.resent`; its
+`sent_s` stays the first send, so the lost time counts); a second such end is a failure. Each answer is de-chunked and cut into SSE events as the
 bytes arrive; an event is only searched (a regex, no JSON parse), and every event that carries
 text is timestamped at its `recv`. The final usage chunk (`stream_options.include_usage`)
 gives a stream's real token count, so a chunk carrying several tokens (speculation) still
@@ -25,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 RECV_BYTES = 256 * 1024
+RESENDS_MAX = 1                  # sends again of a request whose connection closed unanswered
 SELECT_TICK_S = 0.25
 WARMUP_CAP_S = 600.0             # the warm-up ends by then even if a connection saw no token
 # a text event: "content" followed by a non-empty string ("" and null are role/finish chunks)
@@ -51,6 +55,7 @@ class StreamRecord:
     status: int = 0                 # HTTP status; 0: no head (connection failed or cut)
     done: bool = False              # the body ended (the stream reached its end)
     ended_s: float = 0.0
+    resent: int = 0                 # sent again: the connection closed before any answer byte
 
     @property
     def ok(self) -> bool:
@@ -167,13 +172,18 @@ class _Conn:
         self.sel.register(self.sock, selectors.EVENT_READ, self)
 
     def send(self, body: bytes) -> None:
+        self.body = body
+        self.record = StreamRecord(sent_s=time.perf_counter())
+        self._transmit()
+
+    def _transmit(self) -> None:
+        """Send self.body (the request of self.record), connecting first if need be."""
         if self.sock is None:
             self.connect()
         self.head, self.body_left, self.close_after, self.until_close = b"", -1, False, False
         self.decoder: ChunkedDecoder | None = None
-        self.record = StreamRecord(sent_s=time.perf_counter())
         self.sse = SseCounter(self.record)
-        self.out = self.target.request(body)
+        self.out = self.target.request(self.body)
         self._flush()
 
     def _flush(self) -> None:
@@ -181,6 +191,8 @@ class _Conn:
             sent = self.sock.send(self.out)
         except BlockingIOError:
             sent = 0
+        except OSError:            # closed by the server: the next read sees its end
+            sent = len(self.out)
         self.out = self.out[sent:]
         self.sel.modify(self.sock, selectors.EVENT_READ | (selectors.EVENT_WRITE if self.out else 0),
                         self)
@@ -201,6 +213,9 @@ class _Conn:
         if not data:
             if self.record is None:        # the server closed an idle keep-alive connection
                 self.close()
+                return None
+            if not self.head and self.record.resent < RESENDS_MAX:
+                self._resend()             # closed before any byte of the answer
                 return None
             return self._end(now, closed=True)
         if self.decoder is None and self.body_left < 0:
@@ -241,12 +256,21 @@ class _Conn:
             self.close()
         return record
 
-    def close(self) -> StreamRecord | None:
-        """Close the socket; the request in flight (if any) is returned unfinished."""
+    def _resend(self) -> None:
+        """The same request again on a new connection (the old one closed unanswered)."""
+        self._drop_socket()
+        self.record.resent += 1
+        self._transmit()
+
+    def _drop_socket(self) -> None:
         if self.sock is not None:
             self.sel.unregister(self.sock)
             self.sock.close()
             self.sock = None
+
+    def close(self) -> StreamRecord | None:
+        """Close the socket; the request in flight (if any) is returned unfinished."""
+        self._drop_socket()
         record, self.record = self.record, None
         return record
 
@@ -326,7 +350,7 @@ def summarize(result: LoadResult) -> dict:
     t0, t1 = result.start_s, result.end_s
     tokens = 0.0
     ttft, itl = [], []
-    ok = failed = unfinished = 0
+    ok = failed = unfinished = resent = 0
     for r in result.records:
         inside = [t for t in r.event_s if t0 <= t <= t1]
         tokens += len(inside) * r.tokens_per_event
@@ -336,6 +360,7 @@ def summarize(result: LoadResult) -> dict:
             ttft.append(r.event_s[0] - r.sent_s)
         if r.ended_s and r.ended_s < t0:
             continue                                    # a warm-up request
+        resent += r.resent
         if r.ok:
             ok += 1
         elif r.ended_s:
@@ -349,5 +374,6 @@ def summarize(result: LoadResult) -> dict:
             "ttft_max_s": rounded_percentile(ttft, 100),
             "itl_p50_s": rounded_percentile(itl, 50), "itl_p99_s": rounded_percentile(itl, 99),
             "requests_ok": ok, "requests_failed": failed, "requests_unfinished": unfinished,
+            "requests_resent": resent,
             "client_cpu_s": round(result.client_cpu_s, 2),
             "client_cpu_share": round(result.client_cpu_s / max(result.wall_s, 1e-9), 3)}

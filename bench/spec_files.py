@@ -1,6 +1,7 @@
 """The editing task's files (bench/spec_bench.py, task "edit"): four small files written for
 the benchmark, each 300-600 tokens with smol-135m's tokenizer (tests/bench/test_spec_tasks.py
-counts them), and for each file four one-line changes a user might ask for.
+counts them), and for each file ten one-line changes a user might ask for: forty distinct
+requests, so a run of 32 (16 streams, two each) and its warm-up never send one twice.
 
 A predicted output (`prediction` = the original file) is the draft for such a request: all
 but one line of the answer repeats it. Kept apart from bench/spec_tasks.py so the texts do
@@ -252,20 +253,44 @@ FILES: tuple[EditFile, ...] = (
         "Change DEFAULT_CAPACITY from 10 to 20.",
         "Change IDLE_DROP_S from 300.0 to 600.0.",
         "Change DEFAULT_REFILL_PER_S from 2.0 to 5.0.",
-        "In Bucket.wait_time, return 0.0 when self.tokens >= 0.5 instead of 1.0.")),
+        "In Bucket.wait_time, return 0.0 when self.tokens >= 0.5 instead of 1.0.",
+        "Use time.perf_counter instead of time.monotonic as RateLimiter's default clock.",
+        "In Bucket.refill, cap the tokens at self.capacity * 2 instead of self.capacity.",
+        "Make drop_idle compare with >= instead of > against IDLE_DROP_S.",
+        'Change the docstring of acquire to "Take one token for `key`, waiting until one is free."',
+        "In Bucket.__init__, start with zero tokens instead of a full bucket.",
+        'Change the first docstring line to "A token-bucket rate limiter for outgoing HTTP requests."')),
     EditFile("cart.js", "javascript", CART, (
         "Change TAX_RATE from 0.2 to 0.25.",
         "Change FREE_SHIPPING_FROM from 50 to 75.",
         "Make SHIPPING_FEE 5.95 instead of 4.95.",
-        'Change the empty-cart message to "Your cart has no items yet.".')),
+        'Change the empty-cart message to "Your cart has no items yet.".',
+        'Change the discount of the code "WELCOME10" from 10% to 15%.',
+        'Make the "FIVEOFF" code require an amount of at least 30 instead of 25.',
+        "Round with Math.floor instead of Math.round in roundCents.",
+        'Change the first comment to "// Cart totals for the checkout and the order summary."',
+        'In describeCart, say "article" instead of "item" for a single item.',
+        "Compute the tax from the amount before the discount (before) instead of taxable.")),
     EditFile("notice.txt", "", NOTICE, (
         "Change the office hours to 8:00 to 11:00.",
         "Move the electricity cut on Thursday to 14:00 to 15:30.",
         "Say that bicycles can stay in the garage until Sunday 27 April instead of 20 April.",
-        "Sign the letter from the Linden Court management office instead of the residents' committee.")),
+        "Sign the letter from the Linden Court management office instead of the residents' committee.",
+        "Change the caretaker's phone number to 020 7946 0999.",
+        "Start the maintenance week on Monday 21 April instead of Monday 14 April.",
+        "Say that the water will be off on Monday from 9:00 to 12:00 instead of 13:00.",
+        "Change the caretaker's name from Mr. Adeyemi to Ms. Okonkwo.",
+        "Keep the front door open on Friday from 8:00 to 13:00 instead of 12:00.",
+        'Change the greeting to "Dear neighbours,".')),
     EditFile("deploy.yaml", "yaml", DEPLOY, (
         'Change the image tag from "2.14.3" to "2.15.0".',
         "Set production replicas to 8.",
         "Turn the express_checkout feature on.",
-        "Raise the database pool_size from 20 to 40.")),
+        "Raise the database pool_size from 20 to 40.",
+        "Change the service port from 8080 to 9090.",
+        "Set the service's log_level to debug.",
+        "Change the cache ttl_s from 600 to 1200.",
+        "Lower the payments queue retry_limit from 5 to 3.",
+        'Raise the memory limit from "512Mi" to "1Gi".',
+        "Turn the new_invoice_layout feature on.")),
 )

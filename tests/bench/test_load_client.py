@@ -6,12 +6,13 @@ from __future__ import annotations
 import math
 import selectors
 import socket
+import threading
 
 import pytest
 
 from bench import h2load_client
 from bench.load_client import (ChunkedDecoder, LoadResult, SseCounter, StreamRecord, Target,
-                               _Conn, percentile, summarize)
+                               _Conn, percentile, run_load, summarize)
 from bench.load_server import config_sets, settings_env
 from server.config import ServeConfig
 
@@ -119,3 +120,73 @@ def test_h2load_report_gives_tokens_per_second_and_first_byte():
     assert (out["ttfb_min_s"], out["ttfb_max_s"]) == (0.2505, 1.5)
     with pytest.raises(ValueError):
         h2load_client.parse("connection refused", max_tokens=128)
+
+
+ANSWER = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked"
+          b"\r\n\r\n" + chunked(EVENTS))
+GUARD_S = 30.0                  # a broken client must not hang the test: the server gives up
+
+
+def _read_request(conn: socket.socket) -> bytes:
+    """One HTTP request off `conn` (head and Content-Length body); its body."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(4096)
+        if not chunk:
+            return data
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+    while len(body) < length:
+        body += conn.recv(4096)
+    return body
+
+
+def _scripted_server(listener: socket.socket, script: list[list[str]], bodies: list[bytes]):
+    """Per accepted connection a list of "answer" / "drop": read a request, then answer it
+    (keep-alive) or close the connection without a byte (the close llama-server makes)."""
+    listener.settimeout(GUARD_S)
+    for actions in script:
+        try:
+            conn, _ = listener.accept()
+        except OSError:
+            return
+        conn.settimeout(GUARD_S)
+        with conn:
+            for action in actions:
+                bodies.append(_read_request(conn))
+                if action == "drop":
+                    break
+                conn.sendall(ANSWER)
+            else:
+                conn.recv(1)               # keep it open until the client closes it
+
+
+def _load_against(script: list[list[str]]) -> tuple[list[StreamRecord], list[bytes]]:
+    listener = socket.create_server(("127.0.0.1", 0))
+    bodies: list[bytes] = []
+    thread = threading.Thread(target=_scripted_server, args=(listener, script, bodies), daemon=True)
+    thread.start()
+    result = run_load(Target("127.0.0.1", listener.getsockname()[1]),
+                      lambda i: b'{"request": %d}' % i, 1, requests=2)
+    thread.join(GUARD_S)
+    listener.close()
+    return result.records, bodies
+
+
+def test_a_request_whose_connection_closes_before_any_answer_byte_is_sent_again_once():
+    # one stream back to back on keep-alive: the server closes the connection the second
+    # request went out on without answering it; that request goes out again on a new one
+    records, bodies = _load_against([["answer", "drop"], ["answer"]])
+    assert [r.ok for r in records] == [True, True]
+    assert [r.resent for r in records] == [0, 1]
+    assert records[1].usage_tokens == 3                    # the answer of the resent request
+    assert bodies == [b'{"request": 0}', b'{"request": 1}', b'{"request": 1}']
+
+
+def test_a_second_close_before_any_answer_byte_stays_a_failure():
+    records, bodies = _load_against([["answer", "drop"], ["drop"]])
+    assert [r.ok for r in records] == [True, False]
+    assert records[1].resent == 1 and records[1].status == 0
+    assert bodies == [b'{"request": 0}', b'{"request": 1}', b'{"request": 1}']
+    assert summarize(LoadResult(records, 0.0, 1e9, 0.0, 1.0))["requests_resent"] == 1

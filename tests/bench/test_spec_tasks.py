@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 
 import jsonschema
 import pytest
 
 from bench.load_client import LoadResult, StreamRecord
-from bench.spec_bench import (ALL_SOURCES, acceptance, cell_requests, spec_delta, table,
-                              whole_requests)
+from bench.spec_bench import (ALL_SOURCES, FAILED_MARK, acceptance, cell_requests, spec_delta,
+                              summarize_cell, table, whole_requests)
 from bench.spec_files import FILES
-from bench.spec_tasks import AGENT_TURNS, TOOLS, tasks, ticket_schema
+from bench.spec_tasks import AGENT_TURNS, CITIES_PER_TRIP, TOOLS, tasks, ticket_schema
 from engine.tokenizer import tokenizer_from_json
 from tests.oracle import HF_DIR
 
@@ -64,6 +65,15 @@ def test_extraction_schema_has_6_to_10_fields_enums_and_nested_objects():
         assert spec["strict"] is True and spec["schema"] == schema
 
 
+def test_extraction_emails_differ_in_sender_order_and_wording():
+    emails = [doc["messages"][-1]["content"] for doc in TASKS["extract"].docs]
+    assert len(set(emails)) == len(emails) >= 34           # a 16-stream run and its warm-up
+    senders = {e.split("\n", 1)[0] for e in emails}
+    orders = {re.search(r"\b[A-Z]{2}-\d+\b", e).group() for e in emails}
+    subjects = {e.split("\n")[1] for e in emails}
+    assert len(senders) >= 8 and len(orders) == len(emails) and len(subjects) >= 6
+
+
 def test_extraction_schema_enforces_its_enums():
     schema = ticket_schema()
     ticket = {"customer": {"name": "Maria", "email": "m@x.example", "plan": "pro"},
@@ -100,6 +110,10 @@ def test_agent_loop_has_10_turns_of_two_tools_with_a_growing_history():
                       for c in m["tool_calls"]}
         assert len(last_calls) == AGENT_TURNS - 1         # the arguments change every turn
         assert {json.loads(c)["function"]["name"] for c in last_calls} == set(params)
+    cities = [json.loads(c["function"]["arguments"])["city"] for doc in docs[AGENT_TURNS - 1::AGENT_TURNS]
+              for m in doc["messages"] if m["role"] == "assistant" for c in m["tool_calls"]
+              if c["function"]["name"] == "get_weather"]
+    assert len(cities) == len(set(cities)) == CITIES_PER_TRIP * len(docs) // AGENT_TURNS
 
 
 def test_chat_prompts_differ_and_foreign_bodies_drop_the_prediction():
@@ -123,6 +137,8 @@ def test_whole_requests_counts_usage_tokens_from_first_send_to_last_byte():
     assert row["completion_tokens"] == 80                  # the failed request counts no tokens
     assert row["tok_s"] == pytest.approx(80 / 4.0)         # 1.0 (first send) .. 5.0 (last byte)
     assert (row["requests_ok"], row["requests_failed"]) == (2, 1)
+    records[0].resent = 1
+    assert whole_requests(LoadResult(records, 0.0, 9.0, 0.0, 9.0))["requests_resent"] == 1
 
 
 def test_acceptance_reads_spec_counters_per_source_or_in_total():
@@ -154,3 +170,19 @@ def test_a_cell_sends_at_least_the_tasks_minimum_and_the_table_marks_what_is_mis
            "on": {"tok_s_median": 60.0}, "on_over_off": 3.0, "acceptance": None}
     line = table([row])[1].split()
     assert line == ["edit", "1", "20", "60", "3", "-", "-", "-"]
+
+
+def test_a_cell_carries_each_servers_failures_and_the_table_marks_them():
+    def run(tok_s: float, failed: int = 0, resent: int = 0) -> dict:
+        return {"tok_s": tok_s, "requests_failed": failed, "requests_resent": resent}
+    runs = {"off": [run(20.0), run(22.0), run(21.0)], "on": [run(60.0), run(58.0), run(61.0)],
+            "llama": [run(70.0, failed=2, resent=3), run(72.0, resent=1), run(71.0)]}
+    row = summarize_cell("chat", 1, 4, runs, {"on": {}})
+    assert [(row[n]["failed"], row[n]["resent"]) for n in runs] == [(0, 0), (0, 0), (2, 4)]
+    assert json.loads(json.dumps(row))["llama"]["failed"] == 2    # in the JSON line
+    lines = table([row])
+    assert lines[1].split() == ["chat", "1", "21", "60", "2.857", "-", "71" + FAILED_MARK,
+                                "0.845"]
+    assert lines[-1].startswith(FAILED_MARK) and len(lines) == 3
+    clean = summarize_cell("chat", 1, 4, {"off": runs["off"], "on": runs["on"]}, {"on": {}})
+    assert FAILED_MARK not in "".join(table([clean]))
