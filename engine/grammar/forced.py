@@ -18,9 +18,15 @@ encoding of it, kept only while each token spells the next bytes of the text and
 automaton allows it (so never EOS or a special token). Tokens end inside the text, but the
 last one may merge with what the model writes after it (`"` then `,` is `",`): the text is
 encoded again with each likely next character (`_merge_probes`) and the last token is
-dropped unless every encoding keeps it. Drafts depend only on (state, the text's layout
-view), so they are cached per grammar and shared by every sequence in that
-state: a hit is one dict lookup (~1 us); a miss costs 0.1-0.5 ms (bench/grammar_drafts.py).
+dropped unless every encoding keeps it. That spelling depends only on (state, the text's
+layout view), so it is cached per grammar and shared by every sequence in that state: a hit
+is one dict lookup (~1 us); a miss costs 0.1-0.5 ms (bench/grammar_drafts.py).
+
+A model need not spell forced text as its tokenizer does: where the grammar forces a key the
+model did not mean to write, its masked choice is often a short piece (smol-135m wrote
+`"p|ri|or|ity"`; bench/grammar_accept.py). So each token a sequence writes is remembered by
+the state it was written from (`learn`, bounded), and a draft passing through that state
+takes it -- if it spells the forced text there -- then the tokenizer's spelling again.
 """
 from __future__ import annotations
 
@@ -35,6 +41,7 @@ from engine.grammar.vocab import TokenTable
 MAX_FORCED_CHARS = 96           # characters of forced text looked ahead from one state
 MAX_FORCED_TOKENS = 32          # drafts cached per state (a step verifies far fewer)
 MAX_CACHED_DRAFTS = 4096        # (state, text view) entries kept per grammar
+MAX_LEARNED_SPELLINGS = 4096   # states whose model-written token is kept per grammar
 MAX_MERGE_PROBES = 32           # characters tried after the text before assuming its last token merges
 WORD_PROBES = "aA0"             # a lower-case word, a capitalised one, a number
 PRINTABLE_ASCII = ((0x20, 0x7E),)
@@ -113,32 +120,70 @@ def _spelled_prefix(table: TokenTable, ids: list[int], data: bytes) -> list[int]
 
 
 class ForcedDrafts:
-    """One grammar's forced drafts by (state, text view), LRU-cached (engine thread)."""
+    """One grammar's forced drafts by (state, text view), LRU-cached, and the spellings its
+    sequences' models wrote (engine thread)."""
 
     def __init__(self, matcher: Matcher, table: TokenTable, encode: Callable[[str], list[int]] | None,
                  step_token: Callable[[int, int], int]):
         self.matcher, self.table = matcher, table
         self._encode, self._step_token = encode, step_token
-        self._cache: OrderedDict[tuple[int, TextView], tuple[int, ...]] = OrderedDict()
+        self._cache: OrderedDict[tuple[int, TextView], tuple[tuple[int, ...], bytes]] = OrderedDict()
+        self.spellings: dict[int, int] = {}     # state -> the token a model last wrote from it
         self.built = 0                  # cache misses (the counter tests read)
 
+    def learn(self, state: int, token: int) -> None:
+        """A model wrote `token` (allowed) from `state`: later drafts there spell it so."""
+        if len(self.spellings) >= MAX_LEARNED_SPELLINGS and state not in self.spellings:
+            self.spellings.clear()              # bounded; the forced states come back soon
+        self.spellings[state] = token
+
+    def drafts(self, state: int, view: TextView, max_tokens: int) -> list[int]:
+        """Up to `max_tokens` drafts from (state, view): the forced text as the tokenizer
+        spells it, except where a model has written a token of that text from a state
+        before: then its token, and the text's spelling again from after it."""
+        out: list[int] = []
+        while len(out) < max_tokens:
+            tokens, text = self._entry(state, view)
+            written, offset = bytearray(), 0
+            switched = False
+            for k in range(len(tokens) + 1):
+                learned = self.spellings.get(state)
+                piece = self.table.token_bytes[learned] if learned is not None else None
+                if piece and (k == len(tokens) or learned != tokens[k]) and text.startswith(piece, offset):
+                    token, switched = learned, True
+                elif k < len(tokens):
+                    token, piece = tokens[k], self.table.token_bytes[tokens[k]]
+                else:
+                    return out                  # the text's drafts end here
+                out.append(token)
+                state, offset = self._step_token(state, token), offset + len(piece)
+                written += piece
+                if switched or len(out) >= max_tokens:
+                    break
+            if not switched:
+                return out
+            view = layout.feed(view, bytes(written))
+        return out
+
     def tokens(self, state: int, view: TextView) -> tuple[int, ...]:
+        """The forced text from (state, view) as the tokenizer spells it."""
+        return self._entry(state, view)[0]
+
+    def _entry(self, state: int, view: TextView) -> tuple[tuple[int, ...], bytes]:
         key = (state, view)
         cached = self._cache.get(key)
         if cached is not None:
             self._cache.move_to_end(key)
             return cached
         self.built += 1
-        drafts = self._build(state, view) if self._encode is not None else ()
-        self._cache[key] = drafts
+        text = expected_text(self.matcher, state, view) if self._encode is not None else ""
+        entry = (self._build(state, text) if text else (), text.encode("utf-8"))
+        self._cache[key] = entry
         if len(self._cache) > MAX_CACHED_DRAFTS:
             self._cache.popitem(last=False)
-        return drafts
+        return entry
 
-    def _build(self, state: int, view: TextView) -> tuple[int, ...]:
-        text = expected_text(self.matcher, state, view)
-        if not text:
-            return ()
+    def _build(self, state: int, text: str) -> tuple[int, ...]:
         states, drafts = [state], []            # states[k]: the state before drafts[k]
         for token in spelled_tokens(self._encode, self.table, text)[:MAX_FORCED_TOKENS]:
             nxt = self._step_token(states[-1], token)
