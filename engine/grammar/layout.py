@@ -8,7 +8,8 @@ A `TextView` sums up the text so far in what that takes: the kind of its last no
 byte, the whitespace written since, the whitespace written after the last `:` and `,`
 (json.dumps' " " until the text shows its own) and before the last `,` (none until the text
 writes some: a small model may put its commas on lines of their own), whether a newline was ever written (then
-the layout is one member per line), the indent step and the current line's indent. The
+the layout is one member per line), the indent step (2 until the first indented line shows
+it) and the current line's indent. The
 bytes are not parsed: a `:` counts only right after a `"` (a key's end; "10:30" is not one),
 a `,` anywhere (text's ", " agrees with the default).
 
@@ -22,6 +23,7 @@ from typing import NamedTuple
 
 MAX_RUN_CHARS = 16              # whitespace kept of the current run (the grammar allows 8)
 CLOSERS = "}]"
+GUESSED_INDENT_STEP = 2         # the indent step before the text shows its own (json.dumps(indent=2))
 SPACE_BYTES = b" \n\t"
 
 # The kind of the last non-space byte: it decides the whitespace that follows.
@@ -84,7 +86,7 @@ def plan(view: TextView, next_chars: str | None) -> str:
         return view.after_comma if view.last_kind == COMMA else ""
     closes = next_chars is not None and next_chars in CLOSERS
     if view.last_kind == OPEN and not closes:                   # an empty {} or [] stays shut
-        return "\n" + " " * (view.line_indent + view.unit)
+        return "\n" + " " * (view.line_indent + (view.unit or GUESSED_INDENT_STEP))
     if view.last_kind == COMMA:
         return "\n" + " " * view.line_indent
     if view.last_kind in (QUOTE, OTHER) and closes:

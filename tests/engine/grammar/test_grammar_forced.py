@@ -84,7 +84,7 @@ def forced_after(spec: GrammarSpec, text: str) -> str:
     ('{\n  "name": "Bob",', '\n  "unit": "'),   # one member per line, as the text began
     ('{\n  "name": "Bob",\n  "unit": "c', 'elsius",\n  "k": "abc",\n  "o": {\n    "x": '),
     ('{\n  "name": "B",\n  "unit": "celsius",\n  "k": "abc",\n  "o": {\n    "x": 12\n', "  }\n}"),
-    ('{\n"name": "Bob"\n,\n"unit": "celsius"', '\n,\n"k": "abc"\n,\n"o": {\n"x": '),   # commas on own lines
+    ('{\n"name": "Bob"\n,\n"unit": "celsius"', '\n,\n"k": "abc"\n,\n"o": {\n  "x": '),   # commas on own lines
 ])
 def test_the_forced_text_of_a_schema(before, forced):
     assert forced_after(schema_spec(WEATHER_SCHEMA), before) == forced

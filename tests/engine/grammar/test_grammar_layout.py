@@ -65,3 +65,11 @@ def test_whitespace_before_a_comma_is_the_texts_own():
     assert plan(view_of('{"a": 1 , "b": 2'), ",") == " "
     assert plan(view_of('{"a": 1, "b": 2'), ",") == ""          # json.dumps: none
     assert plan(own_lines, "}") == "\n"                           # a closer keeps its own rule
+
+
+def test_the_first_indent_is_guessed_as_json_dumps_indent_2():
+    """After `{` and a newline the first member's indent is not yet known: 2 spaces, as
+    json.dumps(indent=2) and smol-135m write it, rather than none."""
+    assert plan(view_of("{\n"), '"') == "\n  "
+    assert plan(view_of('{\n  "a": {\n'), '"') == "\n    "
+    assert plan(view_of('{\n    "a": {\n'), '"') == "\n        "      # a step once shown is kept
