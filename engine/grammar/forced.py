@@ -31,7 +31,7 @@ takes it -- if it spells the forced text there -- then the tokenizer's spelling 
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from engine.grammar import charset, layout
 from engine.grammar.automaton import DEAD, Matcher
@@ -119,6 +119,19 @@ def _spelled_prefix(table: TokenTable, ids: list[int], data: bytes) -> list[int]
     return out
 
 
+class Spelling(NamedTuple):
+    """The forced text from a (state, view) and its tokens as the tokenizer spells them;
+    `states[k]` / `offsets[k]`: the state and the text's byte offset before tokens[k] (one
+    more entry each: after the last token)."""
+    tokens: tuple[int, ...]
+    text: bytes
+    states: tuple[int, ...]
+    offsets: tuple[int, ...]
+
+
+NO_SPELLING = Spelling((), b"", (), (0,))
+
+
 class ForcedDrafts:
     """One grammar's forced drafts by (state, text view), LRU-cached, and the spellings its
     sequences' models wrote (engine thread)."""
@@ -127,7 +140,7 @@ class ForcedDrafts:
                  step_token: Callable[[int, int], int]):
         self.matcher, self.table = matcher, table
         self._encode, self._step_token = encode, step_token
-        self._cache: OrderedDict[tuple[int, TextView], tuple[tuple[int, ...], bytes]] = OrderedDict()
+        self._cache: OrderedDict[tuple[int, TextView], Spelling] = OrderedDict()
         self.spellings: dict[int, int] = {}     # state -> the token a model last wrote from it
         self.built = 0                  # cache misses (the counter tests read)
 
@@ -139,37 +152,42 @@ class ForcedDrafts:
 
     def drafts(self, state: int, view: TextView, max_tokens: int) -> list[int]:
         """Up to `max_tokens` drafts from (state, view): the forced text as the tokenizer
-        spells it, except where a model has written a token of that text from a state
-        before: then its token, and the text's spelling again from after it."""
+        spells it, except where a model has written another token of that text from a state
+        on the way: then its token, and the text's spelling again from after it."""
         out: list[int] = []
         while len(out) < max_tokens:
-            tokens, text = self._entry(state, view)
-            written, offset = bytearray(), 0
-            switched = False
-            for k in range(len(tokens) + 1):
-                learned = self.spellings.get(state)
-                piece = self.table.token_bytes[learned] if learned is not None else None
-                if piece and (k == len(tokens) or learned != tokens[k]) and text.startswith(piece, offset):
-                    token, switched = learned, True
-                elif k < len(tokens):
-                    token, piece = tokens[k], self.table.token_bytes[tokens[k]]
-                else:
-                    return out                  # the text's drafts end here
-                out.append(token)
-                state, offset = self._step_token(state, token), offset + len(piece)
-                written += piece
-                if switched or len(out) >= max_tokens:
-                    break
-            if not switched:
-                return out
-            view = layout.feed(view, bytes(written))
+            spelling = self._entry(state, view)
+            k = self._turn(spelling, max_tokens - len(out))
+            out += spelling.tokens[:k]
+            learned = self._learned(spelling, k)
+            if len(out) >= max_tokens or learned is None:
+                break                           # the tokenizer's drafts end here
+            out.append(learned)
+            state = self._step_token(spelling.states[k], learned)
+            view = layout.feed(view, spelling.text[:spelling.offsets[k]] + self.table.token_bytes[learned])
         return out
+
+    def _turn(self, spelling: Spelling, room: int) -> int:
+        """How many of the tokenizer's drafts to keep: up to the first state a model left
+        by another token of the text (the fast path: a dict lookup per draft)."""
+        spellings, tokens = self.spellings, spelling.tokens
+        for k in range(min(len(tokens), room)):
+            learned = spellings.get(spelling.states[k])
+            if learned is not None and learned != tokens[k] and self._learned(spelling, k) is not None:
+                return k
+        return min(len(tokens), room)
+
+    def _learned(self, spelling: Spelling, k: int) -> int | None:
+        """The token a model wrote from the state before tokens[k], if it spells the text there."""
+        learned = self.spellings.get(spelling.states[k]) if spelling.text else None
+        piece = self.table.token_bytes[learned] if learned is not None else None
+        return learned if piece and spelling.text.startswith(piece, spelling.offsets[k]) else None
 
     def tokens(self, state: int, view: TextView) -> tuple[int, ...]:
         """The forced text from (state, view) as the tokenizer spells it."""
-        return self._entry(state, view)[0]
+        return self._entry(state, view).tokens
 
-    def _entry(self, state: int, view: TextView) -> tuple[tuple[int, ...], bytes]:
+    def _entry(self, state: int, view: TextView) -> Spelling:
         key = (state, view)
         cached = self._cache.get(key)
         if cached is not None:
@@ -177,24 +195,27 @@ class ForcedDrafts:
             return cached
         self.built += 1
         text = expected_text(self.matcher, state, view) if self._encode is not None else ""
-        entry = (self._build(state, text) if text else (), text.encode("utf-8"))
+        entry = self._build(state, text) if text else NO_SPELLING
         self._cache[key] = entry
         if len(self._cache) > MAX_CACHED_DRAFTS:
             self._cache.popitem(last=False)
         return entry
 
-    def _build(self, state: int, text: str) -> tuple[int, ...]:
-        states, drafts = [state], []            # states[k]: the state before drafts[k]
+    def _build(self, state: int, text: str) -> Spelling:
+        states, drafts, offsets = [state], [], [0]      # before drafts[k]: states[k], offsets[k]
         for token in spelled_tokens(self._encode, self.table, text)[:MAX_FORCED_TOKENS]:
             nxt = self._step_token(states[-1], token)
             if nxt == DEAD:
                 break
             drafts.append(token)
             states.append(nxt)
-        spelled = sum(len(self.table.token_bytes[t]) for t in drafts) == len(text.encode("utf-8"))
-        if spelled and self._may_merge(text, drafts, states[-1]):
+            offsets.append(offsets[-1] + len(self.table.token_bytes[token]))
+        data = text.encode("utf-8")
+        if offsets[-1] == len(data) and self._may_merge(text, drafts, states[-1]):
             drafts.pop()
-        return tuple(drafts)
+            states.pop()
+            offsets.pop()
+        return Spelling(tuple(drafts), data, tuple(states), tuple(offsets))
 
     def _may_merge(self, text: str, drafts: list[int], end_state: int) -> bool:
         """The tokenizer would write the last draft differently once the model's next
