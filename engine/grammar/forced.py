@@ -20,7 +20,8 @@ last one may merge with what the model writes after it (`"` then `,` is `",`): t
 encoded again with each likely next character (`_merge_probes`) and the last token is
 dropped unless every encoding keeps it. That spelling depends only on (state, the text's
 layout view), so it is cached per grammar and shared by every sequence in that state: a hit
-is one dict lookup (~1 us); a miss costs 0.1-0.5 ms (bench/grammar_drafts.py).
+is a dict lookup, then one per draft for the learned spellings below (~1-2 us warm); a miss
+costs 0.1-0.5 ms (bench/grammar_drafts.py).
 
 A model need not spell forced text as its tokenizer does: where the grammar forces a key the
 model did not mean to write, its masked choice is often a short piece (smol-135m wrote
