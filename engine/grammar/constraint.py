@@ -10,7 +10,8 @@ the request needs the whole masked distribution (filters, logprobs).
 
 EOS is allowed exactly where the automaton accepts; after it (`finished`) nothing is.
 `forced_drafts` proposes the text the grammar forces next as tokens (forced.py), cached per
-state beside the masks; it reads the cursor and never moves it.
+state beside the masks; it reads the cursor and never moves it. `advance` tells forced.py
+which token the model wrote from which state, so drafts spell forced text as models do.
 """
 from __future__ import annotations
 
@@ -101,6 +102,7 @@ class Constraint:
             return
         nxt = self.runtime.step_token(self.state, token)
         if nxt != DEAD:                      # a refused token (never sampled) leaves the state
+            self.runtime.forced.learn(self.state, token)
             self.state = nxt
             self.view = feed(self.view, self.runtime.table.token_bytes[token])
 
@@ -110,7 +112,7 @@ class Constraint:
         EOS. [] where the model has a choice. The cursor does not move."""
         if self.finished or max_tokens <= 0:
             return []
-        return list(self.runtime.forced.tokens(self.state, self.view)[:max_tokens])
+        return self.runtime.forced.drafts(self.state, self.view, max_tokens)
 
     @property
     def complete(self) -> bool:

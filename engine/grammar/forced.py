@@ -18,14 +18,21 @@ encoding of it, kept only while each token spells the next bytes of the text and
 automaton allows it (so never EOS or a special token). Tokens end inside the text, but the
 last one may merge with what the model writes after it (`"` then `,` is `",`): the text is
 encoded again with each likely next character (`_merge_probes`) and the last token is
-dropped unless every encoding keeps it. Drafts depend only on (state, the text's layout
-view), so they are cached per grammar and shared by every sequence in that
-state: a hit is one dict lookup (~1 us); a miss costs 0.1-0.5 ms (bench/grammar_drafts.py).
+dropped unless every encoding keeps it. That spelling depends only on (state, the text's
+layout view), so it is cached per grammar and shared by every sequence in that state: a hit
+is a dict lookup, then one per draft for the learned spellings below (~1-2 us warm); a miss
+costs 0.1-0.5 ms (bench/grammar_drafts.py).
+
+A model need not spell forced text as its tokenizer does: where the grammar forces a key the
+model did not mean to write, its masked choice is often a short piece (smol-135m wrote
+`"p|ri|or|ity"`; bench/grammar_accept.py). So each token a sequence writes is remembered by
+the state it was written from (`learn`, bounded), and a draft passing through that state
+takes it -- if it spells the forced text there -- then the tokenizer's spelling again.
 """
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from engine.grammar import charset, layout
 from engine.grammar.automaton import DEAD, Matcher
@@ -35,6 +42,7 @@ from engine.grammar.vocab import TokenTable
 MAX_FORCED_CHARS = 96           # characters of forced text looked ahead from one state
 MAX_FORCED_TOKENS = 32          # drafts cached per state (a step verifies far fewer)
 MAX_CACHED_DRAFTS = 4096        # (state, text view) entries kept per grammar
+MAX_LEARNED_SPELLINGS = 4096   # states whose model-written token is kept per grammar
 MAX_MERGE_PROBES = 32           # characters tried after the text before assuming its last token merges
 WORD_PROBES = "aA0"             # a lower-case word, a capitalised one, a number
 PRINTABLE_ASCII = ((0x20, 0x7E),)
@@ -112,44 +120,103 @@ def _spelled_prefix(table: TokenTable, ids: list[int], data: bytes) -> list[int]
     return out
 
 
+class Spelling(NamedTuple):
+    """The forced text from a (state, view) and its tokens as the tokenizer spells them;
+    `states[k]` / `offsets[k]`: the state and the text's byte offset before tokens[k] (one
+    more entry each: after the last token)."""
+    tokens: tuple[int, ...]
+    text: bytes
+    states: tuple[int, ...]
+    offsets: tuple[int, ...]
+
+
+NO_SPELLING = Spelling((), b"", (), (0,))
+
+
 class ForcedDrafts:
-    """One grammar's forced drafts by (state, text view), LRU-cached (engine thread)."""
+    """One grammar's forced drafts by (state, text view), LRU-cached, and the spellings its
+    sequences' models wrote (engine thread)."""
 
     def __init__(self, matcher: Matcher, table: TokenTable, encode: Callable[[str], list[int]] | None,
                  step_token: Callable[[int, int], int]):
         self.matcher, self.table = matcher, table
         self._encode, self._step_token = encode, step_token
-        self._cache: OrderedDict[tuple[int, TextView], tuple[int, ...]] = OrderedDict()
+        self._cache: OrderedDict[tuple[int, TextView], Spelling] = OrderedDict()
+        self.spellings: dict[int, int] = {}     # state -> the token a model last wrote from it
         self.built = 0                  # cache misses (the counter tests read)
 
+    def learn(self, state: int, token: int) -> None:
+        """A model wrote `token` (allowed) from `state`: later drafts there spell it so."""
+        if len(self.spellings) >= MAX_LEARNED_SPELLINGS and state not in self.spellings:
+            self.spellings.clear()              # bounded; the forced states come back soon
+        self.spellings[state] = token
+
+    def drafts(self, state: int, view: TextView, max_tokens: int) -> list[int]:
+        """Up to `max_tokens` drafts from (state, view): the forced text as the tokenizer
+        spells it, except where a model has written another token of that text from a state
+        on the way: then its token, and the text's spelling again from after it."""
+        out: list[int] = []
+        while len(out) < max_tokens:
+            spelling = self._entry(state, view)
+            k = self._turn(spelling, max_tokens - len(out))
+            out += spelling.tokens[:k]
+            learned = self._learned(spelling, k)
+            if len(out) >= max_tokens or learned is None:
+                break                           # the tokenizer's drafts end here
+            out.append(learned)
+            state = self._step_token(spelling.states[k], learned)
+            view = layout.feed(view, spelling.text[:spelling.offsets[k]] + self.table.token_bytes[learned])
+        return out
+
+    def _turn(self, spelling: Spelling, room: int) -> int:
+        """How many of the tokenizer's drafts to keep: up to the first state a model left
+        by another token of the text (the fast path: a dict lookup per draft)."""
+        spellings, tokens = self.spellings, spelling.tokens
+        for k in range(min(len(tokens), room)):
+            learned = spellings.get(spelling.states[k])
+            if learned is not None and learned != tokens[k] and self._learned(spelling, k) is not None:
+                return k
+        return min(len(tokens), room)
+
+    def _learned(self, spelling: Spelling, k: int) -> int | None:
+        """The token a model wrote from the state before tokens[k], if it spells the text there."""
+        learned = self.spellings.get(spelling.states[k]) if spelling.text else None
+        piece = self.table.token_bytes[learned] if learned is not None else None
+        return learned if piece and spelling.text.startswith(piece, spelling.offsets[k]) else None
+
     def tokens(self, state: int, view: TextView) -> tuple[int, ...]:
+        """The forced text from (state, view) as the tokenizer spells it."""
+        return self._entry(state, view).tokens
+
+    def _entry(self, state: int, view: TextView) -> Spelling:
         key = (state, view)
         cached = self._cache.get(key)
         if cached is not None:
             self._cache.move_to_end(key)
             return cached
         self.built += 1
-        drafts = self._build(state, view) if self._encode is not None else ()
-        self._cache[key] = drafts
+        text = expected_text(self.matcher, state, view) if self._encode is not None else ""
+        entry = self._build(state, text) if text else NO_SPELLING
+        self._cache[key] = entry
         if len(self._cache) > MAX_CACHED_DRAFTS:
             self._cache.popitem(last=False)
-        return drafts
+        return entry
 
-    def _build(self, state: int, view: TextView) -> tuple[int, ...]:
-        text = expected_text(self.matcher, state, view)
-        if not text:
-            return ()
-        states, drafts = [state], []            # states[k]: the state before drafts[k]
+    def _build(self, state: int, text: str) -> Spelling:
+        states, drafts, offsets = [state], [], [0]      # before drafts[k]: states[k], offsets[k]
         for token in spelled_tokens(self._encode, self.table, text)[:MAX_FORCED_TOKENS]:
             nxt = self._step_token(states[-1], token)
             if nxt == DEAD:
                 break
             drafts.append(token)
             states.append(nxt)
-        spelled = sum(len(self.table.token_bytes[t]) for t in drafts) == len(text.encode("utf-8"))
-        if spelled and self._may_merge(text, drafts, states[-1]):
+            offsets.append(offsets[-1] + len(self.table.token_bytes[token]))
+        data = text.encode("utf-8")
+        if offsets[-1] == len(data) and self._may_merge(text, drafts, states[-1]):
             drafts.pop()
-        return tuple(drafts)
+            states.pop()
+            offsets.pop()
+        return Spelling(tuple(drafts), data, tuple(states), tuple(offsets))
 
     def _may_merge(self, text: str, drafts: list[int], end_state: int) -> bool:
         """The tokenizer would write the last draft differently once the model's next

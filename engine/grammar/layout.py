@@ -6,8 +6,10 @@ keeps one layout through a document: compact (`json.dumps`' default, `{"a": 1, "
 or without the spaces) or one member per line (`indent=2`: `{\\n  "a": 1,\\n  "b": 2\\n}`).
 A `TextView` sums up the text so far in what that takes: the kind of its last non-space
 byte, the whitespace written since, the whitespace written after the last `:` and `,`
-(json.dumps' " " until the text shows its own), whether a newline was ever written (then
-the layout is one member per line), the indent step and the current line's indent. The
+(json.dumps' " " until the text shows its own) and before the last `,` (none until the text
+writes some: a small model may put its commas on lines of their own), whether a newline was ever written (then
+the layout is one member per line), the indent step (2 until the first indented line shows
+it) and the current line's indent. The
 bytes are not parsed: a `:` counts only right after a `"` (a key's end; "10:30" is not one),
 a `,` anywhere (text's ", " agrees with the default).
 
@@ -21,6 +23,7 @@ from typing import NamedTuple
 
 MAX_RUN_CHARS = 16              # whitespace kept of the current run (the grammar allows 8)
 CLOSERS = "}]"
+GUESSED_INDENT_STEP = 2         # the indent step before the text shows its own (json.dumps(indent=2))
 SPACE_BYTES = b" \n\t"
 
 # The kind of the last non-space byte: it decides the whitespace that follows.
@@ -39,6 +42,7 @@ class TextView(NamedTuple):
     line_indent: int = 0        # spaces before the current line's first non-space byte
     after_colon: str = " "      # the whitespace the text wrote after its last key's `:`
     after_comma: str = " "      # ... and after its last `,` on the same line
+    before_comma: str = ""      # ... and between its last value and the `,` after it
 
 
 def feed(view: TextView, data: bytes) -> TextView:
@@ -58,6 +62,8 @@ def _after_run(view: TextView, kind: int) -> TextView:
     """A non-space byte of `kind` ends the whitespace run: what followed a `:` or a `,` is
     learned, a newline in it starts a line."""
     run = view.run
+    if kind == COMMA and view.last_kind in (QUOTE, OTHER):
+        view = view._replace(before_comma=run)
     if view.last_kind == COLON:
         view = view._replace(after_colon=run)
     elif view.last_kind == COMMA and "\n" not in run:
@@ -74,11 +80,13 @@ def plan(view: TextView, next_chars: str | None) -> str:
     when several may)."""
     if view.last_kind == COLON:
         return view.after_colon
+    if view.last_kind in (QUOTE, OTHER) and next_chars == ",":
+        return view.before_comma
     if not view.multiline:
         return view.after_comma if view.last_kind == COMMA else ""
     closes = next_chars is not None and next_chars in CLOSERS
     if view.last_kind == OPEN and not closes:                   # an empty {} or [] stays shut
-        return "\n" + " " * (view.line_indent + view.unit)
+        return "\n" + " " * (view.line_indent + (view.unit or GUESSED_INDENT_STEP))
     if view.last_kind == COMMA:
         return "\n" + " " * view.line_indent
     if view.last_kind in (QUOTE, OTHER) and closes:

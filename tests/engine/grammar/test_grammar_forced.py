@@ -84,6 +84,7 @@ def forced_after(spec: GrammarSpec, text: str) -> str:
     ('{\n  "name": "Bob",', '\n  "unit": "'),   # one member per line, as the text began
     ('{\n  "name": "Bob",\n  "unit": "c', 'elsius",\n  "k": "abc",\n  "o": {\n    "x": '),
     ('{\n  "name": "B",\n  "unit": "celsius",\n  "k": "abc",\n  "o": {\n    "x": 12\n', "  }\n}"),
+    ('{\n"name": "Bob"\n,\n"unit": "celsius"', '\n,\n"k": "abc"\n,\n"o": {\n  "x": '),   # commas on own lines
 ])
 def test_the_forced_text_of_a_schema(before, forced):
     assert forced_after(schema_spec(WEATHER_SCHEMA), before) == forced
@@ -111,6 +112,29 @@ def test_drafts_are_the_tokenizers_encoding_and_stop_before_a_token_that_merges(
     assert tok.decode(at(runtime_for(spec, tok), '{"unit": "c').forced_drafts(8)) == "elsius"
     plain = TinyTokenizer([p for p in PIECES if p not in ('",', '"}')])
     assert plain.decode(at(runtime_for(spec, plain), '{"unit": "c').forced_drafts(8)) == 'elsius"'
+
+
+def test_drafts_spell_the_forced_text_as_a_model_wrote_it_before():
+    """A model need not write forced text in the tokenizer's tokens (smol-135m, greedy,
+    wrote `"p|ri|or|ity"`): once one sequence has written from a state, later drafts from
+    that state take its token, and the tokenizer's spelling of the rest after it."""
+    tok = TinyTokenizer()
+    runtime = runtime_for(schema_spec(WEATHER_SCHEMA), tok)
+    before = '{"name": "Bob"'
+    assert at(runtime, before).forced_drafts(8)[:3] == tok.encode(', "unit')
+    at(runtime, before + ', "un')                           # a sequence writes it byte by byte
+    learned = at(runtime, before).forced_drafts(8)
+    assert learned[:5] == list(b', "un')                    # byte ids: the bytes it wrote
+    assert learned[5:] == tok.encode('it": "')[:3]          # then the tokenizer's spelling again
+
+
+def test_a_learned_token_off_the_forced_text_is_not_drafted():
+    """What a model wrote where the layout now puts other whitespace (here a newline before
+    `,` in compact text) is no draft: the forced text as the tokenizer spells it is."""
+    tok = TinyTokenizer()
+    runtime = runtime_for(schema_spec(WEATHER_SCHEMA), tok)
+    at(runtime, '{"name": "Bob"\n')
+    assert at(runtime, '{"name": "Bob"').forced_drafts(8) == tok.encode(', "unit": "')[:5]
 
 
 def test_no_drafts_inside_free_text_and_none_after_the_end():
