@@ -171,3 +171,25 @@ def test_guesses_stop_above_eight_decoding_sequences_while_predictions_go_on():
     assert policy.propose(repeating, 1000, DraftBatch(GUESS_MAX_DECODING + 8)) is None
     crowded = policy.propose(_sequence(tuple(range(10, 110))), 1000, DraftBatch(GUESS_MAX_DECODING + 8))
     assert crowded is not None and crowded.source == PREDICTION
+
+
+def test_the_draft_expected_to_give_the_most_tokens_wins_not_the_first_source_that_offers():
+    """A sequence both a prediction and prompt lookup can draft for: the source whose
+    measured acceptance makes its draft worth more takes the step, whichever comes first."""
+    context = (5, 6, 7, 8, 9, 5, 6, 7)                       # prompt lookup drafts 8, 9, 5, ...
+    prediction = (8, 9, 5, 6, 7)                             # the prediction drafts the same
+
+    def decoding(seq_id: int) -> Sequence:
+        seq = Sequence(seq_id, GenRequest(prompt=context, max_tokens=200, prediction=prediction),
+                       seed=0, arrival=seq_id, eos_ids=frozenset())
+        seq.num_computed = len(seq.tokens) - 1
+        return seq
+
+    policy = DraftPolicy(SpeculativeConfig(method="auto"), 512, step_cost=_learned_cost())
+    assert policy.propose(decoding(0), 1000, DraftBatch(1)).source == PREDICTION   # priors: 0.9 > 0.5
+    for i in range(300):                                     # then predictions half hold, lookups hold
+        policy.settle(decoding(10 + i), Draft(PREDICTION, (1, 2, 3)), accepted=1, mismatched=True)
+        policy.settle(decoding(400 + i), Draft(PROMPT_LOOKUP, (1, 2, 3, 4)), accepted=4, mismatched=False)
+    assert 0.4 < policy.acceptance(decoding(1), PREDICTION) < 0.6    # still worth a draft alone ...
+    chosen = policy.propose(decoding(1), 1000, DraftBatch(1))
+    assert chosen is not None and chosen.source == PROMPT_LOOKUP and chosen.tokens[:2] == (8, 9)
