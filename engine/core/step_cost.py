@@ -77,8 +77,9 @@ class RowCostTable:
     """Seconds of a step by its exact row count: an average per count seen (engine thread).
 
     A few-row step is not affine in its rows: one row is a matrix-vector product that reads
-    each weight once, while 2+ rows are a gemm whose BLAS first packs every weight matrix
-    (bench/step_rows.py: on a 2-core Xeon 2-8 rows take ~2.5-3x one row, then grow slowly).
+    each weight once, while 2+ rows cost a jump (bench/step_rows.py: with the shapes
+    engine/model/project.py picks, 2-8 rows take ~1.6-2x one row on 2 cores, then grow
+    slowly; a plain gemm of 2-7 rows took 2.3-3x).
     The table keeps that shape for the speculation policy; `curve` fills the counts not
     seen by interpolating between seen ones and, outside them, scaling the nearest seen
     count by the affine `1 + rows * per_row_ratio`.
