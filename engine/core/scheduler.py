@@ -194,20 +194,17 @@ class Scheduler:
 
     def _schedule_running(self, seq: Sequence, budget: int, plan: StepPlan) -> Scheduled | None:
         remaining = seq.num_uncomputed
-        drafts: tuple[int, ...] = ()
-        source = ""
         draft = None
         if remaining == 1 and self.drafter is not None and budget > 1:
             draft = self.drafter(seq, budget - 1, self._draft_batch)
-            if draft is not None:
-                drafts, source = draft.tokens, draft.source
         want = min(remaining, self.config.prefill_chunk, budget)
         while True:
+            drafts = draft.tokens if draft is not None else ()
             if self.blocks.grow(seq.blocks, seq.num_computed + want + len(drafts)):
-                return Scheduled(seq, want, want == remaining, drafts, source)
-            if drafts:                     # try again without the speculation first
-                drafts, source = (), ""
+                return Scheduled(seq, want, want == remaining, drafts, draft.source if draft else "")
+            if draft is not None:          # try again without the speculation first
                 self._draft_batch.give_back(draft)
+                draft = None
                 continue
             victim = self.running[-1]
             if victim is seq and len(self.running) == 1:
