@@ -24,9 +24,16 @@ step by `PRIOR_ROW_COST_RATIO`. So: many drafts at one stream (the step is bound
 reading the weights), fewer as B grows, none when a is near 0 -- replacing a fixed "no
 drafts above N streams" cut. At most `SPEC_MAX_DRAFT_TOKENS` per sequence and the step's token budget.
 
-Acceptance a is measured per source over all requests (decayed, from a prior: grammar
-and prediction high) and per sequence (its own trials, the source's rate as prior). A
-trial is a verified draft position: accepted, or the mismatch that ended the draft.
+Acceptance is measured per source over all requests (decayed, from a prior: grammar and
+prediction high) and by the source's streak in the sequence: how many of its drafted
+tokens in a row the model has produced since its last miss. A source's drafts are right
+in runs -- an edit's answer copies the predicted file for hundreds of tokens, then leaves
+it for the changed line -- so one rate per source (or per sequence) averages the runs with
+the misses, and a prediction accepted 40 times in a row was still drafted 3 or 4 tokens
+at a time. So the trials are kept per streak bucket (0, 1, 2-3, 4-7, ... 32+), and a
+draft's position i, counted from a streak s, is accepted with the rate of s + i's bucket:
+the rule drafts long inside a run and short just after a miss. A trial is a verified
+draft position: accepted, or the mismatch that ended the draft.
 
 Back-off for guesses: when all of a sequence's suffix or prompt-lookup drafts miss, those
 two sources pause for 1, 2, 4 ... steps (`speculative.pause_after`), so plain chat pays
@@ -35,7 +42,9 @@ for few drafts; and they draft only while at most `GUESS_MAX_DECODING` sequences
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from itertools import accumulate
+from operator import mul
+from typing import Callable, Sequence as Positions
 
 from engine.core.drafts import lookup
 from engine.core.drafts.prediction import PredictionTrack
@@ -58,8 +67,8 @@ GUESS_MAX_DECODING = 8
 SPEC_MAX_DRAFT_TOKENS = 32         # drafts of one sequence in one step, at most
 # Acceptance per draft position assumed before any is measured, and its weight in trials.
 PRIOR_ACCEPTANCE = {GRAMMAR: 0.95, PREDICTION: 0.9, SUFFIX: 0.6, PROMPT_LOOKUP: 0.5}
-PRIOR_TRIALS = 8.0                 # a source's prior counts as this many trials
-SEQ_PRIOR_TRIALS = 4.0             # the source's rate counts as this many of a sequence's trials
+PRIOR_TRIALS = 8.0                 # a source's prior counts as this many trials (per streak bucket)
+STREAK_BUCKETS = 7                 # streaks 0, 1, 2-3, 4-7, 8-15, 16-31, 32+ (bit length, capped)
 MAX_SOURCE_TRIALS = 2000.0         # past this a source's counts halve: recent requests count more
 MAX_ACCEPTANCE = 0.99              # a rate never taken as certain
 PRIOR_ROW_COST_RATIO = 0.1         # per_row_s / fixed_s until the step cost is learned
@@ -67,17 +76,28 @@ MIN_DRAFT_GAIN = 1e-3              # a draft expected to add fewer tokens than t
 DECODE_MIN_ROW_SPREAD = 1.0        # decode steps' rows vary little: a slope from this spread on
 
 
-def draft_length(acceptance: float, step_s: Callable[[int], float], rows: int, max_tokens: int,
-                 expected_tokens: float | None = None) -> int:
+def streak_bucket(streak: int) -> int:
+    """Trials are kept per bucket of streak: 0, 1, 2-3, 4-7, ... (its bit length), capped."""
+    return min(streak.bit_length(), STREAK_BUCKETS - 1)
+
+
+def position_gains(acceptance: float | Positions[float], count: int) -> list[float]:
+    """The expected tokens each of `count` drafted positions adds: the chance that it and
+    every position before it are accepted (a constant rate or one per position)."""
+    rates = [acceptance] * count if isinstance(acceptance, float) else list(acceptance[:count])
+    return list(accumulate((min(a, MAX_ACCEPTANCE) for a in rates), mul))
+
+
+def draft_length(acceptance: float | Positions[float], step_s: Callable[[int], float], rows: int,
+                 max_tokens: int, expected_tokens: float | None = None) -> int:
     """The drafts (0..max_tokens) that give the most expected tokens per second of a step
-    that holds `rows` rows so far, worth `expected_tokens` tokens (default: one a row)."""
-    acceptance = min(acceptance, MAX_ACCEPTANCE)
+    that holds `rows` rows so far, worth `expected_tokens` tokens (default: one a row);
+    `acceptance` is one rate for every position or a rate per position."""
     rows = max(1, rows)
-    expected_tokens, gain = float(rows if expected_tokens is None else expected_tokens), acceptance
+    expected_tokens = float(rows if expected_tokens is None else expected_tokens)
     best_k, best_rate = 0, expected_tokens / step_s(rows)
-    for k in range(1, max_tokens + 1):
+    for k, gain in enumerate(position_gains(acceptance, max_tokens), start=1):
         expected_tokens += gain
-        gain *= acceptance
         rate = expected_tokens / step_s(rows + k)
         if rate > best_rate:
             best_k, best_rate = k, rate
@@ -141,7 +161,7 @@ class Trials:
 class SeqDrafts:
     """A sequence's speculation state (on `Sequence.drafts`)."""
     track: PredictionTrack | None
-    trials: dict[str, Trials] = field(default_factory=dict)
+    streaks: dict[str, int] = field(default_factory=dict)    # source -> drafts produced since its miss
     prediction_accepted: int = 0        # drafted prediction tokens the model produced
     prediction_rejected: int = 0        # ... and the others
 
@@ -164,7 +184,7 @@ class DraftPolicy:
         self._curve: tuple[int, list[float] | None] = (-1, None)    # (table observations, curve)
         self.max_model_len = max_model_len
         self.store = store if store is not None or SUFFIX not in self.sources else SuffixStore()
-        self.trials = {source: Trials() for source in self.sources}
+        self.trials = {source: [Trials() for _ in range(STREAK_BUCKETS)] for source in self.sources}
         self.counts = {source: SourceCount() for source in self.sources}
 
     # -- choosing ---------------------------------------------------------------------------
@@ -189,12 +209,11 @@ class DraftPolicy:
             if (guessing_off and source in GUESSING_SOURCES) or (source == GRAMMAR and seq.constraint is None) \
                     or (source == PREDICTION and state.track is None):
                 continue                          # nothing to draft from: skip the rule's work
-            acceptance = self.acceptance(seq, source)
-            k = draft_length(acceptance, step_s, batch.rows, room, batch.expected_tokens)
+            rates = self.acceptances(seq, source, room)
+            k = draft_length(rates, step_s, batch.rows, room, batch.expected_tokens)
             tokens = self._offer(source, seq, state, k) if k > 0 else []
             if tokens:
-                draft = Draft(source, tuple(tokens),
-                              sum(acceptance ** i for i in range(1, len(tokens) + 1)))
+                draft = Draft(source, tuple(tokens), sum(position_gains(rates, len(tokens))))
                 rate = (batch.expected_tokens + draft.expected_tokens) / step_s(batch.rows + len(tokens))
                 if best is None or rate > best[0]:
                     best = (rate, draft)
@@ -233,11 +252,16 @@ class DraftPolicy:
         fixed_s, per_row_s = fitted
         return per_row_s / fixed_s if fixed_s > 0 else float("inf")
 
+    def acceptances(self, seq: Sequence, source: str, count: int) -> list[float]:
+        """The acceptance of `source`'s next `count` drafted positions for `seq`: position i
+        at the rate measured for streak s + i, s the source's streak in `seq`."""
+        streak = self._state(seq).streaks.get(source, 0)
+        by_bucket = [t.rate(PRIOR_ACCEPTANCE[source], PRIOR_TRIALS) for t in self.trials[source]]
+        return [by_bucket[streak_bucket(streak + i)] for i in range(count)]
+
     def acceptance(self, seq: Sequence, source: str) -> float:
-        """The per-position acceptance of `source` for `seq`: its own trials, the source's as prior."""
-        overall = self.trials[source].rate(PRIOR_ACCEPTANCE[source], PRIOR_TRIALS)
-        own = self._state(seq).trials.get(source)
-        return overall if own is None else own.rate(overall, SEQ_PRIOR_TRIALS)
+        """The acceptance of `source`'s next drafted position for `seq`."""
+        return self.acceptances(seq, source, 1)[0]
 
     def _offer(self, source: str, seq: Sequence, state: SeqDrafts, k: int) -> list[int]:
         if source == GRAMMAR:
@@ -260,10 +284,11 @@ class DraftPolicy:
     def settle(self, seq: Sequence, draft: Draft, accepted: int, mismatched: bool) -> None:
         """After verification: `accepted` leading drafts were produced; `mismatched`: the
         next one was not (False when the request finished first, or every draft held)."""
-        trials = accepted + int(mismatched)
-        state = self._state(seq)
-        self.trials[draft.source].add(accepted, trials, MAX_SOURCE_TRIALS)
-        state.trials.setdefault(draft.source, Trials()).add(accepted, trials)
+        state, buckets = self._state(seq), self.trials[draft.source]
+        streak = state.streaks.get(draft.source, 0)
+        for i in range(accepted + int(mismatched)):          # position i was tried at streak + i
+            buckets[streak_bucket(streak + i)].add(int(i < accepted), 1, MAX_SOURCE_TRIALS)
+        state.streaks[draft.source] = 0 if mismatched else streak + accepted
         count = self.counts[draft.source]
         count.drafted += len(draft.tokens)
         count.accepted += accepted

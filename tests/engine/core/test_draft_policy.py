@@ -136,16 +136,31 @@ def test_the_policy_learns_a_step_time_curve_from_the_decode_steps_it_is_shown()
     assert draft_length(0.95, step_s, 1, SPEC_MAX_DRAFT_TOKENS) > 8
 
 
-def test_a_sequence_whose_drafts_miss_trusts_its_source_less_than_its_neighbours_do():
-    from engine.core.drafts.policy import Draft, SEQ_PRIOR_TRIALS
-    policy = DraftPolicy(SpeculativeConfig(method="prediction"), 512)
-    missing, other = _sequence((5, 6, 7), 0), _sequence((5, 6, 7), 1)
-    for _ in range(20):                                                  # 20 trials, all missed
-        policy.settle(missing, Draft(PREDICTION, (5, 6, 7)), accepted=0, mismatched=True)
-    overall = policy.acceptance(other, PREDICTION)                       # no trials of its own
-    assert overall < PRIOR_ACCEPTANCE[PREDICTION]                        # the misses count for all ...
-    assert policy.acceptance(missing, PREDICTION) == pytest.approx(     # ... most for their sequence
-        overall * SEQ_PRIOR_TRIALS / (20 + SEQ_PRIOR_TRIALS))
+def test_a_source_right_for_a_long_run_drafts_long_though_it_missed_often_before():
+    """Acceptance by streak: a prediction that missed at first and then was produced 40
+    tokens in a row (an edit's answer back on the file) drafts long; a
+    sequence just after a miss drafts less (its later positions, at streaks not measured
+    yet, at the prior). One rate per source or per sequence (the misses
+    averaged in) drafted 3-4 tokens inside such runs."""
+    from engine.core.drafts.policy import STREAK_BUCKETS, streak_bucket
+    assert [streak_bucket(s) for s in (0, 1, 2, 3, 4, 7, 8, 31, 32, 1000)] == [0, 1, 2, 2, 3, 3, 4, 5, 6, 6]
+    assert streak_bucket(10 ** 6) == STREAK_BUCKETS - 1
+    policy = DraftPolicy(SpeculativeConfig(method="prediction"), 512, step_cost=_learned_cost())
+    prediction = tuple(range(10, 210))
+    copying, after_miss = _sequence(prediction, 0), _sequence(prediction, 1)
+    for _ in range(30):                                  # both sequences miss at once, often
+        for seq in (copying, after_miss):
+            policy.settle(seq, Draft(PREDICTION, (5, 6, 7)), accepted=0, mismatched=True)
+    for _ in range(5):                                   # then one is produced 8 at a time
+        policy.settle(copying, Draft(PREDICTION, tuple(range(8))), accepted=8, mismatched=False)
+    assert policy.acceptance(after_miss, PREDICTION) < 0.3
+    assert policy.acceptance(copying, PREDICTION) > 0.9
+    run = policy.propose(copying, 1000, DraftBatch(1))
+    unsure = policy.propose(after_miss, 1000, DraftBatch(1))
+    assert run.source == PREDICTION and len(run.tokens) >= 16 and run.expected_tokens > 10
+    assert unsure is None or unsure.expected_tokens < 1.0
+    policy.settle(copying, run, accepted=3, mismatched=True)    # a miss ends the run
+    assert policy.acceptance(copying, PREDICTION) == policy.acceptance(after_miss, PREDICTION)
 
 
 def test_sequences_later_in_a_step_see_the_rows_the_earlier_ones_drafted():
@@ -188,7 +203,7 @@ def test_the_draft_expected_to_give_the_most_tokens_wins_not_the_first_source_th
     policy = DraftPolicy(SpeculativeConfig(method="auto"), 512, step_cost=_learned_cost())
     assert policy.propose(decoding(0), 1000, DraftBatch(1)).source == PREDICTION   # priors: 0.9 > 0.5
     for i in range(300):                                     # then predictions half hold, lookups hold
-        policy.settle(decoding(10 + i), Draft(PREDICTION, (1, 2, 3)), accepted=1, mismatched=True)
+        policy.settle(decoding(10 + i), Draft(PREDICTION, (1, 2, 3)), accepted=i % 2, mismatched=True)
         policy.settle(decoding(400 + i), Draft(PROMPT_LOOKUP, (1, 2, 3, 4)), accepted=4, mismatched=False)
     assert 0.4 < policy.acceptance(decoding(1), PREDICTION) < 0.6    # still worth a draft alone ...
     chosen = policy.propose(decoding(1), 1000, DraftBatch(1))
