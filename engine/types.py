@@ -98,7 +98,10 @@ class PromptLogprobs:
 @dataclass(frozen=True, kw_only=True)
 class SpeculativeConfig:
     method: str = "auto"           # one of SPECULATIVE_METHODS (engine/core/drafts/policy.py)
-    num_speculative_tokens: int = 4  # prompt lookup's drafts, at most (the other sources: up to 32)
+    # Prompt lookup's drafts, at most (every source: up to SPEC_MAX_DRAFT_TOKENS = 32). The
+    # draft-length rule picks the length by the lookup's streak of accepted tokens, so the
+    # cap is that too: on an edit's answer copying the file it is right 98% of the time.
+    num_speculative_tokens: int = 32
     prompt_lookup_min: int = 2     # n-gram sizes tried, longest first
     prompt_lookup_max: int = 4
 

@@ -4,7 +4,8 @@ When a model repeats or edits text it was given (summaries that quote, code edit
 this passage"), the next tokens often already appear in the context right after the
 current last few tokens. `propose` finds the most recent earlier occurrence of the
 context's last n-gram (n from `prompt_lookup_max` down to `prompt_lookup_min`) and
-proposes the tokens that followed it. `agreement` is the backward match the prediction
+proposes the tokens that followed it (repeating them when they reach the context's end:
+the context is a loop of that period). `agreement` is the backward match the prediction
 cursor and the suffix store rank their candidates by.
 """
 from __future__ import annotations
@@ -31,7 +32,10 @@ def propose(tokens: list[int], config: SpeculativeConfig, max_draft: int) -> lis
         hits = np.flatnonzero((windows == context[total - n:]).all(axis=1))  # earlier occurrences
         if hits.size:
             start = int(hits[-1]) + n                                       # the token after the match
-            return context[start:start + max_draft].tolist()
+            # What followed the match, up to the context's end; past it, the same rule goes
+            # on over the draft itself, so a repetition of period total - start continues
+            # (a small model's loop, " rate-limited rate-limited ...", drafts whole).
+            return np.resize(context[start:], max_draft).tolist()
     return []
 
 

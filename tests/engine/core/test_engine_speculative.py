@@ -20,6 +20,10 @@ def test_propose_follows_the_latest_earlier_match_of_the_longest_ngram():
     assert propose([7, 8, 9, 7], cfg, 10) == [8, 9, 7]          # falls back to a 1-gram
     assert propose([1, 2, 3], cfg, 10) == []
     assert propose([1, 2, 1, 2], cfg, 1) == [1]                  # capped by the room left
+    # A loop: the latest match is one period back; its continuation repeats past the end.
+    long = SpeculativeConfig(num_speculative_tokens=32, prompt_lookup_min=1, prompt_lookup_max=2)
+    assert propose([9, 5, 6, 7, 5, 6, 7], long, 8) == [5, 6, 7, 5, 6, 7, 5, 6]
+    assert propose([9, 5, 6, 7, 5, 6, 7], cfg, 8) == [5, 6, 7]   # the config's cap
 
 
 def test_check_config_names_the_refused_field():
