@@ -3,7 +3,7 @@
 Issue 24's question: a memory-bound step reads the same weights for 1 row as for 8, so a
 draft that is accepted should be nearly free. This times the engine's own batched forward
 (`ModelRunner.forward`, engine/core/runner.py) on the real model, after a 128-token
-prompt per sequence was prefilled through the engine:
+prompt per sequence (`--prompt-tokens`: an edit's answer runs at ~600-1400) was prefilled through the engine:
 
   streams  N sequences, one decode row each                 (rows = N)
   drafts   one sequence, its last token + N - 1 drafted rows (rows = N)
@@ -37,11 +37,11 @@ PROMPT_TOKENS = 128
 GREEDY = SamplingParams(temperature=0.0, ignore_eos=True)
 
 
-def prefilled(model, streams: int) -> tuple[Engine, list]:
+def prefilled(model, streams: int, prompt_tokens: int = PROMPT_TOKENS) -> tuple[Engine, list]:
     """An engine with `streams` sequences whose prompts are computed (each decodes next)."""
     engine = Engine(model, EngineConfig(max_num_seqs=max(64, streams)))
     for i in range(streams):
-        prompt = tuple(1000 + (i * 7919 + j * 104729) % 40000 for j in range(PROMPT_TOKENS))
+        prompt = tuple(1000 + (i * 7919 + j * 104729) % 40000 for j in range(prompt_tokens))
         engine.add_request(GenRequest(prompt=prompt, params=GREEDY, max_tokens=1000))
     while any(s.num_uncomputed > 1 for s in engine.scheduler.running) or engine.scheduler.waiting:
         engine.step()
@@ -105,11 +105,13 @@ def main() -> None:
     ap.add_argument("--rows", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32])
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--plain", action="store_true", help="also time plain x @ w, side by side")
+    ap.add_argument("--prompt-tokens", type=int, default=PROMPT_TOKENS,
+                    help="context before the timed rows (an edit's answer runs at ~600-1400)")
     args = ap.parse_args()
     tune_malloc()
     model = load_model(ROOT / DEFAULT_DEST)
     results = []
-    engine, seqs = prefilled(model, max(args.rows))
+    engine, seqs = prefilled(model, max(args.rows), args.prompt_tokens)
     for rows in args.rows:
         results.append({"rows": rows, **cell(engine, seqs, rows, args.repeats, args.plain)})
     base = results[0]["streams_ms"]
