@@ -1,6 +1,8 @@
 """Prompt-lookup speculation: drafts from the context, identical output to plain decoding.
 
 (The other draft sources and the draft-length rule: test_draft_sources.py, test_draft_policy.py.)"""
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -96,6 +98,34 @@ def test_accepted_drafts_give_several_tokens_per_step_and_stop_in_the_middle():
     stats = engine.stats()
     assert stats.spec_accepted_tokens == stats.spec_draft_tokens >= 2            # e f (g: stop) all held
     assert stats.kv_blocks_used == 0 and not engine.has_work()
+
+
+def test_a_loop_is_drafted_whole_and_answers_as_plain_decoding():
+    """A model caught in a loop of period 3 (5 -> 6 -> 7 -> 5): prompt lookup's
+    continuation, repeated past the context's end, drafts the loop many tokens at a time
+    (it stopped at the context's end before: 3 a step), and the answer is plain decoding's."""
+    model = succ_model()
+    head = model.weights.lm_head.copy()
+    head[7] = 0.0
+    head[7, 5] = 20.0                                             # 7 -> 5 closes the loop
+    loop = replace(model, weights=replace(model.weights, lm_head=head))
+    prompt, greedy = (9, 5, 6, 7, 5, 6, 7), SamplingParams(temperature=0.0)
+    spec = SpeculativeConfig(method="prompt_lookup", prompt_lookup_min=1, prompt_lookup_max=3)
+    answers, most_accepted_in_a_step = [], 0
+    for config in (None, spec):
+        engine = Engine(loop, EngineConfig(block_size=4, num_kv_blocks=128, speculative=config),
+                        clock=frozen_clock)
+        rid = engine.add_request(GenRequest(prompt=prompt, params=greedy, max_tokens=40))
+        tokens = []
+        while engine.has_work():
+            before = engine.stats().spec_accepted_tokens
+            tokens += [o.token for o in engine.step() if o.id == rid]
+            most_accepted_in_a_step = max(most_accepted_in_a_step, engine.stats().spec_accepted_tokens - before)
+        answers.append(tokens)
+    assert answers[0] == answers[1] == [5, 6, 7] * 13 + [5]
+    stats = engine.stats()
+    assert stats.spec_accepted_tokens == stats.spec_draft_tokens >= 24   # of 39 after the first
+    assert most_accepted_in_a_step > 3                            # more than one period at once
 
 
 # --------------------------------------------------------------------------- where it is free
