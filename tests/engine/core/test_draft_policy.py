@@ -208,3 +208,18 @@ def test_the_draft_expected_to_give_the_most_tokens_wins_not_the_first_source_th
     assert 0.4 < policy.acceptance(decoding(1), PREDICTION) < 0.6    # still worth a draft alone ...
     chosen = policy.propose(decoding(1), 1000, DraftBatch(1))
     assert chosen is not None and chosen.source == PROMPT_LOOKUP and chosen.tokens[:2] == (8, 9)
+
+
+def test_a_streak_not_measured_yet_halves_the_miss_rate_of_the_one_below():
+    """Acceptance rises with the streak (edit task: prompt lookup 0.55 at streak 0, 0.95 at
+    8-15, 1.0 past 16), so an unmeasured bucket's prior is the bucket below's with half the
+    misses, not the source's flat prior: a loop 40 tokens long drafts long on a cold server."""
+    from engine.core.drafts.policy import STREAK_BUCKETS
+    policy = DraftPolicy(SpeculativeConfig(method="prompt_lookup"), 512)
+    rates = policy.bucket_rates(PROMPT_LOOKUP)
+    assert len(rates) == STREAK_BUCKETS and rates[0] == PRIOR_ACCEPTANCE[PROMPT_LOOKUP]
+    assert rates[1] == pytest.approx(1 - (1 - rates[0]) / 2) and rates == sorted(rates) and rates[-1] > 0.98
+    for i in range(100):                                  # streak 0 measured: always missed
+        policy.settle(_sequence((), i), Draft(PROMPT_LOOKUP, (1, 2)), accepted=0, mismatched=True)
+    measured = policy.bucket_rates(PROMPT_LOOKUP)
+    assert measured[0] < 0.05 and measured[1] == pytest.approx(1 - (1 - measured[0]) / 2)

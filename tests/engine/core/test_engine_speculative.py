@@ -96,7 +96,7 @@ def test_accepted_drafts_give_several_tokens_per_step_and_stop_in_the_middle():
     assert tokens_of(second) == [101, 102, 103] and second[-1].finish == "stop"
     assert {o.id for o in first + second} == {rid}
     stats = engine.stats()
-    assert stats.spec_accepted_tokens == stats.spec_draft_tokens >= 2            # e f (g: stop) all held
+    assert stats.spec_draft_tokens >= stats.spec_accepted_tokens >= 2            # e f (g: stop) held; any after g unused
     assert stats.kv_blocks_used == 0 and not engine.has_work()
 
 
