@@ -29,8 +29,8 @@ prediction high) and by the source's streak in the sequence: how many of its dra
 tokens in a row the model has produced since its last miss. A source's drafts are right
 in runs -- an edit's answer copies the predicted file for hundreds of tokens, then leaves
 it for the changed line -- so one rate per source (or per sequence) averages the runs with
-the misses, and a prediction accepted 40 times in a row was still drafted 3 or 4 tokens
-at a time. So the trials are kept per streak bucket (0, 1, 2-3, 4-7, ... 32+), and a
+the misses, and an answer copying its file for hundreds of tokens was drafted 3 or 4
+tokens a step. So the trials are kept per streak bucket (0, 1, 2-3, 4-7, ... 32+), and a
 draft's position i, counted from a streak s, is accepted with the rate of s + i's bucket:
 the rule drafts long inside a run and short just after a miss. A bucket not measured yet
 takes half the miss rate of the one below it as its prior. A trial is a verified
