@@ -35,9 +35,12 @@ DONE = b"data: [DONE]\n\n"
 
 
 def config(succ_dir, tiny_dir) -> ServeConfig:
-    """succ first ([engine]: one batch slot, one queue place), the tiny Llama in
-    [[models]] with its own, larger queue."""
+    """succ first ([engine]: one batch slot, one queue place, no speculation: its streams
+    must take one slowed step a token, and a repeated prompt's answer would otherwise be
+    drafted whole from the suffix store), the tiny Llama in [[models]] with its own, larger
+    queue."""
     return two_chat_config(succ_dir, tiny_dir, first="""
+speculative = "none"
 max_num_seqs = 1
 queue_capacity = 1
 queue_deadline_ms = 600000
