@@ -272,10 +272,6 @@ class DraftPolicy:
             prior = 1.0 - (1.0 - rates[-1]) * STREAK_MISS_RATIO
         return rates
 
-    def acceptance(self, seq: Sequence, source: str) -> float:
-        """The acceptance of `source`'s next drafted position for `seq`."""
-        return self.acceptances(seq, source, 1)[0]
-
     def _offer(self, source: str, seq: Sequence, state: SeqDrafts, k: int) -> list[int]:
         if source == GRAMMAR:
             return seq.constraint.forced_drafts(k) if seq.constraint is not None else []

@@ -54,6 +54,11 @@ def test_the_row_cost_table_keeps_the_shape_and_fills_the_gaps():
     assert table.curve(0.1)[1] == pytest.approx(0.9 * 0.030 + 0.1 * 0.040)
 
 
+def next_rate(policy: DraftPolicy, seq: Sequence, source: str) -> float:
+    """The acceptance the policy gives `source`'s next drafted position for `seq`."""
+    return policy.acceptances(seq, source, 1)[0]
+
+
 def _learned_cost() -> StepCostModel:
     cost = StepCostModel()
     for step in range(40):
@@ -78,10 +83,10 @@ def test_the_policy_uses_the_learned_step_cost_and_the_measured_acceptance():
     assert alone.source == crowded.source == PREDICTION
     assert alone.tokens[:len(crowded.tokens)] == crowded.tokens == prediction[:len(crowded.tokens)]
     assert len(alone.tokens) > len(crowded.tokens) > 0
-    assert policy.acceptance(_sequence(prediction, 2), PREDICTION) == pytest.approx(PRIOR_ACCEPTANCE[PREDICTION])
+    assert next_rate(policy, _sequence(prediction, 2), PREDICTION) == pytest.approx(PRIOR_ACCEPTANCE[PREDICTION])
     for _ in range(200):                                                # every draft misses at once
         policy.settle(_sequence(prediction, 3), alone, accepted=0, mismatched=True)
-    assert policy.acceptance(_sequence(prediction, 4), PREDICTION) < 0.05
+    assert next_rate(policy, _sequence(prediction, 4), PREDICTION) < 0.05
     assert policy.propose(_sequence(prediction, 5), 1000, DraftBatch(1)) is None
     assert policy.by_source() == ((PREDICTION, 200 * len(alone.tokens), 0),)
 
@@ -153,14 +158,14 @@ def test_a_source_right_for_a_long_run_drafts_long_though_it_missed_often_before
             policy.settle(seq, Draft(PREDICTION, (5, 6, 7)), accepted=0, mismatched=True)
     for _ in range(5):                                   # then one is produced 8 at a time
         policy.settle(copying, Draft(PREDICTION, tuple(range(8))), accepted=8, mismatched=False)
-    assert policy.acceptance(after_miss, PREDICTION) < 0.3
-    assert policy.acceptance(copying, PREDICTION) > 0.9
+    assert next_rate(policy, after_miss, PREDICTION) < 0.3
+    assert next_rate(policy, copying, PREDICTION) > 0.9
     run = policy.propose(copying, 1000, DraftBatch(1))
     unsure = policy.propose(after_miss, 1000, DraftBatch(1))
     assert run.source == PREDICTION and len(run.tokens) >= 16 and run.expected_tokens > 10
     assert unsure is None or unsure.expected_tokens < 1.0
     policy.settle(copying, run, accepted=3, mismatched=True)    # a miss ends the run
-    assert policy.acceptance(copying, PREDICTION) == policy.acceptance(after_miss, PREDICTION)
+    assert next_rate(policy, copying, PREDICTION) == next_rate(policy, after_miss, PREDICTION)
 
 
 def test_sequences_later_in_a_step_see_the_rows_the_earlier_ones_drafted():
@@ -205,7 +210,7 @@ def test_the_draft_expected_to_give_the_most_tokens_wins_not_the_first_source_th
     for i in range(300):                                     # then predictions half hold, lookups hold
         policy.settle(decoding(10 + i), Draft(PREDICTION, (1, 2, 3)), accepted=i % 2, mismatched=True)
         policy.settle(decoding(400 + i), Draft(PROMPT_LOOKUP, (1, 2, 3, 4)), accepted=4, mismatched=False)
-    assert 0.4 < policy.acceptance(decoding(1), PREDICTION) < 0.6    # still worth a draft alone ...
+    assert 0.4 < next_rate(policy, decoding(1), PREDICTION) < 0.6    # still worth a draft alone ...
     chosen = policy.propose(decoding(1), 1000, DraftBatch(1))
     assert chosen is not None and chosen.source == PROMPT_LOOKUP and chosen.tokens[:2] == (8, 9)
 
