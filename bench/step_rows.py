@@ -3,7 +3,8 @@
 Issue 24's question: a memory-bound step reads the same weights for 1 row as for 8, so a
 draft that is accepted should be nearly free. This times the engine's own batched forward
 (`ModelRunner.forward`, engine/core/runner.py) on the real model, after a 128-token
-prompt per sequence (`--prompt-tokens`: an edit's answer runs at ~600-1400) was prefilled through the engine:
+prompt per sequence was prefilled through the engine (`--prompt-tokens N` for a longer
+context: an edit's answer runs at ~600-1400):
 
   streams  N sequences, one decode row each                 (rows = N)
   drafts   one sequence, its last token + N - 1 drafted rows (rows = N)

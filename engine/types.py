@@ -99,8 +99,9 @@ class PromptLogprobs:
 class SpeculativeConfig:
     method: str = "auto"           # one of SPECULATIVE_METHODS (engine/core/drafts/policy.py)
     # Prompt lookup's drafts, at most (every source: up to SPEC_MAX_DRAFT_TOKENS = 32). The
-    # draft-length rule picks the length by the lookup's streak of accepted tokens, so the
-    # cap is that too: on an edit's answer copying the file it is right 98% of the time.
+    # draft-length rule picks each draft's length by the lookup's streak of accepted tokens,
+    # so this only bounds it, as for the other sources (on an edit's answer copying its
+    # file the lookup is right ~98% of the time: a cap of 4 wasted that).
     num_speculative_tokens: int = 32
     prompt_lookup_min: int = 2     # n-gram sizes tried, longest first
     prompt_lookup_max: int = 4

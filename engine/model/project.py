@@ -6,7 +6,9 @@ verifying drafted tokens, or a few streams -- go to OpenBLAS's sgemm, which pack
 panel into its own layout on every call and pads the rows to its kernel's tile: measured
 on this machine class (2 cores; 120 random float32 matrices of smol-135m's 30 layers' shapes
 timed alone, best of 9), all of them cost 14 ms for 1 row, 30 ms for 2, 32 for 4, 46-57 for
-5-6 and 29-32 for 8 (the engine's whole forward, shaped vs plain: `bench/step_rows.py --plain`). A drafted row should be nearly free; sgemm made the second row cost more than the first.
+5-6 and 29-32 for 8 (the engine's whole forward, shaped vs plain: `bench/step_rows.py
+--plain`). A drafted row should be nearly free; sgemm made the second row cost more than
+the first.
 
 What this module does instead, per call (the answer is the same product):
 
