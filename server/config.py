@@ -39,6 +39,7 @@ from engine.api import (DEFAULT_MODEL_DIR, PREFIX_CACHE_MODES, PREFIX_CACHE_RULE
                         SpeculativeConfig, check_speculative_config, model_name, user_model_dir)
 
 from server.api import defaults as sampling
+from server.api.generation import DEFAULT_MAX_STOP_STRINGS
 from server.worker.arrivals import DEFAULT_ARRIVAL_WINDOW_MS
 from server.http.connstate import parse_address
 from server.model_table import ModelEntry, ModelTableError, check_unique_ids, parse_models
@@ -87,6 +88,7 @@ class ServeConfig:
     chat_template: str = ""                    # a Jinja file replacing the model's own; "" = the model's
     reasoning: str = REASONING_AUTO            # "auto": a thinking template's reasoning kept apart; "off"
     models: tuple[ModelEntry, ...] = ()        # [[models]]: more models beside model_dir's
+    max_stop_strings: int = DEFAULT_MAX_STOP_STRINGS   # `stop` sequences a request may give
 
     def __post_init__(self):
         if not self.model_id:
@@ -189,6 +191,7 @@ KEYS: dict[str, Key] = {
     "trace_file": _ANY,
     "trace_max_mib": Key(int, _positive, "an integer >= 1"),
     "chat_template": _ANY,
+    "max_stop_strings": Key(int, _positive, "an integer >= 1"),
     "reasoning": Key(str, lambda v: v in REASONING_MODES, '"auto" or "off"'),
     "speculative": Key(str, lambda v: v in ("", "none") + SPECULATIVE_METHODS,
                        f'{SPECULATIVE_RULES["method"]} or "none" (or a [engine.speculative] table)'),
@@ -205,7 +208,7 @@ ENGINE_FIELDS = ("prefill_chunk", "block_size", "kv_cache_mib", "num_kv_blocks",
 SERVE_FIELDS = ("model_dir", "model_id", "http_listen", "health_listen", "queue_capacity",
                 "queue_deadline_ms", "arrival_window_ms", "drain_timeout_s",
                 "ping_interval_s", "engine_view", "trace_file", "trace_max_mib", "chat_template",
-                "reasoning",
+                "reasoning", "max_stop_strings",
                 "api_key", "cors_allow_origins", "access_log", "default_overrides", "models")
 # Relative to the config file's own folder when they come from a file.
 PATH_KEYS = ("model_dir", "api_key_file", "access_log", "trace_file", "chat_template")

@@ -159,7 +159,7 @@ def load(cfg: ServeConfig, handle: ServerHandle, wrap_engine: EngineWrapper | No
     workers.start()
     handle.api.inner = ApiApp(chats=loaded.chats, state=handle.state,
                               ping_interval_s=cfg.ping_interval_s, offloop=workers,
-                              encoders=loaded.encoders)
+                              encoders=loaded.encoders, max_stop_strings=cfg.max_stop_strings)
     loop = handle.loop
     handle.health.current = HealthApp(
         engines={model_id: chat.bridge for model_id, chat in loaded.chats.items()},

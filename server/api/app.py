@@ -30,6 +30,7 @@ from typing import Callable, Mapping
 from server.api.chat import chat
 from server.api.completions import completions
 from server.api.defaults import SamplingDefaults
+from server.api.generation import DEFAULT_MAX_STOP_STRINGS
 from server.replies import json_response
 from server.api.embeddings import embeddings
 from server.api.launch import ApiContext, ChatModel
@@ -70,7 +71,8 @@ class ApiApp:
                  clock: Callable[[], float] = time.monotonic, web: StaticFiles | None = None,
                  defaults: SamplingDefaults = SamplingDefaults(), offloop: OffLoop = Inline(),
                  encoders: Mapping[str, EncoderWorker] | None = None,
-                 chats: Mapping[str, ChatModel] | None = None):
+                 chats: Mapping[str, ChatModel] | None = None,
+                 max_stop_strings: int = DEFAULT_MAX_STOP_STRINGS):
         """`chats`: every chat model by id, the first answering where one is needed before
         a request names its model; or one chat model as `served`, `bridge`, `defaults`."""
         if chats is None:
@@ -92,7 +94,8 @@ class ApiApp:
                               bridge=self.bridge,
                               stream_ctx=self.stream_ctx, offloop=offloop,
                               count_request=metrics.count_request, clock=clock,
-                              encoders=dict(encoders or {}), chats=dict(chats))
+                              encoders=dict(encoders or {}), chats=dict(chats),
+                              max_stop_strings=max_stop_strings)
         endpoints = {"chat": chat, "completions": completions, "responses": responses,
                      "embeddings": embeddings, "tokenize": tokenize, "detokenize": detokenize,
                      "models": models, "model": model, "rerank": rerank, "score": score}

@@ -11,7 +11,7 @@ from engine.api import MAX_TOP_LOGPROBS
 from server.api import documents as docs
 from server.api.defaults import SamplingDefaults
 from server.api.fields import bad, boolean, integer, is_int, load_json_object, token_ids, unsupported
-from server.api.generation import GenSpec, common_fields
+from server.api.generation import DEFAULT_MAX_STOP_STRINGS, GenSpec, common_fields
 from server.api.prediction import parse_prediction
 from server.api.launch import ApiContext, Endpoint, Launch, launch_generation
 from server.door.routes import Params
@@ -53,7 +53,8 @@ def _prompts(doc: dict) -> tuple[str | tuple[int, ...], ...]:
     return many
 
 
-def parse_completion(body: bytes, defaults: SamplingDefaults = SamplingDefaults()) -> GenSpec:
+def parse_completion(body: bytes, defaults: SamplingDefaults = SamplingDefaults(),
+                     max_stop_strings: int = DEFAULT_MAX_STOP_STRINGS) -> GenSpec:
     doc = load_json_object(body)
     if integer(doc, "best_of", 1, 1) > 1:
         raise unsupported("best_of", "Only best_of = 1 is supported.")
@@ -66,7 +67,7 @@ def parse_completion(body: bytes, defaults: SamplingDefaults = SamplingDefaults(
     common = common_fields(doc, "completion",
                            default_max=defaults.max_tokens or DEFAULT_COMPLETION_MAX_TOKENS,
                            logprobs=n_logprobs is not None, top_logprobs=n_logprobs or 0,
-                           defaults=defaults, least_max=0)
+                           defaults=defaults, least_max=0, max_stop_strings=max_stop_strings)
     if common.max_tokens == 0 and not echo:
         raise bad("max_tokens", "'max_tokens' 0 is only allowed with 'echo': true (score the "
                                 "prompt without sampling).")
@@ -117,7 +118,7 @@ def renderer(spec: GenSpec, header: docs.Header) -> Renderer:
 # ---- the handler ------------------------------------------------------------------------------
 
 def completions(ctx: ApiContext, request: Request, params: Params, extra: Headers) -> Launch:
-    spec = parse_completion(request.body, ctx.defaults_for(request.body))
+    spec = parse_completion(request.body, ctx.defaults_for(request.body), ctx.max_stop_strings)
     with ctx.serving(spec.model) as ctx:
         served = ctx.served
         prompts = []

@@ -26,7 +26,9 @@ from server.api.tools import ToolsSpec
 from server.text.messages import Message
 from server.text.reasoning import Thinking
 
-MAX_STOP_STRINGS = 16           # `stop` sequences: OpenAI allows 4, eval harnesses send more
+# `stop` sequences a request may give: OpenAI's 4 by default; `[engine].max_stop_strings`
+# raises it for evaluation harnesses that send more.
+DEFAULT_MAX_STOP_STRINGS = 4
 MAX_STOP_TOKEN_IDS = 64
 MAX_LOGIT_BIAS_ENTRIES = 300    # OpenAI's own bound
 MAX_CHOICES = 8                 # `n`: choices per prompt (each one engine sequence)
@@ -61,15 +63,15 @@ class GenSpec:
                                                 # (server/api/prediction.py), drafts only
 
 
-def _stop(doc: dict) -> tuple[str, ...]:
+def _stop(doc: dict, limit: int) -> tuple[str, ...]:
     v = doc.get("stop")
     if v is None:
         return ()
     stops = [v] if isinstance(v, str) else v
     if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
         raise bad("stop", "'stop' must be a string or a list of strings.")
-    if len(stops) > MAX_STOP_STRINGS:
-        raise bad("stop", f"'stop' allows at most {MAX_STOP_STRINGS} sequences, got {len(stops)}.")
+    if len(stops) > limit:
+        raise bad("stop", f"'stop' allows at most {limit} sequences, got {len(stops)}.")
     return tuple(stops)
 
 
@@ -132,7 +134,8 @@ def _max_tokens(doc: dict, default: int | None, least: int = 1) -> int | None:
 
 
 def common_fields(doc: dict, kind: str, *, default_max: int | None, logprobs: bool,
-                  top_logprobs: int, defaults: SamplingDefaults, least_max: int = 1) -> GenSpec:
+                  top_logprobs: int, defaults: SamplingDefaults, least_max: int = 1,
+                  max_stop_strings: int = DEFAULT_MAX_STOP_STRINGS) -> GenSpec:
     """The fields chat and completions share, as a `GenSpec` each adds its own to."""
     _refuse_unsupported(doc)
     stream, include_usage = _stream_flags(doc)
@@ -144,7 +147,7 @@ def common_fields(doc: dict, kind: str, *, default_max: int | None, logprobs: bo
                    max_tokens=_max_tokens(doc, default_max, least_max),
                    params=_sampling(doc, logprobs=logprobs, top_logprobs=top_logprobs,
                                     defaults=defaults),
-                   seed=seed, stop=_stop(doc), stream=stream, include_usage=include_usage,
+                   seed=seed, stop=_stop(doc, max_stop_strings), stream=stream, include_usage=include_usage,
                    stop_ids=() if stop_ids is None else token_ids(stop_ids, "stop_token_ids",
                                                                   limit=MAX_STOP_TOKEN_IDS),
                    logprobs=logprobs, top_logprobs=top_logprobs,

@@ -28,7 +28,7 @@ from engine.api import KIND_CHAT, KIND_EMBEDDING, GenRequest, Grammar
 from server.api import documents as docs
 from server.door.routes import Params
 from server.api.defaults import SamplingDefaults
-from server.api.generation import GenSpec, parse_priority
+from server.api.generation import DEFAULT_MAX_STOP_STRINGS, GenSpec, parse_priority
 from server.api.offloop import OffLoop
 from server.api.streams import Echo, GenerationStream, Renderer, StreamContext
 from server.api.structured import Structured, compile_structured
@@ -88,6 +88,7 @@ class ApiContext:
     clock: Callable[[], float] = time.monotonic
     encoders: Mapping[str, EncoderWorker] = field(default_factory=dict)
     chats: Mapping[str, ChatModel] = field(default_factory=dict)
+    max_stop_strings: int = DEFAULT_MAX_STOP_STRINGS   # `stop` sequences a request may give
 
     def model_ids(self) -> list[str]:
         """Every served id in configuration order: the chat models, then the embedding

@@ -7,8 +7,8 @@ import socket
 
 import requests
 
-from tests.e2e.helpers import (TIMEOUT_S, chat_body, chat_stream_text, post, server_fixture,
-                               stream_chunks)
+from tests.e2e.helpers import (TIMEOUT_S, chat_body, chat_stream_text, post, running_server,
+                               server_fixture, stream_chunks)
 
 
 server = server_fixture("succ_model_dir")
@@ -98,7 +98,7 @@ BAD_REQUESTS = [
     ("/v1/chat/completions", chat_body("a", temperature=2.5), 400, "temperature", None),
     ("/v1/chat/completions", chat_body("a", top_p=0), 400, "top_p", None),
     ("/v1/chat/completions", chat_body("a", max_tokens=0), 400, "max_tokens", None),
-    ("/v1/chat/completions", chat_body("a", stop=[str(i) for i in range(17)]), 400, "stop", None),
+    ("/v1/chat/completions", chat_body("a", stop=[str(i) for i in range(5)]), 400, "stop", None),
     ("/v1/chat/completions", {"model": "succ"}, 400, "messages", None),
     ("/v1/chat/completions", chat_body("a", n=9), 400, "n", None),
     ("/v1/completions", {"model": "succ", "prompt": "a", "suffix": "z"}, 422, "suffix",
@@ -258,3 +258,16 @@ def test_streamed_completion_text_offsets_run_on_like_the_plain_answer(server):
     logprobs = [c["choices"][0]["logprobs"] for c in chunks if c["choices"]]
     assert [t for lp in logprobs for t in lp["tokens"]] == plain["tokens"]
     assert [o for lp in logprobs for o in lp["text_offset"]] == plain["text_offset"]
+
+
+def test_a_server_configured_for_more_stop_strings_takes_them(succ_model_dir):
+    """`[engine].max_stop_strings` reaches the wire: 16 sequences served, 17 a 400."""
+    with running_server(succ_model_dir, max_stop_strings=16) as handle:
+        stops = [f"x{i}" for i in range(15)] + ["cd"]
+        doc = post(handle, "/v1/chat/completions",
+                   chat_body("a", max_tokens=8, temperature=0, stop=stops)).json()
+        assert doc["choices"][0]["message"]["content"] == "b"
+        assert doc["choices"][0]["finish_reason"] == "stop"
+        r = post(handle, "/v1/chat/completions", chat_body("a", stop=stops + ["x99"]))
+        assert r.status_code == 400 and r.json()["error"]["param"] == "stop"
+        assert "at most 16" in r.json()["error"]["message"]

@@ -66,6 +66,17 @@ def test_runtime_toml_and_env_overrides():
         assert named in str(info.value), (text, env, str(info.value))
 
 
+def test_max_stop_strings_is_four_unless_set_in_the_file_or_the_environment():
+    assert ServeConfig().max_stop_strings == 4
+    assert ServeConfig.from_toml("[engine]\nmax_stop_strings = 16\n", {}).max_stop_strings == 16
+    env = {"TL_ENGINE__MAX_STOP_STRINGS": "32"}
+    assert ServeConfig.from_toml("[engine]\nmax_stop_strings = 16\n", env).max_stop_strings == 32
+    for text, env in (("[engine]\nmax_stop_strings = 0\n", {}),
+                      ("[engine]\n", {"TL_ENGINE__MAX_STOP_STRINGS": "many"})):
+        with pytest.raises(ConfigError, match="max_stop_strings"):
+            ServeConfig.from_toml(text, env)
+
+
 def test_speculative_forms():
     cfg = ServeConfig.from_toml('[engine]\nspeculative = "prompt_lookup"\n', {})
     assert cfg.engine.speculative == SpeculativeConfig(method="prompt_lookup")

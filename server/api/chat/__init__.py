@@ -17,7 +17,7 @@ CHAT = Endpoint(route="chat", id_prefix="chatcmpl", prompt_param="messages")
 
 
 def chat(ctx: ApiContext, request: Request, params: Params, extra: Headers) -> Launch:
-    spec = parse_chat(request.body, ctx.defaults_for(request.body))
+    spec = parse_chat(request.body, ctx.defaults_for(request.body), ctx.max_stop_strings)
     with ctx.serving(spec.model) as ctx:
         spec, offered = with_tools(ctx, spec)
         spec, prompt = chat_prompt(ctx, spec, offered)

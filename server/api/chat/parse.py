@@ -14,7 +14,7 @@ from typing import Any
 from engine.api import MAX_TOP_LOGPROBS
 from server.api.defaults import SamplingDefaults
 from server.api.fields import bad, boolean, integer, load_json_object, unsupported
-from server.api.generation import GenSpec, common_fields
+from server.api.generation import DEFAULT_MAX_STOP_STRINGS, GenSpec, common_fields
 from server.api.prediction import parse_prediction
 from server.api.thinking import template_variables
 from server.api.tools import check_tool_calls, check_tool_message, parse_tools
@@ -63,7 +63,8 @@ def parse_messages(doc: dict) -> tuple[Message, ...]:
     return tuple(_message(i, m) for i, m in enumerate(messages))
 
 
-def parse_chat(body: bytes, defaults: SamplingDefaults = SamplingDefaults()) -> GenSpec:
+def parse_chat(body: bytes, defaults: SamplingDefaults = SamplingDefaults(),
+               max_stop_strings: int = DEFAULT_MAX_STOP_STRINGS) -> GenSpec:
     doc = load_json_object(body)
     checked = parse_messages(doc)
     logprobs = boolean(doc, "logprobs")
@@ -71,7 +72,8 @@ def parse_chat(body: bytes, defaults: SamplingDefaults = SamplingDefaults()) -> 
     if top and not logprobs:
         raise bad("top_logprobs", "'top_logprobs' requires 'logprobs' to be true.")
     common = common_fields(doc, "chat", default_max=defaults.max_tokens, logprobs=logprobs,
-                           top_logprobs=top, defaults=defaults)
+                           top_logprobs=top, defaults=defaults,
+                           max_stop_strings=max_stop_strings)
     tools = parse_tools(doc)
     if tools is not None and tools.choice in FORCED_CHOICES and common.structured:
         raise unsupported("tool_choice", f"A forced 'tool_choice' cannot be combined with "

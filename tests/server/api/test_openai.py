@@ -11,7 +11,7 @@ from server.text.messages import Message
 from server.api.chat.parse import MAX_MESSAGES, parse_chat
 from server.api.completions import MAX_COMPLETION_PROMPTS, parse_completion
 from server.api.embeddings import MAX_EMBEDDING_INPUTS, parse_embeddings
-from server.api.generation import MAX_CHOICES, parse_priority
+from server.api.generation import DEFAULT_MAX_STOP_STRINGS, MAX_CHOICES, parse_priority
 from server.api.tokenize import parse_detokenize, parse_tokenize
 
 
@@ -32,7 +32,7 @@ def refused(parse, body: bytes) -> ApiError:
     ({"temperature": "hot"}, "temperature"), ({"top_p": 0}, "top_p"), ({"top_p": 1.5}, "top_p"),
     ({"max_tokens": 0}, "max_tokens"), ({"max_tokens": 1.5}, "max_tokens"),
     ({"max_completion_tokens": 0}, "max_completion_tokens"),
-    ({"stop": [f"s{i}" for i in range(17)]}, "stop"), ({"stop": [1]}, "stop"),
+    ({"stop": [f"s{i}" for i in range(5)]}, "stop"), ({"stop": [1]}, "stop"),
     ({"presence_penalty": 3}, "presence_penalty"), ({"frequency_penalty": -2.5},
                                                     "frequency_penalty"),
     ({"presence_penalty": -2.5}, "presence_penalty"), ({"frequency_penalty": 2.5},
@@ -54,6 +54,23 @@ def test_out_of_range_values_are_400_naming_the_field(fields, param):
     err = refused(parse_chat, chat(**fields))
     assert err.status == 400 and err.param == param
     assert err.document()["error"]["type"] == "invalid_request_error"
+
+
+def test_stop_takes_four_sequences_unless_the_server_allows_more():
+    assert DEFAULT_MAX_STOP_STRINGS == 4                   # OpenAI's limit
+    four = [f"s{i}" for i in range(4)]
+    assert parse_chat(chat(stop=four)).stop == tuple(four)
+    assert parse_completion(json.dumps({"model": "m", "prompt": "p", "stop": four}).encode()).stop \
+        == tuple(four)
+    err = refused(parse_completion, json.dumps({"model": "m", "prompt": "p",
+                                                "stop": four + ["s4"]}).encode())
+    assert err.status == 400 and err.param == "stop" and "at most 4" in err.message
+    # `[engine].max_stop_strings` raises it (evaluation harnesses send more)
+    sixteen = [f"s{i}" for i in range(16)]
+    assert parse_chat(chat(stop=sixteen), max_stop_strings=16).stop == tuple(sixteen)
+    with pytest.raises(ApiError) as info:
+        parse_chat(chat(stop=sixteen + ["s16"]), max_stop_strings=16)
+    assert info.value.param == "stop" and "at most 16" in info.value.message
 
 
 @pytest.mark.parametrize("fields, param", [
@@ -123,15 +140,6 @@ def test_completion_prompt_forms_and_defaults():
     spec = parse_completion(json.dumps(dict(body, logprobs=2)).encode())
     assert spec.params.logprobs and spec.top_logprobs == 2
     assert refused(parse_completion, b'{"model": "m"}').param == "prompt"
-
-
-def test_stop_takes_sixteen_strings_as_evaluation_harnesses_send():
-    stops = [f"\n\n{i}" for i in range(16)]            # OpenAI stops at 4; lm-eval sends more
-    assert parse_chat(chat(stop=stops)).stop == tuple(stops)
-    assert parse_completion(json.dumps({"model": "m", "prompt": "p", "stop": stops}).encode()
-                            ).stop == tuple(stops)
-    err = refused(parse_chat, chat(stop=stops + ["one more"]))
-    assert err.status == 400 and err.param == "stop" and "16" in err.message
 
 
 def test_embeddings_dimensions_is_422_saying_the_model_was_not_trained_for_it():
