@@ -25,7 +25,7 @@ from engine.errors import (InputTooLong, InvalidConfig, InvalidRequest, ModelFor
                            PromptTooLong, RequestRefused, UnsupportedModel)
 from engine.grammar.automaton import Grammar
 from engine.grammar.budget import MAX_COMPILE_WORK
-from engine.grammar.compile import CallSyntax, GrammarCache, GrammarSpec, schema_spec
+from engine.grammar.compile import CallSyntax, GrammarCache, GrammarSpec, schema_spec, tool_calls_spec
 from engine.grammar.errors import GrammarError, GrammarInvalid, GrammarUnsupported
 from engine.grammar.json_schema import MAX_SCHEMA_DEPTH
 from engine.grammar.thinking import ThinkPrefix
@@ -53,5 +53,6 @@ __all__ = [
     "PREFIX_CACHE_MODES", "PREFIX_CACHE_RULE", "PromptLogprobs", "PromptTooLong", "RequestId",
     "RequestRefused", "sample", "SamplingParams", "schema_spec", "SPECULATIVE_METHODS",
     "SPECULATIVE_RULES", "SpeculativeConfig", "StepRecord", "StepRow", "ThinkPrefix", "Tokenizer", "TokenOut",
+    "tool_calls_spec",
     "tune_malloc", "user_model_dir",
 ]

@@ -17,6 +17,7 @@ import json
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Any, Sequence
 
 from engine.grammar import charset, expr as ex, jsontext as jt, regex_subset
 from engine.grammar.automaton import Grammar, compile_grammar
@@ -66,6 +67,14 @@ class GrammarSpec:
 
 def schema_spec(schema) -> GrammarSpec:
     return GrammarSpec("json_schema", canonical(schema))
+
+
+def tool_calls_spec(tools: Sequence[tuple[str, Any]], syntax: CallSyntax, *, auto: bool,
+                    parallel: bool) -> GrammarSpec:
+    """The calls of `tools` ((name, parameters schema) pairs) in `syntax`: each schema's
+    text keeps its keys in the schema's order, the order the arguments are written in."""
+    return GrammarSpec("tool_calls", tools=tuple((name, canonical(params)) for name, params in tools),
+                       call_syntax=syntax, auto=auto, parallel=parallel)
 
 
 def compile_spec(spec: GrammarSpec, budget: WorkBudget | None = None) -> Grammar:

@@ -18,7 +18,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, replace
 
-from engine.api import GrammarCache, GrammarInvalid, GrammarSpec, GrammarUnsupported, schema_spec
+from engine.api import (GrammarCache, GrammarInvalid, GrammarSpec, GrammarUnsupported, schema_spec,
+                        tool_calls_spec)
 from server.errors import ApiError, bad
 from server.text.messages import ToolCall
 from server.text.toolformats import HERMES, ToolCallFormat
@@ -116,10 +117,11 @@ def call_grammar_spec(spec: ToolsSpec) -> GrammarSpec | None:
     if not spec.offered:
         return None
     names = [spec.named] if spec.choice == "named" else [t["function"]["name"] for t in spec.tools]
-    tools = tuple((name, json.dumps(spec.parameters(name), sort_keys=True)) for name in names)
-    return GrammarSpec("tool_calls", tools=tools, call_syntax=spec.fmt.syntax,
-                       auto=spec.choice == "auto",
-                       parallel=spec.parallel and spec.choice != "named" and spec.fmt.parallel_ok)
+    # The arguments follow each schema's key order (a "reasoning" field first is first for
+    # a reason), as `response_format` does.
+    return tool_calls_spec([(name, spec.parameters(name)) for name in names], spec.fmt.syntax,
+                           auto=spec.choice == "auto",
+                           parallel=spec.parallel and spec.choice != "named" and spec.fmt.parallel_ok)
 
 
 # --- the history: assistant calls and tool results -----------------------------------------------

@@ -108,3 +108,15 @@ def test_langchain_responses_api_bind_tools_and_the_tool_result(server, real_mod
         [HumanMessage(ASK), ai,
          ToolMessage('{"temperature": 3}', tool_call_id=ai.tool_calls[0]["id"])])
     assert not answer.tool_calls and answer.text
+
+
+def test_function_call_arguments_keep_the_schemas_key_order(client, real_model_dir):
+    ordered = {"type": "object", "properties": {
+        "zeta": {"type": "string", "enum": ["last", "first"]},
+        "alpha": {"type": "integer", "minimum": 0, "maximum": 9}}, "required": ["zeta", "alpha"]}
+    tool = {"type": "function", "name": "rank", "description": "Rank it.", "parameters": ordered}
+    done = client.responses.create(model=real_model_dir.name, input=ASK, tools=[tool],
+                                   tool_choice={"type": "function", "name": "rank"},
+                                   max_output_tokens=60, temperature=0)
+    call = next(item for item in done.output if item.type == "function_call")
+    assert list(json.loads(call.arguments)) == ["zeta", "alpha"], call.arguments

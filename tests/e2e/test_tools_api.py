@@ -88,6 +88,30 @@ def test_streamed_call_is_assembled_by_the_stream_helper(client, real_model_dir)
     assert _valid(choice.message.tool_calls[0])["city"] in ("Paris", "Oslo", "Lima")
 
 
+# Properties deliberately out of alphabetical order: the call writes them as declared.
+ORDERED = {"type": "object", "properties": {
+    "zeta": {"type": "string", "enum": ["last", "first"]},
+    "alpha": {"type": "integer", "minimum": 0, "maximum": 9}}, "required": ["zeta", "alpha"]}
+ORDERED_TOOL = [{"type": "function", "function": {"name": "rank", "description": "Rank it.",
+                                                  "parameters": ORDERED}}]
+
+
+def test_call_arguments_keep_the_schemas_key_order_whole_and_streamed(client, real_model_dir):
+    forced = {"type": "function", "function": {"name": "rank"}}
+    done = client.chat.completions.create(model=real_model_dir.name, messages=ASK,
+                                          tools=ORDERED_TOOL, tool_choice=forced,
+                                          max_tokens=60, temperature=0)
+    arguments = done.choices[0].message.tool_calls[0].function.arguments
+    assert list(json.loads(arguments)) == ["zeta", "alpha"], arguments
+    with client.chat.completions.stream(model=real_model_dir.name, messages=ASK,
+                                        tools=ORDERED_TOOL, tool_choice=forced,
+                                        max_tokens=60, temperature=0) as stream:
+        deltas = "".join(e.arguments_delta for e in stream
+                         if e.type == "tool_calls.function.arguments.delta")
+    assert list(json.loads(deltas)) == ["zeta", "alpha"], deltas
+    jsonschema.validate(json.loads(deltas), ORDERED)
+
+
 def test_round_trip_call_result_answer(client, real_model_dir):
     first = client.chat.completions.create(
         model=real_model_dir.name, messages=ASK, tools=TOOLS, max_tokens=80, temperature=0,
