@@ -27,6 +27,7 @@ from server.text.toolformats import HERMES, ToolCallFormat
 MAX_TOOLS = 128
 ARG_FRAGMENT_CHARS = 32         # a streamed call's arguments go out in pieces of this many chars
 EMPTY_PARAMETERS = {"type": "object", "properties": {}}
+FORCED_CHOICES = ("required", "named")      # tool choices whose grammar admits calls only
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,11 @@ class ToolsSpec:
     @property
     def offered(self) -> bool:
         return bool(self.tools) and self.choice != "none"
+
+    @property
+    def forced(self) -> bool:
+        """`required` or a named function: the grammar makes the whole answer calls."""
+        return self.choice in FORCED_CHOICES
 
     def parameters(self, name: str) -> dict:
         return next(t["function"].get("parameters", EMPTY_PARAMETERS) for t in self.tools

@@ -5,7 +5,10 @@ A call starts at the format's trigger (`<tool_call>`, `[TOOL_CALLS]`, `<|tool_ca
 for Llama 3.1's bare JSON a `{` as the answer's first character); the text before it is
 the message's content. After the trigger the calls are JSON objects, separated by the
 format's markers, commas or whitespace, each `{"name": .., "arguments" (or "parameters"): {..}}`.
-Text that does not parse as a call stays content.
+From the trigger on the text is call syntax and never content, however it ends: its
+complete calls are kept and an unfinished last call (the token limit cut it) is dropped,
+its tokens still counted. A forced choice (`required`, a named function) makes the whole
+answer call syntax, from its first character (a cut inside the trigger itself included).
 
 With parallel calls, a call identical (name and arguments) to an earlier one in the same
 answer ends it and is dropped (`kept_calls`, the splitter's `cut`): a small model forced to
@@ -94,13 +97,13 @@ def kept_calls(calls: list[Call], parallel: bool) -> list[Call]:
     return calls[:repeat]
 
 
-def split_calls(text: str, fmt: ToolCallFormat, parallel: bool = True) -> tuple[str | None, list[Call]]:
-    """A whole answer -> (content or None, calls); no parseable call: (text, [])."""
-    start = trigger_at(text, fmt)
-    calls = [] if start is None else parse_calls(text[start:], fmt)
-    if not calls:
+def split_calls(text: str, fmt: ToolCallFormat, parallel: bool = True,
+                forced: bool = False) -> tuple[str | None, list[Call]]:
+    """A whole answer -> (content or None, its complete calls); no trigger: (text, [])."""
+    start = 0 if forced else trigger_at(text, fmt)
+    if start is None:
         return text, []
-    return (text[:start].strip() or None), kept_calls(calls, parallel)
+    return (text[:start].strip() or None), kept_calls(parse_calls(text[start:], fmt), parallel)
 
 
 @dataclass(frozen=True)
@@ -118,12 +121,13 @@ class CallOut:
 class CallSplitter:
     """One answer's text in; out, in order: its content text (str) and each call (CallOut)
     once its JSON object is complete. `cut`: a call repeated an earlier one (`kept_calls`),
-    so the answer ended before it and the rest of the text is ignored."""
+    so the answer ended before it and the rest of the text is ignored. `forced`: the answer
+    is calls from its first character (`split_calls`)."""
 
-    def __init__(self, fmt: ToolCallFormat, parallel: bool):
+    def __init__(self, fmt: ToolCallFormat, parallel: bool, forced: bool = False):
         self.fmt, self.parallel = fmt, parallel
         self.pending = ""                 # text held back: it may begin a trigger
-        self.body: str | None = None      # from the trigger on
+        self.body: str | None = "" if forced else None    # from the trigger on
         self.free = False                 # bare-JSON format and the answer is text
         self.sent = 0                     # calls sent
         self.cut = False
@@ -163,8 +167,14 @@ class CallSplitter:
         self.sent = len(calls)
         return new
 
+    @property
+    def in_calls(self) -> bool:
+        """The answer has reached its calls (the trigger, or a forced choice's start)."""
+        return self.body is not None
+
     def finish(self) -> list[str | CallOut]:
-        """The end of the answer: held text goes out; a trigger with no call is content."""
-        rest = self.pending if self.body is None else (self.body if self.sent == 0 else "")
+        """The end of the answer: text held back for a trigger that never came goes out; an
+        unfinished call does not (call syntax is never content)."""
+        rest = self.pending if self.body is None else ""
         self.pending = ""
         return [rest] if rest else []

@@ -120,3 +120,16 @@ def test_function_call_arguments_keep_the_schemas_key_order(client, real_model_d
                                    max_output_tokens=60, temperature=0)
     call = next(item for item in done.output if item.type == "function_call")
     assert list(json.loads(call.arguments)) == ["zeta", "alpha"], call.arguments
+
+
+def test_a_forced_call_cut_by_max_output_tokens_is_incomplete_with_no_markup(client, real_model_dir):
+    done = client.responses.create(model=real_model_dir.name, input=ASK, tools=[TOOL],
+                                   tool_choice=NAMED, max_output_tokens=9, temperature=0)
+    assert done.status == "incomplete" and done.incomplete_details.reason == "max_output_tokens"
+    assert done.output == [] and done.output_text == "" and done.usage.output_tokens == 9
+    with client.responses.stream(model=real_model_dir.name, input=ASK, tools=[TOOL],
+                                 tool_choice=NAMED, max_output_tokens=9, temperature=0) as stream:
+        events = list(stream)     # (get_final_response wants response.completed)
+    kinds = [event.type for event in events]
+    assert kinds[-1] == "response.incomplete" and events[-1].response.output == []
+    assert "response.output_text.delta" not in kinds

@@ -112,6 +112,23 @@ def test_call_arguments_keep_the_schemas_key_order_whole_and_streamed(client, re
     jsonschema.validate(json.loads(deltas), ORDERED)
 
 
+def test_a_forced_call_cut_by_max_tokens_is_length_with_no_markup(client, real_model_dir):
+    forced = {"type": "function", "function": {"name": "get_weather"}}
+    for max_tokens in (3, 9):               # inside the tag; inside the arguments
+        done = client.chat.completions.create(model=real_model_dir.name, messages=ASK,
+                                              tools=TOOLS, tool_choice=forced,
+                                              max_tokens=max_tokens, temperature=0)
+        choice = done.choices[0]
+        assert choice.finish_reason == "length" and done.usage.completion_tokens == max_tokens
+        assert choice.message.content is None and choice.message.tool_calls is None
+        chunks = list(client.chat.completions.create(
+            model=real_model_dir.name, messages=ASK, tools=TOOLS, tool_choice=forced,
+            max_tokens=max_tokens, temperature=0, stream=True))
+        deltas = [c.choices[0].delta for c in chunks if c.choices]
+        assert not any(d.content for d in deltas) and not any(d.tool_calls for d in deltas)
+        assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+
+
 def test_round_trip_call_result_answer(client, real_model_dir):
     first = client.chat.completions.create(
         model=real_model_dir.name, messages=ASK, tools=TOOLS, max_tokens=80, temperature=0,

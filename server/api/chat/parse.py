@@ -22,7 +22,6 @@ from server.text.messages import Message, check_content
 
 MAX_MESSAGES = 4096             # a conversation longer than this is abuse, not chat
 ROLES = frozenset({"system", "user", "assistant", "developer", "tool"})
-FORCED_CHOICES = ("required", "named")      # tool choices a grammar enforces
 MESSAGE_FIELDS = frozenset({"role", "content", "name", "tool_calls", "tool_call_id",
                             "reasoning_content"})
 
@@ -75,7 +74,7 @@ def parse_chat(body: bytes, defaults: SamplingDefaults = SamplingDefaults(),
                            top_logprobs=top, defaults=defaults,
                            max_stop_strings=max_stop_strings)
     tools = parse_tools(doc)
-    if tools is not None and tools.choice in FORCED_CHOICES and common.structured:
+    if tools is not None and tools.forced and common.structured:
         raise unsupported("tool_choice", f"A forced 'tool_choice' cannot be combined with "
                                          f"'{common.structured.param}'.")
     return replace(common, messages=checked, tools=tools,

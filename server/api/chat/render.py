@@ -5,7 +5,8 @@ choice among them.
 With tools offered, the model's call text is split into content and calls by
 server/text/toolparse.py (`CallSplitter`, `split_calls`). Whole answers: `ToolChatDocument`
 puts `message.tool_calls` (ids from `new_call_id`; `function.arguments` as JSON text) and
-`finish_reason: "tool_calls"`. Streams: `ToolChatChunks` sends content as it comes, held-back
+`finish_reason: "tool_calls"` (a token limit keeps `length`: its complete calls are returned,
+an unfinished one is dropped, and call syntax is never content). Streams: `ToolChatChunks` sends content as it comes, held-back
 text once it cannot start a trigger, and each call once its JSON object is complete: first
 `{index, id, type, function: {name, arguments: ""}}`, then the arguments in fragments
 (server/api/tools.py `argument_fragments`). Per-token logprobs are not sent in tool-call
@@ -105,8 +106,8 @@ def chat_deltas(outs: list[str | CallOut], fmt: ToolCallFormat) -> list[dict]:
 class CallScanner:
     """One choice's stream: text in, chat deltas out (content, then tool-call parts)."""
 
-    def __init__(self, fmt: ToolCallFormat, parallel: bool):
-        self.split = CallSplitter(fmt, parallel)
+    def __init__(self, fmt: ToolCallFormat, parallel: bool, forced: bool = False):
+        self.split = CallSplitter(fmt, parallel, forced)
 
     @property
     def sent(self) -> int:
@@ -128,12 +129,14 @@ class ToolChatChunks(ChatChunks):
 
     def __init__(self, header: docs.Header, spec: GenSpec):
         super().__init__(header, spec)
-        self.fmt, self.parallel = spec.tools.fmt, spec.tools.parallel
+        self.tools = spec.tools
         self._scanners: dict[int, CallScanner] = {}
         self.cut: set[int] = set()
 
     def piece(self, piece: Piece) -> bytes:
-        scanner = self._scanners.setdefault(piece.index, CallScanner(self.fmt, self.parallel))
+        tools = self.tools
+        scanner = self._scanners.setdefault(piece.index, CallScanner(tools.fmt, tools.parallel,
+                                                                     tools.forced))
         deltas = ([{"reasoning_content": piece.reasoning}] if piece.reasoning else []) \
             + scanner.push(piece.text)
         if scanner.cut:
@@ -154,12 +157,14 @@ class ToolChatDocument(ChatDocument):
 
     def __init__(self, header: docs.Header, spec: GenSpec):
         super().__init__(header, spec)
-        self.fmt, self.parallel = spec.tools.fmt, spec.tools.parallel
+        self.tools = spec.tools
         self._splitters: dict[int, CallSplitter] = {}
         self.cut: set[int] = set()
 
     def piece(self, piece: Piece) -> bytes:
-        splitter = self._splitters.setdefault(piece.index, CallSplitter(self.fmt, self.parallel))
+        tools = self.tools
+        splitter = self._splitters.setdefault(piece.index, CallSplitter(tools.fmt, tools.parallel,
+                                                                        tools.forced))
         splitter.push(piece.text)
         if splitter.cut:
             self.cut.add(piece.index)
@@ -167,11 +172,12 @@ class ToolChatDocument(ChatDocument):
 
     def _document(self, index: int, text: str, choice, usage: dict) -> dict:
         document = super()._document(index, text, choice, usage)
-        content, calls = split_calls(text, self.fmt, self.parallel)
+        tools = self.tools
+        content, calls = split_calls(text, tools.fmt, tools.parallel, tools.forced)
+        out = document["choices"][0]
+        out["message"]["content"] = content          # None: the answer was call syntax only
         if calls:
-            out = document["choices"][0]
-            out["message"].update(content=content, tool_calls=[
-                call_document(c, new_call_id(self.fmt)) for c in calls])
+            out["message"]["tool_calls"] = [call_document(c, new_call_id(tools.fmt)) for c in calls]
             if out["finish_reason"] == FINISH_STOP:
                 out["finish_reason"] = FINISH_TOOL_CALLS
         return document

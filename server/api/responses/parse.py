@@ -28,7 +28,6 @@ REASONING_PARTS = ("reasoning_text",)   # a reasoning item's content, sent back
 STATEFUL_FIELDS = ("previous_response_id", "conversation")
 NO_STATE = ("This server is stateless: it stores no responses, so '{name}' is not supported; "
             "send the whole conversation in 'input'.")
-FORCED_CHOICES = ("required", "named")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -182,7 +181,7 @@ def parse_responses(body: bytes, defaults: SamplingDefaults = SamplingDefaults()
     max_output = integer(doc, "max_output_tokens", None, 1)
     fmt, structured = _text_format(doc)
     tools = parse_response_tools(doc)
-    if tools is not None and tools.choice in FORCED_CHOICES and structured is not None:
+    if tools is not None and tools.forced and structured is not None:
         raise unsupported("tool_choice", "A forced 'tool_choice' cannot be combined with "
                                          "'text.format'.")
     metadata = doc.get("metadata")

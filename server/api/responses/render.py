@@ -86,7 +86,7 @@ class _Answer:
         self.created_at, self.model, self.spec = header.created, header.model, spec
         tools = spec.gen.tools
         self.thinks = spec.gen.thinking is not None     # empty answer text waits for real text
-        self.splitter = (CallSplitter(tools.fmt, tools.parallel)
+        self.splitter = (CallSplitter(tools.fmt, tools.parallel, tools.forced)
                          if tools is not None and tools.offered else None)
         self.parts: list[str] = []
         self.thoughts: list[str] = []
@@ -126,8 +126,10 @@ class _Answer:
 
     @property
     def has_message(self) -> bool:
-        """An answer of calls only has no message item; any other answer has one."""
-        return any(self.parts) or not self.calls
+        """An answer of calls only (an unfinished one too) has no message item; any other
+        answer has one."""
+        in_calls = self.splitter is not None and self.splitter.in_calls
+        return any(self.parts) or not (self.calls or in_calls)
 
     def status(self) -> str:
         return STATUS_INCOMPLETE if self.finish == FINISH_LENGTH else STATUS_COMPLETED
