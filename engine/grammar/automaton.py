@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from engine.grammar.keys import KeyRule
 from engine.grammar import charset
 from engine.grammar.budget import WorkBudget
 from engine.grammar.errors import GrammarInvalid
@@ -51,6 +52,7 @@ class Grammar:
     rules: tuple[Rule, ...]
     key: str                    # canonical text it was compiled from (the cache key)
     raw_bytes: bool = False     # read each byte as one character 0..255 (no UTF-8 assembly)
+    keys: KeyRule | None = None  # JSON whose keys are written once per object (keys.py)
 
 
 # --------------------------------------------------------------------------- compile

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 from engine.grammar import charset, expr as ex, jsontext as jt, regex_subset
@@ -24,11 +24,13 @@ from engine.grammar.automaton import Grammar, compile_grammar
 from engine.grammar.budget import WorkBudget
 from engine.grammar.errors import GrammarError, GrammarInvalid
 from engine.grammar.json_schema import SchemaCompiler
+from engine.grammar.keys import KeyRule
 from engine.grammar.schema_dialect import canonical
 from engine.grammar.thinking import ThinkPrefix, with_think_prefix
 
 MAX_CACHED_GRAMMARS = 256
 CHOICE_WORK = 4                 # budget units per character of a regex or a choice list
+JSON_KINDS = ("json_schema", "json_object", "tool_calls")   # texts read by keys.py
 
 
 @dataclass(frozen=True)
@@ -95,7 +97,21 @@ def _compile(spec: GrammarSpec, budget: WorkBudget) -> Grammar:
     rules, root = _rules(spec, budget), "root"
     if spec.think is not None:
         rules, root = with_think_prefix(rules, root, spec.think)
-    return compile_grammar(rules, root, spec.key, budget=budget)
+    return replace(compile_grammar(rules, root, spec.key, budget=budget), keys=key_rule(spec))
+
+
+def key_rule(spec: GrammarSpec) -> KeyRule | None:
+    """Where the spec's text is JSON whose keys are written once per object (keys.py):
+    a JSON grammar's from its start, a tool-call answer's from its trigger (under `auto`
+    an answer without it is free text); after the reasoning when the model may think."""
+    if spec.kind not in JSON_KINDS:
+        return None
+    trigger = spec.call_syntax.trigger if spec.kind == "tool_calls" and spec.auto else ""
+    think = spec.think
+    return KeyRule(trigger=trigger.encode(),
+                   think_open=think.open.encode() if think else b"",
+                   think_close=think.close.encode() if think else b"",
+                   inside=think.starts_inside if think else False)
 
 
 def _rules(spec: GrammarSpec, budget: WorkBudget) -> dict[str, tuple]:

@@ -23,6 +23,7 @@ import numpy as np
 from engine.grammar.automaton import DEAD, Grammar, Matcher
 from engine.grammar.dense import DenseSteps, trie_mask
 from engine.grammar.forced import ForcedDrafts
+from engine.grammar.keys import KeyCursor
 from engine.grammar.layout import TextView, feed
 from engine.grammar.vocab import TokenTable, allowed_tokens, build_table
 
@@ -74,27 +75,56 @@ class GrammarRuntime:
 
 
 class Constraint:
-    """One sequence's position in its grammar."""
-    __slots__ = ("runtime", "state", "finished", "view")
+    """One sequence's position in its grammar, and in its JSON's keys (keys.py) where the
+    grammar has open objects."""
+    __slots__ = ("runtime", "state", "finished", "view", "keys", "written", "_memo")
 
     def __init__(self, runtime: GrammarRuntime):
         self.runtime = runtime
         self.state = runtime.matcher.initial
         self.finished = False
         self.view = TextView()          # the text's JSON layout so far: drafts' whitespace (layout.py)
+        rule = runtime.grammar.keys
+        self.keys = KeyCursor(rule) if rule is not None else None
+        self.written = 0                # tokens advanced over: what the memo below is valid for
+        self._memo: dict[tuple, object] = {}
 
     def allows(self, token: int) -> bool:
         if self.finished:
             return False
         if token in self.runtime.table.eos_ids:
             return self.runtime.matcher.accepts(self.state)
-        return self.runtime.step_token(self.state, token) != DEAD
+        if self.runtime.step_token(self.state, token) == DEAD:
+            return False
+        return self.keys is None or not self.keys.repeats(self.runtime.table.token_bytes[token])
 
     def mask(self) -> np.ndarray:
-        """bool [V] of the tokens allowed next."""
+        """bool [V] of the tokens allowed next: the automaton's (shared by every sequence in
+        that state) less, where a key could repeat, the tokens that would repeat it."""
         if self.finished:
             return np.zeros(self.runtime.table.vocab_size, dtype=bool)
-        return self.runtime.mask(self.state)
+        mask = self.runtime.mask(self.state)
+        if self.keys is None or not self.keys.watching:
+            return mask
+        return self._remembered(("mask",), lambda: self._without_repeats(mask))
+
+    def _without_repeats(self, mask: np.ndarray) -> np.ndarray:
+        table, keys = self.runtime.table, self.keys
+        quoted = table.quote_ids[mask[table.quote_ids]]                  # [q] allowed, with a `"`
+        refused = [t for t in quoted.tolist() if keys.repeats(table.token_bytes[t])]
+        if not refused:
+            return mask
+        mask = mask.copy()
+        mask[refused] = False
+        return mask
+
+    def _remembered(self, what: tuple, make):
+        """`make()` once per cursor position (the sampler and the draft policy may ask again
+        before the next token)."""
+        key = (self.written,) + what
+        if key not in self._memo:
+            self._memo = {key: make()}
+        return self._memo[key]
 
     def advance(self, token: int) -> None:
         if token in self.runtime.table.eos_ids:
@@ -102,17 +132,36 @@ class Constraint:
             return
         nxt = self.runtime.step_token(self.state, token)
         if nxt != DEAD:                      # a refused token (never sampled) leaves the state
+            data = self.runtime.table.token_bytes[token]
             self.runtime.forced.learn(self.state, token)
             self.state = nxt
-            self.view = feed(self.view, self.runtime.table.token_bytes[token])
+            self.view = feed(self.view, data)
+            if self.keys is not None:
+                self.keys.feed(data)
+            self.written += 1
 
     def forced_drafts(self, max_tokens: int) -> list[int]:
-        """Up to `max_tokens` token ids for the text the grammar forces next (issue 24's
-        grammar draft source, forced.py); each is allowed after the ones before it, none is
-        EOS. [] where the model has a choice. The cursor does not move."""
+        """Up to `max_tokens` token ids for the text the grammar forces next (the grammar
+        draft source, forced.py); each is allowed after the ones before it, none is EOS and
+        none repeats a key. [] where the model has a choice. The cursor does not move."""
         if self.finished or max_tokens <= 0:
             return []
-        return self.runtime.forced.drafts(self.state, self.view, max_tokens)
+        if self.keys is None:
+            return self.runtime.forced.drafts(self.state, self.view, max_tokens)
+        return list(self._remembered(("drafts", max_tokens), lambda: self._until_repeat(max_tokens)))
+
+    def _until_repeat(self, max_tokens: int) -> list[int]:
+        """The forced drafts up to the first that would repeat a key (a forced key, as a
+        `propertyNames` enum makes one, can be one its object has)."""
+        drafts = self.runtime.forced.drafts(self.state, self.view, max_tokens)
+        if not self.keys.watching:
+            return drafts
+        probe, token_bytes = self.keys.copy(), self.runtime.table.token_bytes
+        for k, token in enumerate(drafts):
+            if probe.repeats(token_bytes[token]):
+                return drafts[:k]
+            probe.feed(token_bytes[token])
+        return drafts
 
     @property
     def complete(self) -> bool:

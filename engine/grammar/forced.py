@@ -56,10 +56,12 @@ def _single(allowed: charset.Ranges) -> str | None:
 
 def _next_char(allowed: charset.Ranges, view: TextView) -> str | None:
     """The character a draft writes where `allowed` may come next; None: the model chooses.
-    Where JSON's optional whitespace may come (space, newline and tab all allowed: never
-    inside a string, where newline and tab are escaped) the layout's whitespace is written
-    first, unless the text already holds whitespace the layout would not write."""
-    if charset.intersect(allowed, JSON_SPACE) != JSON_SPACE:
+    Where JSON's optional whitespace may come (a space and a newline at a gap's start, a
+    space and a tab inside an indent: never inside a string, where newline and tab are
+    escaped) the layout's whitespace is written first, unless the text already holds
+    whitespace the layout would not write."""
+    if not (charset.contains(allowed, 0x20) and (charset.contains(allowed, 0x0A)
+                                                 or charset.contains(allowed, 0x09))):
         return _single(allowed)
     after_space = _single(charset.minus(allowed, JSON_SPACE))
     wanted = layout.plan(view, after_space)

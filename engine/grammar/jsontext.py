@@ -1,6 +1,8 @@
 """The pieces of JSON text as grammar expressions: whitespace, strings, numbers, literals.
 
-Whitespace between tokens is bounded (`MAX_WS_CHARS`) so a model cannot indent forever;
+Whitespace between two tokens is nothing, one space, or a newline and an indent of at most
+`MAX_INDENT_CHARS` spaces or tabs: every layout json.dumps writes (compact, or `indent=2`
+to depth 16), and nothing a model could pad forever (runs of tabs, blank lines);
 strings write each character raw unless JSON needs an escape (`"`, `\\`, controls), and
 `\\u` escapes are only offered for control characters, so every string decodes to valid
 text. Numbers keep a bounded count of digits (`MAX_INT_DIGITS`, `MAX_FRACTION_DIGITS`,
@@ -13,12 +15,13 @@ import json
 
 from engine.grammar import charset, expr as ex
 
-MAX_WS_CHARS = 8                # whitespace characters between two JSON tokens
+MAX_INDENT_CHARS = 32           # spaces or tabs after a newline: indent=2 at depth 16
 MAX_INT_DIGITS = 15
 MAX_FRACTION_DIGITS = 15
 MAX_EXPONENT_DIGITS = 2
 
-WS = ex.rep(ex.chars(charset.chars(" \n\t")), 0, MAX_WS_CHARS)
+WS = ex.alt(ex.EMPTY, ex.lit(" "),
+            ex.seq(ex.lit("\n"), ex.rep(ex.chars(charset.chars(" \t")), 0, MAX_INDENT_CHARS)))
 _SPECIAL = charset.union(charset.chars('"\\'), ((0, 0x1F),))
 _SHORT_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\t": "\\t", "\r": "\\r",
                   "\b": "\\b", "\f": "\\f"}

@@ -21,7 +21,10 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-MAX_RUN_CHARS = 16              # whitespace kept of the current run (the grammar allows 8)
+from engine.grammar.jsontext import MAX_INDENT_CHARS
+
+# Whitespace kept of the current run: the grammar's longest (a newline and its indent).
+MAX_RUN_CHARS = 1 + MAX_INDENT_CHARS
 CLOSERS = "}]"
 GUESSED_INDENT_STEP = 2         # the indent step before the text shows its own (json.dumps(indent=2))
 SPACE_BYTES = b" \n\t"

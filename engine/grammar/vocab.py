@@ -29,6 +29,7 @@ class TokenTable:
     lcp: np.ndarray                             # [N] int32 prefix shared with the previous entry
     eos_ids: frozenset[int]
     trie: VocabTrie                             # the same entries as a trie by depth (dense.py walks it)
+    quote_ids: np.ndarray                       # [Q] int32 ids of the tokens with a `"` (keys.py)
 
     def nbytes(self) -> int:
         """Memory held by the table and its trie (bytes objects at their payload + header)."""
@@ -53,7 +54,9 @@ def build_table(token_bytes: list[bytes | None], special_ids, eos_ids) -> TokenT
         lcp[k] = j
     return TokenTable(len(token_bytes), tuple(kept), data,
                       np.array([i for _, i in order], dtype=np.int32), lcp, frozenset(eos_ids),
-                      build_trie(data, lcp))
+                      build_trie(data, lcp),
+                      np.array([i for i, b in enumerate(kept) if b is not None and b'"' in b],
+                               dtype=np.int32))
 
 
 def allowed_tokens(table: TokenTable, matcher: Matcher, state: int) -> np.ndarray:

@@ -9,7 +9,7 @@ import pytest
 from engine.grammar import charset
 from engine.grammar.automaton import DEAD, Matcher
 from engine.grammar.compile import GrammarCache, GrammarSpec, CallSyntax, schema_spec
-from engine.grammar.jsontext import MAX_WS_CHARS
+from engine.grammar.jsontext import MAX_INDENT_CHARS
 from engine.grammar.errors import GrammarInvalid, GrammarUnsupported
 from engine.grammar.vocab import allowed_tokens, build_table
 
@@ -71,10 +71,30 @@ def test_recursive_refs_and_whitespace_bound():
         "required": ["v"]}}, "$ref": "#/$defs/Node"}
     assert schema_accepts(tree, '{"v": 1, "kids": [{"v": 2}, {"v": 3, "kids": [{"v": 4}]}]}')
     assert not schema_accepts(tree, '{"kids": []}')
-    # an empty object has two gaps (after "{" and before "}"), each bounded
-    assert schema_accepts({"type": "object"}, "{" + " " * 2 * MAX_WS_CHARS + "}")
-    assert not schema_accepts({"type": "object"}, "{" + " " * (2 * MAX_WS_CHARS + 1) + "}")
-    assert not schema_accepts({"type": "array"}, "[1," + " " * (2 * MAX_WS_CHARS + 1) + "2]")
+    # a gap is nothing, one space, or a newline and at most MAX_INDENT_CHARS spaces or tabs
+    # (an empty object has two gaps: after "{" and before "}")
+    indent = "\n" + " " * MAX_INDENT_CHARS
+    assert schema_accepts({"type": "object"}, "{" + indent + indent + "}")
+    assert not schema_accepts({"type": "object"}, "{" + indent + " " + indent + "}")
+    assert schema_accepts({"type": "array"}, "[1,\n\t\t2]")
+    for gap in ("  ", "\t", "\n\n", " \n", "\n" + " " * (MAX_INDENT_CHARS + 1)):
+        assert not schema_accepts({"type": "array"}, "[1," + gap + "2]"), repr(gap)
+
+
+def _nested(depth: int):
+    return {"k": _nested(depth - 1)} if depth else 1
+
+
+def test_json_dumps_layouts_are_accepted_to_depth_sixteen():
+    """Compact, json.dumps' default and `indent=2` all fit; one level deeper than the indent
+    bound does not (`json.dumps(indent=2)` past depth 3 needs a newline and 8 spaces)."""
+    for depth in (1, 4, 16):
+        doc = _nested(depth)
+        for text in (json.dumps(doc), json.dumps(doc, separators=(",", ":")),
+                     json.dumps(doc, indent=2), json.dumps(doc, indent="\t")):
+            assert schema_accepts({"type": "object"}, text), (depth, text)
+    assert MAX_INDENT_CHARS == 2 * 16
+    assert not schema_accepts({"type": "object"}, json.dumps(_nested(17), indent=2))
 
 
 def test_unsupported_and_invalid_schemas_name_keyword_and_path():

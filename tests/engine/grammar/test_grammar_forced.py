@@ -10,58 +10,20 @@ import random
 
 import pytest
 
-from engine.grammar.automaton import DEAD
 from engine.grammar.compile import CallSyntax, GrammarCache, GrammarSpec, schema_spec
-from engine.grammar.constraint import Constraint, GrammarRuntime, Guides
+from engine.grammar.constraint import Constraint, Guides
 from engine.grammar.forced import expected_text, spelled_tokens
 from engine.grammar.layout import TextView, feed
 from engine.grammar.vocab import build_table
 from tests.engine.grammar.grammar_sampling import sample_texts
+from tests.engine.grammar.tiny_tokens import PIECES, TinyTokenizer, at, runtime_for
 
-PIECES = ['{"', '"', '":', '",', '"}', ' "', ": ", ",", ":", " ", "}", "}}", "{", "[", "]",
-          "a", "b", "c", "x", "k", "s", "ius", "els", "unit", "name", "abc", "1", "2", "-"]
 WEATHER_SCHEMA = {"type": "object", "properties": {
     "name": {"type": "string"},
     "unit": {"enum": ["celsius", "fahrenheit"]},
     "k": {"const": "abc"},
     "o": {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}},
     "required": ["name", "unit", "k", "o"]}
-
-
-class TinyTokenizer:
-    """Longest match over PIECES plus every single byte; EOS is the last id."""
-
-    def __init__(self, pieces=PIECES, space_prefix: bool = False):
-        self.vocab = [bytes([b]) for b in range(256)] + [p.encode() for p in pieces] + [b"<eos>"]
-        self.eos = len(self.vocab) - 1
-        self.space_prefix = space_prefix        # SentencePiece-like: a space before the text
-        self._ids = {b: i for i, b in enumerate(self.vocab[:-1])}
-
-    def encode(self, text: str) -> list[int]:
-        data = (" " + text if self.space_prefix else text).encode()
-        out, i = [], 0
-        while i < len(data):
-            n = max(n for n in range(1, len(data) - i + 1) if data[i:i + n] in self._ids)
-            out.append(self._ids[data[i:i + n]])
-            i += n
-        return out
-
-    def decode(self, ids) -> str:
-        return b"".join(self.vocab[i] for i in ids).decode()
-
-
-def runtime_for(spec: GrammarSpec, tok: TinyTokenizer) -> GrammarRuntime:
-    table = build_table(tok.vocab, special_ids=set(), eos_ids={tok.eos})
-    return GrammarRuntime(GrammarCache().get(spec), table, tok.encode)
-
-
-def at(runtime: GrammarRuntime, text: str) -> Constraint:
-    """A constraint after `text` (written byte by byte, as any tokens would leave it)."""
-    c = Constraint(runtime)
-    for b in text.encode():
-        c.advance(b)
-    assert c.state != DEAD and not c.finished
-    return c
 
 
 def forced_after(spec: GrammarSpec, text: str) -> str:
@@ -80,7 +42,7 @@ def forced_after(spec: GrammarSpec, text: str) -> str:
     ('{"name": "Bob", "unit": "f', 'ahrenheit", "k": "abc", "o": {"x": '),
     ('{"name": "B", "unit": "celsius", "k": "abc", "o": {"x": 12', ""),   # a number may go on
     ('{"name": "B", "unit": "celsius", "k": "abc", "o": {"x": 12 ', "}}"),  # closing brackets
-    ('{"name": "Bob",  ', '"unit": "'),          # the model's own whitespace: none added
+    ('{"name": "Bob",\n\t', '"unit": "'),       # the model's own whitespace: none added
     ('{\n  "name": "Bob",', '\n  "unit": "'),   # one member per line, as the text began
     ('{\n  "name": "Bob",\n  "unit": "c', 'elsius",\n  "k": "abc",\n  "o": {\n    "x": '),
     ('{\n  "name": "B",\n  "unit": "celsius",\n  "k": "abc",\n  "o": {\n    "x": 12\n', "  }\n}"),

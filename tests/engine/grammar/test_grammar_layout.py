@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 
-from engine.grammar.layout import COLON, COMMA, OPEN, OTHER, QUOTE, START, TextView, feed, plan
+from engine.grammar.jsontext import MAX_INDENT_CHARS
+from engine.grammar.layout import (COLON, COMMA, MAX_RUN_CHARS, OPEN, OTHER, QUOTE, START, TextView,
+                                  feed, plan)
 
 DOC = {"a": 1, "b": {"c": [True, "x"]}, "d": "e"}
 
@@ -42,7 +44,8 @@ def test_the_view_tracks_the_last_non_space_byte_and_the_run_after_it():
     assert view_of('{"a",  ').last_kind == COMMA and view_of('{"a",  ').run == "  "
     view = view_of('{"a": 1, "b": "x')
     assert view.run == "" and view.last_kind == OTHER
-    assert view_of("x" * 40 + " " * 40).run == " " * 16        # bounded
+    assert MAX_RUN_CHARS == 1 + MAX_INDENT_CHARS              # the grammar's longest gap
+    assert view_of("x" * 40 + " " * 40).run == " " * MAX_RUN_CHARS        # bounded
     assert feed(view, b'yz') is view                             # nothing to learn: no new tuple
 
 
