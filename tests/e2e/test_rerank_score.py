@@ -53,6 +53,20 @@ def test_rerank_top_n_and_without_documents_and_text_objects(server):
     assert best["index"] == 0 and 0.5 < best["relevance_score"] <= 1.0
 
 
+def test_rerank_top_n_keeps_the_best_documents_wherever_they_stand(server):
+    documents = ["Paris is the capital of France.", "A cat lies on a mat.",
+                 "Stock prices fell sharply today.", "The cat sits on the mat.",
+                 "I love machine learning!"]
+    body = {"model": MODEL, "query": "a cat on a mat", "documents": documents}
+    full = post(server, "/v1/rerank", body).json()["results"]
+    scores = [r["relevance_score"] for r in full]
+    assert len(full) == 5 and scores == sorted(scores, reverse=True)
+    top = post(server, "/v1/rerank", dict(body, top_n=2)).json()["results"]
+    assert {r["index"] for r in top} == {1, 3}            # the two cats, not the first two
+    assert top == full[:2]
+    assert top[0]["document"] == {"text": documents[top[0]["index"]]}
+
+
 def test_score_one_to_many_and_pairwise(server):
     a, b, c = ROWS[2], ROWS[3], ROWS[4]
     one_to_many = post(server, "/v1/score", {"model": MODEL, "text_1": a["text"],

@@ -128,6 +128,35 @@ def test_a_loop_is_drafted_whole_and_answers_as_plain_decoding():
     assert most_accepted_in_a_step > 3                            # more than one period at once
 
 
+def test_a_draft_never_reaches_past_max_tokens():
+    """The loop above drafts 32 a step where it can; with `max_tokens` 10 every draft stops
+    one short of the tokens left (the verified row after the last one gives a token too), so
+    no verified row is thrown away and every drafted token is accepted."""
+    model = succ_model()
+    head = model.weights.lm_head.copy()
+    head[7] = 0.0
+    head[7, 5] = 20.0
+    loop = replace(model, weights=replace(model.weights, lm_head=head))
+    spec = SpeculativeConfig(method="prompt_lookup", prompt_lookup_min=1, prompt_lookup_max=3)
+    engine = Engine(loop, EngineConfig(block_size=4, num_kv_blocks=128, speculative=spec),
+                    clock=frozen_clock)
+    max_tokens = 10
+    rid = engine.add_request(GenRequest(prompt=(9, 5, 6, 7, 5, 6, 7),
+                                        params=SamplingParams(temperature=0.0), max_tokens=max_tokens))
+    tokens, largest_draft = [], 0
+    while engine.has_work():
+        drafted_before, left = engine.stats().spec_draft_tokens, max_tokens - len(tokens)
+        out = [o for o in engine.step() if o.id == rid]
+        drafted = engine.stats().spec_draft_tokens - drafted_before
+        assert drafted <= left - 1 or drafted == 0, (drafted, left)
+        largest_draft = max(largest_draft, drafted)
+        tokens += [o.token for o in out]
+    assert tokens == ([5, 6, 7] * 4)[:max_tokens]
+    stats = engine.stats()
+    assert largest_draft >= 3                                     # it did draft, several at once
+    assert stats.spec_accepted_tokens == stats.spec_draft_tokens
+
+
 # --------------------------------------------------------------------------- where it is free
 
 def test_a_sequence_whose_drafts_keep_missing_pauses_drafting_and_answers_the_same():
