@@ -107,7 +107,7 @@ class Constraint:
             self.view = feed(self.view, self.runtime.table.token_bytes[token])
 
     def forced_drafts(self, max_tokens: int) -> list[int]:
-        """Up to `max_tokens` token ids for the text the grammar forces next (issue 24's
+        """Up to `max_tokens` token ids for the text the grammar forces next (speculation's
         grammar draft source, forced.py); each is allowed after the ones before it, none is
         EOS. [] where the model has a choice. The cursor does not move."""
         if self.finished or max_tokens <= 0:

@@ -1,4 +1,4 @@
-"""The chapter's worked example and the API's conformance cases, over real sockets, on the
+"""The contract's worked example (docs/CONTRACT.md) and the API's conformance cases, over real sockets, on the
 succ bigram (byte i -> i + 1; template `{% for m in messages %}{{ m.content }}{% endfor %}`)."""
 from __future__ import annotations
 
