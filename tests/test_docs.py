@@ -64,7 +64,7 @@ EXTENSIONS = ("py", "md", "toml", "yaml", "yml", "cfg", "json", "jinja", "html",
 PATH = re.compile(r"(?<![\w./~$-])((?:\.\./)?(?:[\w.-]+/)*[\w.-]+\.(?:%s))(?![\w/-])"
                   % "|".join(EXTENSIONS))
 FOLDER = re.compile(r"(?<![\w./~$-])((?:\.\./)?(?:[\w-][\w.-]*/)+)(?![\w.-])")
-MODULE = re.compile(r"(?<![\w./-])((?:%s)(?:\.[A-Za-z_]\w*)+)(?![\w(])" % "|".join(TOP_MODULES))
+MODULE = re.compile(r"(?<![\w./\[-])((?:%s)(?:\.[A-Za-z_]\w*)+)(?![\w(])" % "|".join(TOP_MODULES))
 OWNED = re.compile(r"`([\w./-]+\.py)`'s `([A-Za-z_][\w.]*)|\b([\w./-]+\.py):([A-Za-z_]\w*)")
 URL = re.compile(r"\w+://\S+")
 BRACES = re.compile(r"([\w./-]*)\{([\w.-]+(?:,[\w.-]+)+)\}([\w./-]*)")   # a/{b,c}.py
@@ -215,6 +215,53 @@ def test_the_reference_check_can_fail():
     # A package docstring's bare names are found beneath the package, then anywhere.
     assert broken_references("`loop.py` `bridge.py` `nosuch.py`", base="server/http/") == [
         "nosuch.py"]
+
+
+LINK = re.compile(r"\]\(([^)\s#]*)(?:#([^)\s]+))?\)")     # [text](path#anchor)
+
+
+def slug(heading: str) -> str:
+    """A heading's anchor as GitHub makes it: lower case, punctuation dropped, spaces -> '-'."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def anchors(markdown: str) -> set[str]:
+    text = re.sub(r"```.*?```", "", markdown, flags=re.DOTALL)      # no headings in code
+    return {slug(m[1]) for m in re.finditer(r"^#{1,6} (.+)$", text, re.MULTILINE)}
+
+
+def broken_links(name: str, text: str) -> list[str]:
+    """Links to a checkout file that is missing, or to a heading the file does not have."""
+    broken = []
+    for target, anchor in LINK.findall(text):
+        if "://" in target:
+            continue
+        path = (ROOT / name).parent / target if target else ROOT / name
+        if not path.exists():
+            broken.append(target)
+        elif anchor and path.suffix == ".md" and anchor not in anchors(path.read_text("utf-8")):
+            broken.append(f"{target}#{anchor}")
+    return broken
+
+
+def test_every_link_of_the_docs_reaches_a_file_and_a_heading():
+    pages = ["README.md"] + [f"docs/{p.name}" for p in sorted((ROOT / "docs").glob("*.md"))]
+    broken = {name: found for name in pages
+              if (found := broken_links(name, (ROOT / name).read_text(encoding="utf-8")))}
+    assert not broken, broken
+
+
+def test_the_link_check_can_fail():
+    assert broken_links("README.md", "[a](docs/api.md#the-responses-api) [b](#features) "
+                        "[c](docs/nowhere.md) [d](docs/api.md#no-such-part) [e](#nor-here)") == [
+        "docs/nowhere.md", "docs/api.md#no-such-part", "#nor-here"]
+
+
+def test_the_readme_is_short_and_starts_with_the_two_commands():
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 400, len(lines)
+    opening = "\n".join(lines[:30])
+    assert "make serve" in opening and "make test" in opening
 
 
 # --- no tracker issue numbers, no outside documents ---------------------------------------
