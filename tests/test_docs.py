@@ -65,7 +65,7 @@ PATH = re.compile(r"(?<![\w./~$-])((?:\.\./)?(?:[\w.-]+/)*[\w.-]+\.(?:%s))(?![\w
                   % "|".join(EXTENSIONS))
 FOLDER = re.compile(r"(?<![\w./~$-])((?:\.\./)?(?:[\w-][\w.-]*/)+)(?![\w.-])")
 MODULE = re.compile(r"(?<![\w./\[-])((?:%s)(?:\.[A-Za-z_]\w*)+)(?![\w(])" % "|".join(TOP_MODULES))
-OWNED = re.compile(r"`([\w./-]+\.py)`'s `([A-Za-z_][\w.]*)|\b([\w./-]+\.py):([A-Za-z_]\w*)")
+OWNED = re.compile(r"`([\w./-]+\.py)`'s\s+`([A-Za-z_][\w.]*)|\b([\w./-]+\.py):([A-Za-z_]\w*)")
 URL = re.compile(r"\w+://\S+")
 BRACES = re.compile(r"([\w./-]*)\{([\w.-]+(?:,[\w.-]+)+)\}([\w./-]*)")   # a/{b,c}.py
 
