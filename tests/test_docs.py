@@ -15,6 +15,10 @@ docstring of every module: the packages' (`engine/__init__.py`, `server/http/__i
   is a call in an example, on a variable that may share a package's name: not checked.
 * "`<file>.py`'s `Name`" and "`<file>.py:name`" -- the file defines `Name` at its top level
   (an import does not count: that names the wrong home).
+* `make <target>` in code (a backtick span or a fenced block) -- the Makefile has the target.
+
+runtime.toml, the Makefile, .ci/run and deploy/'s files are read whole, for their comments.
+Every link of README.md and docs/*.md must reach a file, and a heading where it names one.
 
 Paths that are not part of the checkout are skipped because they are named here, each with
 why (`OUTSIDE_PREFIXES`, `OUTSIDE_NAMES`). The second half checks that README, docs/ and
@@ -67,6 +71,9 @@ FOLDER = re.compile(r"(?<![\w./~$-])((?:\.\./)?(?:[\w-][\w.-]*/)+)(?![\w.-])")
 MODULE = re.compile(r"(?<![\w./\[-])((?:%s)(?:\.[A-Za-z_]\w*)+)(?![\w(])" % "|".join(TOP_MODULES))
 OWNED = re.compile(r"`([\w./-]+\.py)`'s\s+`([A-Za-z_][\w.]*)|\b([\w./-]+\.py):([A-Za-z_]\w*)")
 URL = re.compile(r"\w+://\S+")
+CODE = re.compile(r"```.*?```|`[^`\n]+`", re.DOTALL)
+MAKE = re.compile(r"\bmake ([a-z][\w-]*)")
+TARGET = re.compile(r"^([\w.-]+(?: [\w.-]+)*):(?!=)", re.MULTILINE)
 BRACES = re.compile(r"([\w./-]*)\{([\w.-]+(?:,[\w.-]+)+)\}([\w./-]*)")   # a/{b,c}.py
 
 
@@ -162,6 +169,12 @@ def defines(file_name: str, name: str, base: str = "") -> bool:
     return any(head in top_names(parsed(ROOT / p), with_imports=False) for p in files)
 
 
+@lru_cache(maxsize=1)
+def make_targets() -> frozenset[str]:
+    text = (ROOT / "Makefile").read_text(encoding="utf-8")
+    return frozenset(name for line in TARGET.findall(text) for name in line.split())
+
+
 def broken_references(text: str, base: str = "") -> list[str]:
     """Every path, module name and owned name in `text` that does not exist."""
     text = URL.sub(" ", text)
@@ -173,7 +186,13 @@ def broken_references(text: str, base: str = "") -> list[str]:
         file_name, name = (m[1], m[2]) if m[1] else (m[3], m[4])
         if path_exists(file_name, base) and not defines(file_name, name, base):
             broken.append(f"{file_name}'s {name}")
+    broken += [f"make {target}" for span in CODE.findall(text) for target in MAKE.findall(span)
+               if target not in make_targets()]
     return sorted(set(broken))
+
+
+def folder_of(name: str) -> str:
+    return name.rpartition("/")[0] + "/" if "/" in name else ""
 
 
 def documents() -> dict[str, tuple[str, str]]:
@@ -181,10 +200,13 @@ def documents() -> dict[str, tuple[str, str]]:
     docs = {"README.md": ((ROOT / "README.md").read_text(encoding="utf-8"), "")}
     for md in sorted((ROOT / "docs").glob("*.md")):
         docs[f"docs/{md.name}"] = (md.read_text(encoding="utf-8"), "")
+    for name in sorted(p for p in checkout_files()
+                       if p in ("runtime.toml", "Makefile", ".ci/run") or p.startswith("deploy/")):
+        docs[name] = ((ROOT / name).read_text(encoding="utf-8"), folder_of(name))
     for module in sorted(p for p in checkout_files() if p.endswith(".py") and (
             p.split("/")[0] in TOP_MODULES + ("docs",) or p == "tlserve.py")):
         docstring = ast.get_docstring(parsed(ROOT / module)) or ""
-        docs[module] = (docstring, module.rpartition("/")[0] + "/" if "/" in module else "")
+        docs[module] = (docstring, folder_of(module))
     return docs
 
 
@@ -198,7 +220,8 @@ def test_the_documents_read_include_the_map_and_the_package_docstrings():
     names = set(documents())
     assert {"README.md", "docs/ARCHITECTURE.md", "server/__init__.py",
             "server/http/__init__.py", "engine/__init__.py", "sse/framing.py",
-            "bench/load_sweep.py", "tlserve.py"} <= names
+            "bench/load_sweep.py", "tlserve.py", "runtime.toml",
+            "deploy/kubernetes/deployment.yaml"} <= names
 
 
 def test_the_reference_check_can_fail():
@@ -206,10 +229,10 @@ def test_the_reference_check_can_fail():
             "`engine.api.load_encoder` `engine.api.no_such_name` `engine.nosuch` "
             "`server/loading.py`'s `EngineWrapper` `server/serve.py`'s `EngineWrapper` "
             "`sse/framing.py:event` `sse/framing.py:json_bytes` artifacts/models/x.py "
-            "sse/{framing,nosuch}.py `engine.step()` "
+            "sse/{framing,nosuch}.py `engine.step()` `make soak` `make nosuch` make nothing "
             "https://example.org/not/here.py")
     assert broken_references(text) == [
-        "engine.api.no_such_name", "engine.nosuch", "nosuch.py", "server/nowhere/",
+        "engine.api.no_such_name", "engine.nosuch", "make nosuch", "nosuch.py", "server/nowhere/",
         "server/openai.py", "server/serve.py's EngineWrapper", "sse/framing.py's json_bytes",
         "sse/nosuch.py"]
     # A package docstring's bare names are found beneath the package, then anywhere.
