@@ -75,11 +75,14 @@ def toml_value(value: Any) -> str:
         return "unset"
     if isinstance(value, bool):
         return "`" + str(value).lower() + "`"
-    return "`" + cell(f'"{value}"' if isinstance(value, str) else repr(value)) + "`"
+    text = f'"{value}"' if isinstance(value, str) else repr(value)
+    return "`" + text.replace("|", "\\|") + "`"          # in a code span only `|` is special
 
 
 def cell(text: str) -> str:
-    return text.replace("|", "\\|")
+    """Text safe in a Markdown table cell: `|` ends a cell, `<think>` would be read as HTML."""
+    return (text.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+            .replace("*", "\\*"))
 
 
 def engine_rows(short: bool) -> list[str]:
