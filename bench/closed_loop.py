@@ -21,7 +21,7 @@ tokens and one output token each (not counted as streams; their TTFT max is repo
 prompts arriving while streams decode, the case the latency policy is for.
 
 Each `--set` is one engine setting (comma-separated key=value of EngineConfig), swept
-against every `--streams` value: the table the README's sweep and the choice of the
+against every `--streams` value: the table docs/benchmarks.md's sweep and the choice of the
 defaults (`max_num_seqs`, `tokens_beside_decode`) come from. The server adds only its
 loop thread, which sleeps in select (bench/load_sweep.py measures through HTTP).
 

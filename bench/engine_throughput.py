@@ -1,6 +1,6 @@
 """Engine throughput on smol-135m, next to the numpy roofline of the same session.
 
-Cases (issue 4's performance targets; 128 output tokens, ~64-token prompts):
+Cases (the engine's performance targets; 128 output tokens, ~64-token prompts):
 
   roofline       ../shared/tools/roofline.py, run first as a subprocess (bare float32 step)
   decode_1       one stream: decode tok/s               target >= 0.8x roofline batch 1

@@ -43,7 +43,7 @@ TEMPLATE_DIR = REPO / "bench" / "out"
 MODELS = ("smol-135m", "gemma-3-270m")
 LLAMA_READY_TIMEOUT_S = 300.0
 LLAMA_PARALLEL = 128
-LLAMA_THREADS = 2                # the comparison: `-t 2` on the 2-core machine class
+LLAMA_THREADS = 2                # the comparison's setting: `-t 2` on the 2-core machine class
 CONTEXT_TOKENS = 2048
 
 

@@ -1,6 +1,6 @@
 """Grammar drafts on the real model: every draft beside what the model wrote, its rejections sorted.
 
-Issue 24's grammar source (engine/grammar/forced.py) drafts the text a JSON schema forces;
+The grammar draft source (engine/grammar/forced.py) drafts the text a JSON schema forces;
 verification keeps the drafts the model would have written anyway. This drives the engine
 itself (no HTTP) on bench/spec_tasks.py's extraction task -- the four support e-mails, the
 SupportTicket schema as the server compiles `response_format` json_schema, the prompt as

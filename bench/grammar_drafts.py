@@ -1,5 +1,5 @@
 """Grammar-forced drafts on smol-135m's vocabulary: what they cost per call and how much of a
-structured answer they cover (issue 24's grammar draft source, engine/grammar/forced.py).
+structured answer they cover (the grammar draft source, engine/grammar/forced.py).
 
 Each case walks a plausible answer's tokens (the tokenizer's encoding of it) through a fresh
 constraint the way speculation would: at each position ask `forced_drafts(K)`, count the
@@ -13,7 +13,7 @@ state's text, encoding and checks built once; the automaton's steps already memo
 walk that found the states) and warm (the cache shared by all sequences): mean and max.
 
 Cases: extract: a support ticket schema as pydantic writes it (9 fields, four enums, two
-nested objects: the issue's benchmark task b), the answer compact (json.dumps' default);
+nested objects: bench/spec_tasks.py's task b), the answer compact (json.dumps' default);
 extract2: the same answer indented by 2, as smol-135m lays out JSON when greedy; tool: a
 Hermes `<tool_call>` of get_weather with two tools offered (task c).
 

@@ -1,4 +1,4 @@
-"""The two cases of issue 14 that bench/load_sweep.py runs with `--case`.
+"""The two special cases (prefix, spec) that bench/load_sweep.py runs with `--case`.
 
 prefix: 16 requests sent in the same instant whose prompts share a cached ~400-token system
   prompt (warmed by one request first), each with its own ~25-token question, against the

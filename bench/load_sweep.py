@@ -1,5 +1,5 @@
 """A fair serving benchmark: closed-loop streaming load at several concurrencies and server
-settings, the numpy roofline in the same run, and the two cases issue 14 measures.
+settings, the numpy roofline in the same run, and two special cases (bench/load_cases.py).
 
 What it measures: C clients each send streaming chat requests back to back (prompts of
 ~40-100 tokens that differ per request, `max_tokens` 128, temperature 0, `ignore_eos`) for a

@@ -5,7 +5,7 @@
 
 Starts our server (`tlserve.py --config runtime.toml`, bench/load_server.py's `spawned`:
 a child process on free ports), opens `--streams` streaming chats, and while they run sends
-the heavy requests of issue 22 one after another:
+the heavy requests below one after another:
 
 * the Zod int schema as `response_format` (its grammar takes seconds to compile or refuse);
 * a chat with a huge history (`MAX_MESSAGES` messages, a body near the 8 MiB limit);

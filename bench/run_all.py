@@ -18,7 +18,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
-# (script, full-run arguments, quick-run arguments), in the order of the issues.
+# (script, full-run arguments, quick-run arguments), in the order they were written.
 BENCHMARKS = (
     ("bench_load.py", [], ["--repeat", "1"]),
     ("bench_tokenizer.py", [], ["--repeat", "1"]),

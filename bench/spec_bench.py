@@ -1,6 +1,6 @@
 """Speculation off vs on, per task, at 1, 4 and 16 streams; llama-server beside it on demand.
 
-Issue 24's benchmark. Four tasks of fixed, purpose-written requests (bench/spec_tasks.py:
+The speculation benchmark. Four tasks of fixed, purpose-written requests (bench/spec_tasks.py:
 edit with a predicted output, extract into a JSON Schema, a 10-turn agent loop with two
 tools, plain chat). Our server runs as "off" (`speculative = "none"`) and "on" (runtime.toml's
 default), each in a process of its own (bench/load_server.py's `spawned`); with `--llama` a

@@ -1,7 +1,7 @@
 """The four tasks of the speculation benchmark (bench/spec_bench.py) as request bodies.
 
 Each task is a fixed pool of distinct chat requests, written for the benchmark before its
-first measurement (issue 24) and never derived from what a server answered. A pool is big
+first measurement and never derived from what a server answered. A pool is big
 enough that one server process never gets a request twice (bench/spec_plan.py checks it): a
 repeated request would find its own answer in the suffix draft store.
 

@@ -1,5 +1,5 @@
 """Structured outputs on smol-135m: throughput with a JSON Schema vs without, compile time,
-and the memory of the vocabulary table (issue 10's targets).
+and the memory of the vocabulary table (structured outputs' targets).
 
 Cases, in one run:
   schema_N / free_N   N streams (1 and 16) at temperature 0.7, the same prompts and seeds,

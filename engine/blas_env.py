@@ -9,7 +9,7 @@ busy loop. `OPENBLAS_THREAD_TIMEOUT` (read once, when the library loads) shorten
 to 2^20 cycles (~0.3 ms): long enough to bridge the short gaps between a layer's gemms,
 short enough to free the core during the attention.
 
-Measured side by side (bench notes in README, "Throughput at real concurrency"): 64
+Measured side by side (docs/benchmarks.md, "Throughput at real concurrency"): 64
 decoding streams, a step 188-208 ms -> 181-184 ms; 16 prompts on a cached 400-token prefix,
 their step 1.19-1.21x the same prompts on a short prefix -> 1.14-1.15x; one stream
 unchanged (24-28 ms a step either way).

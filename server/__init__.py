@@ -1,12 +1,21 @@
-"""The v1 server: the only package that knows sockets, HTTP and OpenAI JSON.
+"""The v1 server: the only package that knows sockets, HTTP and OpenAI JSON, in rooms.
 
-Transport, in `server/http/`: `loop.py` (selectors, the one module doing socket I/O),
-`connstate.py` and `signals.py` (its socket-free bookkeeping), `http11.py` (sans-IO),
-`limits.py`, `protocol.py` (the seam to the application).
-Application, here: `routes.py`, `openai.py` (validation), `app.py` (the two Apps),
-`bridge.py` (the engine thread and the one admission queue), `streams.py` (a generation as
-text unit, renderer and shell; embeddings), `documents.py` (response documents).
-Shared: `errors.py` (the one status table), `metrics.py`, `config.py`; `serve.py` starts it.
+    http/     the transport: `loop.py` (selectors, the one module doing socket I/O),
+              `cycle.py`, `connstate.py`, `signals.py`, `http11.py` (sans-IO), `head.py`,
+              `limits.py`, `protocol.py` (the seam to the application)
+    door/     what every API route passes first: request id, API key, CORS, access log,
+              the route table (`routes.py`), the loading state
+    api/      the OpenAI API, one module or package per endpoint family; `app.py` the
+              dispatcher, `launch.py` a generation's launch, `streams.py` the stream shell,
+              `offloop.py` the workers for heavy preparation
+    text/     between JSON and token ids: the served model, typed messages, detokenising,
+              tool-call formats, the thinking split
+    worker/   the engine thread and its one admission queue (`bridge.py`), the encoder
+              worker, the compute turn
+    observe/  metrics, the step trace, the engine view, the health port, the web pages
+
+Shared at the top: `errors.py` (the one status table), `replies.py` (`json_bytes`, the one
+JSON encoding), `state.py`, `config.py`, `model_table.py`, `loading.py`; `serve.py` starts it.
 
 The walk of one `stream: true` chat, file by file, is in docs/ARCHITECTURE.md.
 """

@@ -23,7 +23,7 @@ class ErrorKind:
 
 # kind -> (status, type, code). The only place a status is chosen for an error.
 ERROR_KINDS: dict[str, ErrorKind] = {
-    # request content (chapter 2.5)
+    # request content: 400 a bad value, 422 a value this server does not serve
     "invalid_request": ErrorKind(400, "invalid_request_error", None),
     "invalid_json": ErrorKind(400, "invalid_request_error", "invalid_json"),
     "context_length_exceeded": ErrorKind(400, "invalid_request_error", "context_length_exceeded"),
@@ -37,7 +37,7 @@ ERROR_KINDS: dict[str, ErrorKind] = {
     # routing
     "route_not_found": ErrorKind(404, "invalid_request_error", "not_found"),
     "method_not_allowed": ErrorKind(405, "invalid_request_error", "method_not_allowed"),
-    # admission and lifecycle (chapter 2.2, 2.6)
+    # admission (a full queue, a deadline) and lifecycle (loading, draining, a dead engine)
     "rate_limit_exceeded": ErrorKind(429, "rate_limit_error", "rate_limit_exceeded"),
     "no_capacity": ErrorKind(503, "server_error", "no_capacity"),
     "shutting_down": ErrorKind(503, "server_error", "server_shutting_down"),

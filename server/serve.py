@@ -15,10 +15,10 @@ defaults in force.
 
 The chat template: `[engine].chat_template` (or `--chat-template FILE`) replaces the model's
 own; a file that cannot be read or does not parse ends the start-up with one line naming it.
-A model with no template and none given renders with the chapter's plain default, and the
+A model with no template and none given renders with `DEFAULT_TEMPLATE`'s `<|role|>` lines, and the
 start-up log warns once, saying how to give one.
 
-Shutdown order (chapter 2.6): the loop drains (API listener closed, /readyz 503, new
+Shutdown order (SIGTERM): the loop drains (API listener closed, /readyz 503, new
 requests 503, in-flight streams finish up to `drain_timeout_s`), `run()` returns, then the
 engine thread stops. `/healthz` answers 200 until the process ends.
 """

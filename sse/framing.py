@@ -6,7 +6,7 @@ chunks into one event. A line starting with `:` is a comment; we send `: ping` t
 streams (no token for 15 s) alive through proxies. The OpenAI stream ends with the
 literal `data: [DONE]` event.
 
-Payloads arrive already encoded (the server's JSON encoder is `server.http.protocol.json_bytes`;
+Payloads arrive already encoded (the server's JSON encoder is `server.replies.json_bytes`;
 this package knows no JSON). A single-line payload is one `data:` line; a payload that does
 contain newlines is split into one `data:` line per line, as the spec requires. An event may
 carry a name (`event: <name>` before its data, as the Responses API's typed events do).

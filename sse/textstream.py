@@ -1,4 +1,4 @@
-"""TextStream: token bytes in, text that is safe to send out (chapter 2.4).
+"""TextStream: token bytes in, text that is safe to send out (docs/CONTRACT.md).
 
 Two things make streamed text hard:
 

@@ -31,7 +31,7 @@ from .variables import mentioned_names
 from .lexer import tokenize
 from .parser import parse
 
-# The chapter's plain default for models that ship no template.
+# The plain default for models that ship no template: `<|role|>` then the content, per message.
 DEFAULT_TEMPLATE = (
     "{% for message in messages %}"
     "{{ '<|' + message['role'] + '|>\\n' + message['content'] + '\\n' }}"

@@ -1,6 +1,6 @@
 """Tiny, deterministic test models, written with the project's own writers.
 
-* `write_succ_model(dir)`: the chapter's `succ` bigram ("after byte i, byte i+1") as a
+* `write_succ_model(dir)`: the worked example's `succ` bigram ("after byte i, byte i+1") as a
   Llama with ZERO layers in Hugging Face layout: vocab 257 (256 bytes + `<|endoftext|>`),
   hidden size 257, identity embedding, unit final norm and an LM head that puts a logit of
   about `SUCC_LOGIT` on byte (i+1) % 256 (0 elsewhere, `-SUCC_EOS_PENALTY` on the EOS),

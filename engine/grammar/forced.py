@@ -2,7 +2,7 @@
 
 With a JSON Schema or a tool call, long stretches of text are decided by the grammar alone:
 the keys of a required object in order, `{"name": "get_weather", "arguments": {`, an enum
-value once its prefix picks it, a `const`, closing brackets. Speculation (issue 24) drafts
+value once its prefix picks it, a `const`, closing brackets. Speculation (engine/core/drafts/) drafts
 them so the model verifies several in one step instead of writing one per step.
 
 The text (`expected_text`) follows the automaton at character level while it allows exactly

@@ -124,7 +124,7 @@ class DecodeMirror:
     #
     # Growing copies a layer's K and V into larger arrays. All 30 layers of smol-135m at
     # 16 rows x 1,024 positions are 720 MiB: copied in one step, that step took ~1 s (the
-    # worst gap issue 21 measured). So a capacity is built AHEAD of need, one layer per
+    # worst gap bench/shared_cpu.py saw). So a capacity is built AHEAD of need, one layer per
     # step, once the rows or positions in use pass GROW_AHEAD_FRACTION of it; only a need
     # that outruns that (a burst of arrivals, a long prompt joining) grows every layer at once.
 

@@ -16,7 +16,7 @@ The heavy, pure half of chat, completions, responses, embeddings and tokenize
 never blocks on a grammar compile or a long history; admission, metrics and tickets stay
 on the loop thread. Small routes (models, detokenize, healthz) answer at once. Every
 response, errors and 404s included, carries `X-Request-Id` (echoed when the client sent a
-sane one). Drain (chapter 2.6) flips `ServerState.is_draining`: new API requests get 503,
+sane one). Drain (SIGTERM, server/http/connstate.py) flips `ServerState.is_draining`: new API requests get 503,
 `/readyz` 503, `/healthz` stays 200; a request already being prepared is still answered.
 """
 from __future__ import annotations

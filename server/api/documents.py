@@ -2,7 +2,7 @@
 usage, model list, embeddings, tokenize.
 
 Pure functions from values to JSON-ready dicts; no I/O, no engine. Field names and the
-order of the streamed chunks follow the OpenAI API reference (chapter 2.4):
+order of the streamed chunks follow the OpenAI API reference (docs/CONTRACT.md):
 
     role chunk (delta.role = "assistant", content "") -> content chunks -> the last content
     chunk carries finish_reason -> usage chunk (choices = []) when asked -> [DONE]

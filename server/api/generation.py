@@ -1,5 +1,5 @@
 """What every generation request shares (chat, completions, and the Responses API on the chat
-path): the validated `GenSpec` and the fields that fill it (chapter 2.5).
+path): the validated `GenSpec` and the fields that fill it, refused as follows.
 
 * a value out of range or of the wrong type      -> 400 `invalid_request_error`, `param` = field
 * a real OpenAI field this engine does not serve -> 422 `unsupported_parameter`

@@ -1,6 +1,6 @@
 """Work off the loop thread: the one seam between the loop and the heavy, pure part of a request.
 
-The loop thread must never block (chapter: one loop, one engine thread), yet some requests
+The loop thread must never block (it serves every socket), yet some requests
 need seconds of pure Python before the engine sees them — compiling a grammar, rendering a
 long history, tokenizing large inputs — and some answers need a big JSON document built.
 `WorkerPool.run(work, then)` hands `work` (a pure function: no bridge, no metrics, no
@@ -25,7 +25,7 @@ swap), announced by `wake()` — the same thread-safe wake the engine bridge use
 the same stream, already done.
 
 The cyclic garbage collector stops every thread while it scans the live heap, and heavy
-work grows that heap: during the Zod compile of issue 22 full collections paused the whole
+work grows that heap: during a Zod integer schema's compile full collections paused the whole
 process for ~0.5 s each (and made the compile 5x slower). So while off-loop work runs,
 automatic collection is paused (`CollectorPause`: process-wide, as the collector is);
 it resumes when no work runs, or after `GC_PAUSE_MAX_S` of back-to-back work. The work

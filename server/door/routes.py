@@ -1,6 +1,6 @@
 """The route tables: (method, path pattern) -> handler name, for both listeners.
 
-A table, not an if-chain (style guide 3.6). `resolve` tells three outcomes apart, each in
+A table, not an if-chain: one line per route. `resolve` tells three outcomes apart, each in
 the OpenAI error shape when it fails: a match, a known path with the wrong method (405 with
 `Allow`), and an unknown path (404). Patterns are literal paths, or end in `{name}` to take
 the rest of the path as one parameter (model ids may contain `/`).

@@ -173,7 +173,7 @@ class TimerHeap:
 
 @dataclass
 class Drain:
-    """The drain (chapter 2.6): first SIGTERM or `request_drain()` drains, a second one (or
+    """The drain (docs/CONTRACT.md): first SIGTERM or `request_drain()` drains, a second one (or
     `stop()`) stops at once. The flags may be set from any thread or a signal handler; only
     the loop thread begins the drain and asks whether it is done."""
     timeout_s: float

@@ -7,7 +7,7 @@ ending in `le="+Inf"`, then `name_sum` and `name_count`.
 
 Three sources feed this page:
 * the engine's `EngineStats` snapshot (published by the engine thread after each step):
-  the chapter's gauges `tl_engine_*`, the KV-cache utilisation (0-1, what routers such as
+  the contract's gauges `tl_engine_*`, the KV-cache utilisation (0-1, what routers such as
   the Gateway API Inference Extension's endpoint picker read), the prefix-cache counters
   and the speculative drafts per source (`source` label);
 * `server/observe/process_metrics.py`: the standard `process_*` families;
@@ -96,7 +96,7 @@ def kv_cache_utilization(s: EngineStats) -> float:
 
 
 def engine_metrics_text(engines: Sequence[tuple[str | None, EngineStats]]) -> str:
-    """The chapter's engine gauges (chapter 4: `metrics_text`) of every engine as one page:
+    """The engine gauges `tl_engine_*` (docs/CONTRACT.md) of every engine as one page:
     each family once (Prometheus refuses a family that appears twice), its samples those of
     every engine in order, labelled `model="<id>"` first when the engine's id is given."""
     per_engine = [_engine_families(s, _model_label(model)) for model, s in engines]

@@ -1,4 +1,4 @@
-"""The engine thread and the one queue in front of it (chapter 2.1, 2.2).
+"""The engine thread and the one bounded queue in front of it (docs/CONTRACT.md).
 
 The loop thread and the engine thread share exactly three things:
 

@@ -1,4 +1,4 @@
-"""bench/spec_bench.py's tasks are what issue 24 asks for, and its arithmetic (whole-request
+"""bench/spec_bench.py's tasks are the four the benchmark promises, and its arithmetic (whole-request
 tok/s, acceptance from whatever spec counters /metrics has) is right. The benchmark itself
 is never run here: no server, no timing."""
 from __future__ import annotations

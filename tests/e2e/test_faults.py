@@ -1,5 +1,5 @@
 """Fault behaviour over real sockets: a full queue, a queue deadline, a client that leaves,
-and a drain (chapter 2.2 and 2.6). Engine steps are slowed with `step_delay_s` (tests/fakes.py
+and a drain (docs/CONTRACT.md). Engine steps are slowed with `step_delay_s` (tests/fakes.py
 StepDelay through the engine seam)."""
 from __future__ import annotations
 
@@ -120,7 +120,7 @@ def test_drain_finishes_in_flight_and_refuses_new(succ_model_dir):
 
 
 def test_an_idle_server_serves_whatever_it_refused_before(succ_model_dir):
-    """Issue 22's sequence on one server: one stream running, one queued, more refused
+    """The lock-out sequence on one server: one stream running, one queued, more refused
     with 429, every client leaves; the idle server then serves a new stream and drains it
     (it answered 429 'would wait about 7302 s' for as long as traffic came)."""
     with running_server(succ_model_dir, queue_capacity=1, queue_deadline_ms=5000,

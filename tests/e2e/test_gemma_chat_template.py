@@ -1,6 +1,6 @@
 """Gemma 3 270M served with its chat template given by `chat_template` (the GGUF has none).
 
-Issue 20: the real GGUF ships no template, so the server is started with the oracle's Gemma 3
+The real GGUF ships no template, so the server is started with the oracle's Gemma 3
 template (the npm tokenizer_config.json's) as `[engine].chat_template`; each oracle case sent
 to /v1/tokenize as messages must give Hugging Face's `rendered_ids` (the template's text,
 tokenized with special tokens parsed, no BOS added twice), and the role-order case a 400

@@ -1,6 +1,6 @@
 """Gemma 3 270M served over HTTP, against Hugging Face's greedy continuations.
 
-Issue 20's evidence: the real GGUF (fetched once by `fetch-model gemma-3-270m`, like smol),
+The evidence: the real GGUF (fetched once by `fetch-model gemma-3-270m`, like smol),
 its own vocabulary read by the server, `/v1/completions` at temperature 0 with the oracle's
 raw-text prompts (../shared/oracle/families/gemma3-270m/greedy.jsonl: transformers in
 float32 on the dequantized GGUF, BOS added by the tokenizer). Tokens are compared up to the

@@ -1,6 +1,6 @@
 """Heavy requests are prepared off the loop thread (server/api/offloop.py), over real sockets.
 
-The heavy request is the Zod integer schema of issue 22: its grammar takes seconds to
+The heavy request is the Zod integer schema (bench/loop_stall.py's): its grammar takes seconds to
 compile (or to refuse as too large) — on the loop thread that stopped every stream and
 every health probe for as long. The timing test runs the server in a child process (as
 production does), so the test's own client threads do not share the server's GIL."""

@@ -1,4 +1,4 @@
-"""The chapter's worked example and the API's conformance cases, over real sockets, on the
+"""The contract's worked example (docs/CONTRACT.md) and the API's conformance cases, over real sockets, on the
 succ bigram (byte i -> i + 1; template `{% for m in messages %}{{ m.content }}{% endfor %}`)."""
 from __future__ import annotations
 
@@ -200,7 +200,7 @@ def test_keep_alive_connection_serves_several_requests(server):
 
 
 def test_special_token_text_in_a_message_becomes_the_special_token(server):
-    """A deliberate choice (README, "Special tokens in user text"): like Hugging Face's
+    """A deliberate choice (docs/models.md, "Special tokens in user text"): like Hugging Face's
     apply_chat_template + encode, vLLM and llama.cpp, the rendered prompt is tokenized with
     special-token text parsed, so "<|endoftext|>" typed by a user is the EOS id (256 for the
     succ byte tokenizer), not its 13 bytes. The oracle's prompt ids depend on this."""

@@ -1,4 +1,4 @@
-"""TextStream: stop-prefix hold-back and incremental UTF-8, fed byte by byte (chapter 2.4)."""
+"""TextStream: stop-prefix hold-back and incremental UTF-8, fed byte by byte (docs/CONTRACT.md)."""
 from __future__ import annotations
 
 import itertools
@@ -16,7 +16,7 @@ def feed(stream: TextStream, pieces) -> list[str]:
 
 
 def test_text_stream_holds_back_stop_prefixes():
-    # The chapter's example: tokens b, c, d, e with stop "de".
+    # The worked example: tokens b, c, d, e with stop "de".
     s = TextStream(["de"])
     assert s.push(b"b") == "b"
     assert s.push(b"c") == "c"

@@ -1,4 +1,4 @@
-"""Chat rendering: the chapter's hand example, the default template, HF message prep."""
+"""Chat rendering: the worked example by hand, the default template, HF message prep."""
 
 from datetime import datetime
 

@@ -1,4 +1,4 @@
-"""Draft sources and the one speculation policy that chooses among them (issue 24).
+"""Draft sources and the one speculation policy that chooses among them.
 
 A draft is a guess of the tokens a decoding sequence will produce next; the engine appends
 it to the sequence's row of a step and keeps the guessed tokens the model itself samples

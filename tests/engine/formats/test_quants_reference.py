@@ -18,7 +18,7 @@ NUM_BLOCKS = 300            # enough random blocks to hit every code and scale p
 
 WHOLE_VALUE_TYPES = ("F32", "F16", "BF16")      # no blocks: random bits, NaN included
 
-# Every type llama.cpp's usual presets write (issue 20), plus IQ4_NL / IQ4_XS.
+# Every type llama.cpp's usual presets write, plus IQ4_NL / IQ4_XS.
 REQUIRED = {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K",
             "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS"}
 

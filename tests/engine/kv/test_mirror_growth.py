@@ -1,5 +1,5 @@
 """The decode mirror builds its next capacity ahead of need, one layer per step, so no
-decode step copies the whole mirror (issue 21's ~1 s worst gap was such a step)."""
+decode step copies the whole mirror (a ~1 s worst stream gap was such a step)."""
 import numpy as np
 
 from engine.core.chunk import Chunk

@@ -8,7 +8,7 @@ from engine.tokenizer import ByteTokenizer, TokenizerLoadError, UnknownTokenIdEr
 
 def test_text_is_its_utf8_bytes():
     tok = ByteTokenizer()
-    assert tok.encode("a") == [97]  # the chapter's hand example: prompt "a" -> [97]
+    assert tok.encode("a") == [97]  # the worked example (docs/CONTRACT.md): prompt "a" -> [97]
     assert tok.encode("ab c") == [97, 98, 32, 99]
     assert tok.encode("é😀") == [0xC3, 0xA9, 0xF0, 0x9F, 0x98, 0x80]
     assert tok.encode("") == []

@@ -1,4 +1,4 @@
-"""Validation (chapter 2.5) and the response documents, without sockets or an engine."""
+"""Validation (400 bad value, 422 unserved value) and the response documents, without sockets or an engine."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""/metrics text: Prometheus exposition format 0.0.4, the chapter's names, valid histograms."""
+"""/metrics text: Prometheus exposition format 0.0.4, the contract's gauge names, valid histograms."""
 from __future__ import annotations
 
 import re
