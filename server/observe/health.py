@@ -24,6 +24,7 @@ from server.errors import ApiError, error_response, kind_response
 from server.http.protocol import Request, Response
 from server.observe.metrics import CONTENT_TYPE as METRICS_TYPE
 from server.observe.metrics import metrics_text
+from server.observe.vllm_metrics import EngineReading
 from server.door.request_id import id_header
 from server.door.routes import HEALTH_ROUTES, health_ok, resolve
 from server.observe.static import ENGINE_PAGE, FAVICON, StaticFiles
@@ -83,7 +84,8 @@ class HealthApp:
         stall_s = self.loop_stall_s() if self.loop_stall_s is not None else None
         text = metrics_text(None, self.state.metrics, stall_s,
                             encoders=[(w.model_id, w.stats) for w in self.encoders],
-                            engines=[(m, b.stats) for m, b in self.engines.items()])
+                            engines=[EngineReading(m, b.stats, b.kv_size)
+                                     for m, b in self.engines.items()])
         return Response(status=200, headers=(("Content-Type", METRICS_TYPE),),
                         body=text.encode("utf-8"))
 

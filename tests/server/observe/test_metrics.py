@@ -5,6 +5,7 @@ import re
 
 from engine.api import EngineStats
 from server.observe.metrics import Histogram, ServerMetrics, metrics_text
+from server.observe.vllm_metrics import EngineReading, FinishedRequest
 
 SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[a-zA-Z_][a-zA-Z0-9_]*="[^"]*"'
                     r'(,[a-zA-Z_][a-zA-Z0-9_]*="[^"]*")*\})? (\S+)$')
@@ -43,8 +44,8 @@ def test_engine_gauges_and_server_counters():
     server.count_request("chat", 200)
     server.count_request("chat", 200)
     server.count_request("chat", 429)
-    server.observe_generation(prompt_tokens=10, completion_tokens=5, ttft_s=0.2, e2e_s=1.0,
-                              queue_s=0.05)
+    server.observe_generation(FinishedRequest(model="m", prompt_tokens=10, completion_tokens=5,
+                                              ttft_s=0.2, e2e_s=1.0, queue_s=0.05))
     types, samples = parse(metrics_text(stats, server))
     for name in CHAPTER_NAMES:
         assert name in types
@@ -114,8 +115,8 @@ def test_several_engines_share_each_family_every_sample_labelled_with_its_model(
     server.count_request("chat", 200, model="a")
     server.count_request("chat", 429, model="b")
     server.count_request("models", 200)                        # no model: no label
-    engines = [("a", EngineStats(queue_depth=1, kv_blocks_used=2)),
-               ("b", EngineStats(queue_depth=5, kv_blocks_free=7))]
+    engines = [EngineReading("a", EngineStats(queue_depth=1, kv_blocks_used=2)),
+               EngineReading("b", EngineStats(queue_depth=5, kv_blocks_free=7))]
     types, samples = parse(metrics_text(None, server, engines=engines))
     assert types["tl_engine_queue_depth"] == "gauge"
     assert samples['tl_engine_queue_depth{model="a"}'] == 1
