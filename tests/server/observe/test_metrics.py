@@ -1,39 +1,14 @@
 """/metrics text: Prometheus exposition format 0.0.4, the chapter's names, valid histograms."""
 from __future__ import annotations
 
-import re
-
 from engine.api import EngineStats
 from server.observe.metrics import Histogram, ServerMetrics, metrics_text
 from server.observe.vllm_metrics import EngineReading, FinishedRequest
+from tests.server.observe.prom_parse import parse
 
-SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[a-zA-Z_][a-zA-Z0-9_]*="[^"]*"'
-                    r'(,[a-zA-Z_][a-zA-Z0-9_]*="[^"]*")*\})? (\S+)$')
 CHAPTER_NAMES = ("tl_engine_kv_blocks", "tl_engine_queue_depth", "tl_engine_active_sequences",
                  "tl_engine_batch_tokens", "tl_engine_prefix_cache_hit_ratio",
                  "tl_engine_preemptions_total", "tl_engine_kv_evictions_total")
-
-
-def parse(text: str) -> tuple[dict[str, str], dict[str, float]]:
-    """(family -> type, sample -> value); asserts the format rules on the way."""
-    types, samples, helped = {}, {}, set()
-    assert text.endswith("\n")
-    for line in text.splitlines():
-        if line.startswith("# HELP "):
-            helped.add(line.split()[2])
-        elif line.startswith("# TYPE "):
-            _, _, name, kind = line.split()
-            assert name in helped and name not in types
-            assert kind in ("counter", "gauge", "histogram")
-            types[name] = kind
-        else:
-            match = SAMPLE.match(line)
-            assert match, line
-            name = match.group(1)
-            family = re.sub(r"_(bucket|sum|count)$", "", name)
-            assert name in types or family in types, name
-            samples[name + (match.group(2) or "")] = float(match.group(4))
-    return types, samples
 
 
 def test_engine_gauges_and_server_counters():
