@@ -188,7 +188,6 @@ def test_different_keys_spread_over_every_replica(lb):
     counts = Counter(placement(lb, [f"conversation-{i}" for i in range(SPREAD_KEYS)]).values())
     assert set(counts) == set(NAMES)
     assert min(counts.values()) >= SPREAD_KEYS * MIN_SHARE, counts
-    print(counts)
 
 
 def test_a_replica_taken_out_moves_only_its_own_keys(lb):
