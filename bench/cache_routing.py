@@ -29,8 +29,10 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import math
 import os
 import random
+import signal
 import subprocess
 import sys
 import tempfile
@@ -89,9 +91,10 @@ class Run:
 
 
 def quantile(sorted_values: list[float], q: float) -> float:
-    """The nearest-rank quantile of sorted values."""
-    index = min(len(sorted_values) - 1, max(0, round(q * len(sorted_values) + 0.5) - 1))
-    return sorted_values[index]
+    """The nearest-rank quantile of sorted values: the smallest with at least q of them
+    at or below it."""
+    rank = max(1, math.ceil(q * len(sorted_values)))
+    return sorted_values[rank - 1]
 
 
 # ---- the load: the same text for both configs --------------------------------------------
@@ -259,6 +262,8 @@ def main() -> int:
     p.add_argument("--model-dir", default=str(ROOT / "artifacts" / "models" / "smol-135m"))
     p.add_argument("--quick", action="store_true", help="the succ test model (harness check)")
     args = p.parse_args()
+    # SIGTERM (a timeout) unwinds like an exception, so the replicas and HAProxy are stopped
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.quick:
         args.model_dir = quick_model()
     OUT.mkdir(parents=True, exist_ok=True)

@@ -1,12 +1,13 @@
 """The health listener's application: liveness, readiness, metrics, the engine view.
 
-`/healthz` fails once any model's engine thread has died (an orchestrator restarts us);
-`/readyz` fails while draining or while any model's worker is down (it is swapped in once
-every model has loaded, so it is ready when every model is); `/metrics` is the Prometheus
-text of server/observe/metrics.py, every engine's samples labelled with its model, with the
-loop's worst stall when serve.py hands over the meter. `/engine/snapshot?model=ID` is one
-chat engine's picture (default: the first chat model's), listing every engine's id in
-`engines`. It stays up during a drain.
+`/healthz` (also as `/health`, the name vLLM and llm-d probe) fails once any model's engine
+thread has died (an orchestrator restarts us); `/readyz` fails while draining or while any
+model's worker is down (it is swapped in once every model has loaded, so it is ready when
+every model is); `/metrics` is the Prometheus text of server/observe/metrics.py, every
+engine's samples labelled with its model (and their `vllm:*` twins, with the KV cache's
+size the bridge knows), with the loop's worst stall when serve.py hands over the meter.
+`/engine/snapshot?model=ID` is one chat engine's picture (default: the first chat model's),
+listing every engine's id in `engines`. It stays up during a drain.
 """
 from __future__ import annotations
 
