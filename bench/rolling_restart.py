@@ -2,6 +2,7 @@
 
     python bench/rolling_restart.py                      # 3 replicas of smol-135m, 32 clients, 60 s
     python bench/rolling_restart.py --quick              # the succ test model, 4 clients, ~20 s
+    python bench/rolling_restart.py --config deploy/haproxy/cache-aware.cfg   # cache-aware routing
 
 1. Finds HAProxy (Debian's 2.6 package), installing it with apt-get when it is missing and
    this process may; starts N replicas (`tlserve.py`, each on its own API and health port)
@@ -220,6 +221,7 @@ def main() -> int:
     p.add_argument("--steady-s", type=float, default=15.0, help="steady window before restarts")
     p.add_argument("--max-tokens", type=int, default=MAX_TOKENS)
     p.add_argument("--model-dir", default=str(ROOT / "artifacts" / "models" / "smol-135m"))
+    p.add_argument("--config", default=str(HAPROXY_CFG), help="HAProxy's configuration file")
     args = p.parse_args()
     if args.quick:
         args.clients = args.clients or 4
@@ -227,7 +229,7 @@ def main() -> int:
         args.model_dir = quick_model()
     args.clients = args.clients or 32
     if args.replicas != 3:
-        sys.exit("deploy/haproxy/haproxy.cfg names three servers: --replicas 3")
+        sys.exit("the configs in deploy/haproxy/ name three servers: --replicas 3")
     OUT.mkdir(parents=True, exist_ok=True)
     haproxy = find_haproxy()
     model_id = "succ" if args.quick else Path(args.model_dir).name
@@ -241,7 +243,7 @@ def main() -> int:
     env = {**os.environ, "TL_LB_BIND": f"127.0.0.1:{lb_port}",
            **{f"TL_R{i + 1}_API": f"127.0.0.1:{r.api_port}" for i, r in enumerate(replicas)},
            **{f"TL_R{i + 1}_HEALTH_PORT": str(r.health_port) for i, r in enumerate(replicas)}}
-    lb = subprocess.Popen([haproxy, "-db", "-f", str(HAPROXY_CFG)], env=env,
+    lb = subprocess.Popen([haproxy, "-db", "-f", args.config], env=env,
                           stdout=open(OUT / "rolling_haproxy.log", "ab"), stderr=subprocess.STDOUT)
     while get_status(lb_port, "/healthz") != 200:
         time.sleep(0.1)

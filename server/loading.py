@@ -181,7 +181,8 @@ def _load_chat(cfg: ServeConfig, view: EngineView | None, turn: ComputeTurn,
                         batch_slots=engine_cfg.max_num_seqs)
     bridge = EngineBridge(wrap_engine(engine) if wrap_engine else engine, queue=queue,
                           arrivals=ArrivalWindow(cfg.arrival_window_ms),
-                          view=view, tracer=_tracer(cfg), turn=turn)
+                          view=view, tracer=_tracer(cfg), turn=turn,
+                          kv_size=engine.kv_size())
     try:                                 # the model's own template is parsed here
         served = ServedModel(model, cfg.model_id, engine.max_model_len(),
                                     kv_capacity_tokens=engine.kv_size().capacity_tokens,

@@ -62,6 +62,7 @@ OUTSIDE_NAMES = frozenset({
     "trace.json", "my.jinja", "out.json",      # a user's files in the examples
     "package.json", "package-lock.json",       # npm's, in tests/e2e/node (made by make)
     "haproxy.cfg.example",
+    "epp-config.yaml",                         # a ConfigMap's key, mounted in the picker's pod
 })
 EXTENSIONS = ("py", "md", "toml", "yaml", "yml", "cfg", "json", "jinja", "html", "css", "js",
               "sh", "txt", "png", "ini")

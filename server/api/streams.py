@@ -37,6 +37,7 @@ from server.api.generation import GenSpec
 from server.api.prediction import prediction_usage
 from server.replies import JSON_CONTENT_TYPE, json_bytes, json_bytes_piecewise
 from server.http.protocol import Response, ResponseHead, Stream, StreamPoll
+from server.observe.vllm_metrics import FinishedRequest
 from server.api.offloop import Inline, OffLoop, Outcome
 from sse import DONE, PING, event
 
@@ -54,7 +55,7 @@ class StreamContext:
     tokenizer: Tokenizer
     ping_interval_s: float
     on_status: Callable[[str, int], None]     # (route, status) -> request counter
-    on_finish: Callable[..., None]            # ServerMetrics.observe_generation
+    on_finish: Callable[[FinishedRequest], None]   # ServerMetrics.observe_generation
     offloop: OffLoop = Inline()               # where a large whole document is built
 
 
@@ -320,9 +321,16 @@ class GenerationStream:
         self.last_send_s = now_s
 
     def _observe(self, now_s: float) -> None:
+        """The finished generation's timings (its first choice's), for /metrics."""
         t = self.ticket
-        self.ctx.on_finish(
-            prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens,
+        last_s = t.last_token_s or now_s
+        self.ctx.on_finish(FinishedRequest(
+            model=self.model_id, prompt_tokens=self.prompt_tokens,
+            completion_tokens=self.completion_tokens, finish_reason=self.finish_reason,
+            e2e_s=last_s - self.arrival_s,
             ttft_s=None if t.first_token_s is None else t.first_token_s - self.arrival_s,
-            e2e_s=(t.last_token_s or now_s) - self.arrival_s,
-            queue_s=None if t.scheduled_s is None else max(0.0, t.scheduled_s - self.arrival_s))
+            queue_s=None if t.started_s is None else max(0.0, t.started_s - self.arrival_s),
+            prefill_s=(None if t.started_s is None or t.first_token_s is None
+                       else t.first_token_s - t.started_s),
+            decode_s=None if t.first_token_s is None else last_s - t.first_token_s,
+            token_gaps_s=tuple(t.token_gaps_s)))

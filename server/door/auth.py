@@ -1,7 +1,7 @@
 """API keys: which paths need one, and whether a request carries it.
 
 Only the OpenAI routes (`/v1` and everything under it, whatever handlers exist now or later)
-need the key; `/` and `/static/...` (a page and its assets), `/healthz` and the whole
+need the key; `/` and `/static/...` (a page and its assets), `/healthz`, `/health` and the whole
 health listener stay open, so a browser can load the page and a probe never needs a secret.
 The key travels as `Authorization: Bearer <key>`; it is compared in constant time
 (`hmac.compare_digest`) and never echoed, logged, or put in an error message.

@@ -43,6 +43,7 @@ API_ROUTES: tuple[Route, ...] = (
     Route("GET", "/v1/models", "models"),
     Route("GET", "/v1/models/{model}", "model"),
     Route("GET", "/healthz", "healthz"),
+    Route("GET", "/health", "healthz"),                 # the same, as vLLM and llm-d name it
     Route("GET", "/", "page"),                          # the chat page (server/observe/web/)
     Route("GET", "/static/{name}", "static"),
     Route("GET", "/favicon.ico", "favicon"),            # browsers ask for it unprompted
@@ -50,6 +51,7 @@ API_ROUTES: tuple[Route, ...] = (
 
 HEALTH_ROUTES: tuple[Route, ...] = (
     Route("GET", "/healthz", "healthz"),
+    Route("GET", "/health", "healthz"),
     Route("GET", "/readyz", "readyz"),
     Route("GET", "/metrics", "metrics"),
     Route("GET", "/engine", "engine_page"),             # the engine view (server/observe/web/)

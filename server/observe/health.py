@@ -1,12 +1,13 @@
 """The health listener's application: liveness, readiness, metrics, the engine view.
 
-`/healthz` fails once any model's engine thread has died (an orchestrator restarts us);
-`/readyz` fails while draining or while any model's worker is down (it is swapped in once
-every model has loaded, so it is ready when every model is); `/metrics` is the Prometheus
-text of server/observe/metrics.py, every engine's samples labelled with its model, with the
-loop's worst stall when serve.py hands over the meter. `/engine/snapshot?model=ID` is one
-chat engine's picture (default: the first chat model's), listing every engine's id in
-`engines`. It stays up during a drain.
+`/healthz` (also as `/health`, the name vLLM and llm-d probe) fails once any model's engine
+thread has died (an orchestrator restarts us); `/readyz` fails while draining or while any
+model's worker is down (it is swapped in once every model has loaded, so it is ready when
+every model is); `/metrics` is the Prometheus text of server/observe/metrics.py, every
+engine's samples labelled with its model (and their `vllm:*` twins, with the KV cache's
+size the bridge knows), with the loop's worst stall when serve.py hands over the meter.
+`/engine/snapshot?model=ID` is one chat engine's picture (default: the first chat model's),
+listing every engine's id in `engines`. It stays up during a drain.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from server.errors import ApiError, error_response, kind_response
 from server.http.protocol import Request, Response
 from server.observe.metrics import CONTENT_TYPE as METRICS_TYPE
 from server.observe.metrics import metrics_text
+from server.observe.vllm_metrics import EngineReading
 from server.door.request_id import id_header
 from server.door.routes import HEALTH_ROUTES, health_ok, resolve
 from server.observe.static import ENGINE_PAGE, FAVICON, StaticFiles
@@ -83,7 +85,8 @@ class HealthApp:
         stall_s = self.loop_stall_s() if self.loop_stall_s is not None else None
         text = metrics_text(None, self.state.metrics, stall_s,
                             encoders=[(w.model_id, w.stats) for w in self.encoders],
-                            engines=[(m, b.stats) for m, b in self.engines.items()])
+                            engines=[EngineReading(m, b.stats, b.kv_size)
+                                     for m, b in self.engines.items()])
         return Response(status=200, headers=(("Content-Type", METRICS_TYPE),),
                         body=text.encode("utf-8"))
 

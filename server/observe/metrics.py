@@ -1,11 +1,6 @@
 """/metrics: counters, gauges and histograms in the Prometheus text format 0.0.4.
 
-Format (prometheus.io/docs/instrumenting/exposition_formats): per metric family a
-`# HELP name text` line, a `# TYPE name counter|gauge|histogram` line, then samples
-`name{label="value",...} number`. A histogram is cumulative `name_bucket{le="..."}` lines
-ending in `le="+Inf"`, then `name_sum` and `name_count`.
-
-Three sources feed this page:
+The format's writers are server/observe/prom_text.py. Four sources feed this page:
 * the engine's `EngineStats` snapshot (published by the engine thread after each step):
   the contract's gauges `tl_engine_*`, the KV-cache utilisation (0-1, what routers such as
   the Gateway API Inference Extension's endpoint picker read), the prefix-cache counters
@@ -15,84 +10,28 @@ Three sources feed this page:
   status, prompt/generation tokens, and the latency histograms;
 * the loop's worst stall (`tl_loop_stall_seconds_max` and `_cpu_seconds_max`, read from
   `EventLoop.stall`).
+The engine and request numbers are written twice: under our `tl_*` names and under vLLM's
+`vllm:*` names with a `model_name` label (server/observe/vllm_metrics.py), from the same
+values, so a router or dashboard made for vLLM reads tl-serve unchanged.
 """
 from __future__ import annotations
-
-import bisect
-import math
 
 from typing import Callable, Sequence
 
 from engine.api import EngineStats
 from server.observe.process_metrics import process_metrics_text
+from server.observe.prom_text import CONTENT_TYPE, Histogram, family
+from server.observe.vllm_metrics import (EngineReading, FinishedRequest, ModelRequests,
+                                         engine_families, kv_cache_usage, request_families)
 from server.worker.encoder_worker import EncoderStats
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+__all__ = ["CONTENT_TYPE", "Histogram", "ServerMetrics", "metrics_text"]
 
 # Latency buckets in seconds: a CPU engine spans milliseconds (inter-token) to minutes (e2e).
 LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
                      60.0, 120.0)
 PER_TOKEN_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3,
                        0.5, 1.0, 2.5)
-
-
-def _num(value: float) -> str:
-    if isinstance(value, int):
-        return str(value)
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    return repr(float(value))
-
-
-def _labels(pairs: tuple[tuple[str, str], ...]) -> str:
-    if not pairs:
-        return ""
-    inner = ",".join(f'{k}="{_escape(v)}"' for k, v in pairs)
-    return "{" + inner + "}"
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def family(name: str, kind: str, help_text: str,
-           samples: list[tuple[tuple[tuple[str, str], ...], float]]) -> str:
-    lines = [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
-    lines += [f"{name}{_labels(labels)} {_num(value)}" for labels, value in samples]
-    return "\n".join(lines) + "\n"
-
-
-class Histogram:
-    """Cumulative-bucket histogram (observations in seconds)."""
-
-    __slots__ = ("name", "help_text", "bounds", "counts", "total", "count")
-
-    def __init__(self, name: str, help_text: str, bounds: tuple[float, ...]):
-        self.name, self.help_text, self.bounds = name, help_text, bounds
-        self.counts = [0] * (len(bounds) + 1)     # last slot: above every bound
-        self.total = 0.0
-        self.count = 0
-
-    def observe(self, value: float) -> None:
-        self.counts[bisect.bisect_left(self.bounds, value)] += 1
-        self.total += value
-        self.count += 1
-
-    def render(self) -> str:
-        lines = [f"# HELP {self.name} {self.help_text}", f"# TYPE {self.name} histogram"]
-        running = 0
-        for bound, n in zip(self.bounds + (math.inf,), self.counts):
-            running += n
-            lines.append(f'{self.name}_bucket{{le="{_num(bound)}"}} {running}')
-        lines.append(f"{self.name}_sum {_num(self.total)}")
-        lines.append(f"{self.name}_count {self.count}")
-        return "\n".join(lines) + "\n"
-
-
-def kv_cache_utilization(s: EngineStats) -> float:
-    """Blocks held by running sequences / all blocks; evictable cached blocks are free."""
-    total_blocks = s.kv_blocks_used + s.kv_blocks_cached + s.kv_blocks_free
-    return s.kv_blocks_used / total_blocks if total_blocks else 0.0
 
 
 def engine_metrics_text(engines: Sequence[tuple[str | None, EngineStats]]) -> str:
@@ -121,7 +60,7 @@ def _engine_families(s: EngineStats, m: tuple[tuple[str, str], ...] = ()) -> lis
           (m + (("state", "free"),), s.kv_blocks_free)]),
         ("tl_engine_kv_cache_utilization", "gauge",
          "KV-cache blocks held by running sequences / all blocks (0-1); cached, "
-         "evictable blocks count as free.", [(m, kv_cache_utilization(s))]),
+         "evictable blocks count as free.", [(m, kv_cache_usage(s))]),
         ("tl_engine_prefix_cache_hit_tokens_total", "counter",
          "Prompt tokens reused from the prefix cache.", [(m, s.prefix_hit_tokens)]),
         ("tl_engine_prefix_cache_prompt_tokens_total", "counter",
@@ -170,8 +109,9 @@ class ServerMetrics:
                              "Time from request arrival to its last output token.",
                              LATENCY_BUCKETS_S)
         self.queue = Histogram("tl_request_queue_time_seconds",
-                               "Time from admission until the engine first scheduled the request.",
+                               "Time from arrival until the request's first engine step.",
                                LATENCY_BUCKETS_S)
+        self.by_model: dict[str, ModelRequests] = {}   # served model id -> its vllm: series
 
     def count_request(self, route: str, status: int, model: str = "") -> None:
         """One answered request; `model`: the served model it named ("" when none: the
@@ -179,17 +119,19 @@ class ServerMetrics:
         key = (route, status, model)
         self.requests[key] = self.requests.get(key, 0) + 1
 
-    def observe_generation(self, *, prompt_tokens: int, completion_tokens: int,
-                           ttft_s: float | None, e2e_s: float, queue_s: float | None) -> None:
-        self.prompt_tokens += prompt_tokens
-        self.generation_tokens += completion_tokens
-        if ttft_s is not None:
-            self.ttft.observe(ttft_s)
-            if completion_tokens > 1:
-                self.tpot.observe((e2e_s - ttft_s) / (completion_tokens - 1))
-        self.e2e.observe(e2e_s)
-        if queue_s is not None:
-            self.queue.observe(queue_s)
+    def observe_generation(self, done: FinishedRequest) -> None:
+        """One finished generation: our histograms and counters, and its model's series
+        under vLLM's names (the same numbers)."""
+        self.prompt_tokens += done.prompt_tokens
+        self.generation_tokens += done.completion_tokens
+        if done.ttft_s is not None:
+            self.ttft.observe(done.ttft_s)
+            if done.completion_tokens > 1:
+                self.tpot.observe((done.e2e_s - done.ttft_s) / (done.completion_tokens - 1))
+        self.e2e.observe(done.e2e_s)
+        if done.queue_s is not None:
+            self.queue.observe(done.queue_s)
+        self.by_model.setdefault(done.model, ModelRequests()).observe(done)
 
     def render(self) -> str:
         by_route = [(((("model", model),) if model else ()) + (("route", route),
@@ -204,6 +146,7 @@ class ServerMetrics:
             family("tl_generation_tokens_total", "counter",
                    "Generated tokens of finished requests.", [((), self.generation_tokens)]),
             self.ttft.render(), self.tpot.render(), self.e2e.render(), self.queue.render(),
+            request_families(self.by_model),
         ])
 
 
@@ -247,13 +190,15 @@ def metrics_text(stats: EngineStats | None, server: ServerMetrics | None = None,
                  loop_stall_s: tuple[float, float] | None = None,
                  encoders: Sequence[tuple[str, EncoderStats]] = (),
                  model: str | None = None,
-                 engines: Sequence[tuple[str, EngineStats]] = ()) -> str:
+                 engines: Sequence[EngineReading] = ()) -> str:
     """`stats`: one chat engine's, labelled `model` when given (None: see `engines`);
-    `engines`: (model id, stats) of each chat engine, every sample labelled with its id;
+    `engines`: each chat engine's reading, every sample labelled with its id;
     `loop_stall_s`: (wall, CPU) of the loop's worst iteration, when it is measured;
     `encoders`: (model id, stats) of each sentence-embedding model."""
     loop = loop_metrics_text(*loop_stall_s) if loop_stall_s is not None else ""
-    every = ([(model, stats)] if stats is not None else []) + list(engines)
+    readings = ([EngineReading(model or "", stats)] if stats is not None else []) + list(engines)
+    every = ([(model, stats)] if stats is not None else []) + [(e.model, e.stats)
+                                                              for e in engines]
     engine = engine_metrics_text(every) if every else ""
-    return (engine + encoder_metrics_text(encoders)
+    return (engine + engine_families(readings) + encoder_metrics_text(encoders)
             + (server.render() if server is not None else "") + loop + process_metrics_text())

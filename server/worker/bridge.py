@@ -44,8 +44,9 @@ from collections import deque
 from dataclasses import replace
 from typing import Callable
 
-from engine.api import (FINISH_DEADLINE, Engine, EngineStats, GenRequest, PromptLogprobs,
-                        PromptTooLong, RequestRefused, TokenOut)
+from engine.api import (FINISH_DEADLINE, Engine, EngineStats, GenRequest, KvSize,
+                        PromptLogprobs, PromptTooLong, RequestRefused, StepRecord,
+                        TokenOut)
 from server.worker.admission import (AdmissionGate, QueuePolicy, engine_down_error, leave_queue,
                                      reserve_or_refusal)
 from server.worker.arrivals import ArrivalWindow
@@ -66,7 +67,7 @@ class Ticket:
 
     __slots__ = ("request", "request_id", "events", "engine_id", "is_aborted", "is_scheduled",
                  "is_finished", "on_leave_queue", "scheduled_s", "first_token_s", "last_token_s",
-                 "queued_s")
+                 "queued_s", "started_s", "token_gaps_s")
 
     def __init__(self, request: GenRequest, on_leave_queue: Callable[[], None] | None,
                  request_id: str = ""):
@@ -78,10 +79,17 @@ class Ticket:
         self.is_scheduled = False
         self.is_finished = False
         self.on_leave_queue = on_leave_queue    # releases the admission slot, once
-        self.scheduled_s: float | None = None
+        self.scheduled_s: float | None = None   # start of the step of its first output
         self.first_token_s: float | None = None
         self.last_token_s: float | None = None
         self.queued_s = 0.0                     # admitted at (bridge clock), for the trace
+        # Start of its first engine step: a long prompt is prefilled in chunks over several
+        # steps before its first output. Read from the step record while the engine keeps
+        # one (engine view or trace on); without one, the step of its first output.
+        self.started_s: float | None = None
+        # The inter-token latencies: for each step after the first that gave it tokens,
+        # the time since the previous one (appended on the engine thread, read at the end)
+        self.token_gaps_s: list[float] = []
 
 
 class EngineBridge(OwnedThread):
@@ -90,8 +98,9 @@ class EngineBridge(OwnedThread):
     def __init__(self, engine: Engine, *, queue: QueuePolicy,
                  clock: Callable[[], float] = time.monotonic, view: EngineWatcher | None = None,
                  tracer: StepTracer | None = None, arrivals: ArrivalWindow = ArrivalWindow(0),
-                 turn: ComputeTurn | None = None):
+                 turn: ComputeTurn | None = None, kv_size: KvSize | None = None):
         self._engine = engine
+        self.kv_size = kv_size                  # the KV cache's fixed size (/metrics), if known
         self.turn = turn or ComputeTurn()       # one per process: every engine's compute
         self._arrivals = arrivals               # an idle engine's wait for the rest of a burst
         self._clock = clock                     # the engine's clock: deadlines are compared there
@@ -316,13 +325,30 @@ class EngineBridge(OwnedThread):
             self.estimator.observe_running(max(
                 (now - t.scheduled_s for t in self._live.values() if t.scheduled_s is not None),
                 default=0.0))
+        if self._engine.record_steps:
+            self._mark_started(self._engine.last_step, started_s)
+        stepped: set[int] = set()               # requests this step has given a token
         for out in outs:
             ticket = self._live.get(out.id)
             if ticket is not None:
                 if not ticket.is_scheduled and (isinstance(out, PromptLogprobs)
                                                 or out.token is not None):
                     ticket.scheduled_s = started_s
+                    if ticket.started_s is None:           # no step record: this step
+                        ticket.started_s = started_s
+                if out.token is not None and out.id not in stepped:
+                    stepped.add(out.id)
+                    if ticket.last_token_s is not None:      # a step's tokens: one gap
+                        ticket.token_gaps_s.append(now - ticket.last_token_s)
                 self._deliver(ticket, out, now)
+
+    def _mark_started(self, record: StepRecord | None, started_s: float) -> None:
+        """Every request in the step's rows (a prefill chunk, a decode) has started: the
+        first such step of each is its `started_s`."""
+        for row in record.rows if record is not None else ():
+            ticket = self._live.get(row.seq_id)
+            if ticket is not None and ticket.started_s is None:
+                ticket.started_s = started_s
 
     def _deliver(self, ticket: Ticket, out: TokenOut | PromptLogprobs, now: float) -> None:
         if isinstance(out, PromptLogprobs):     # a scored prefill chunk: scheduled, no token

@@ -24,6 +24,13 @@ CORE_KINDS = {"Namespace", "ConfigMap", "ServiceAccount", "Deployment", "Service
               "RoleBinding"}
 CHECKOV = REPO_ROOT / ".venv-checkov" / "bin" / "checkov"
 HEALTH_PORT, API_PORT = 9464, 8000
+# The picker's default metric names (the model-server protocol's vLLM column) and its
+# metric-name flags, deprecated in favour of per-engine mappings
+PICKER_DEFAULT_METRICS = ("vllm:num_requests_waiting", "vllm:num_requests_running",
+                          "vllm:kv_cache_usage_perc", "vllm:cache_config_info")
+DEPRECATED_METRIC_FLAGS = {"total-queued-requests-metric", "total-running-requests-metric",
+                           "kv-cache-usage-percentage-metric", "lora-info-metric",
+                           "cache-info-metric"}
 
 
 def documents() -> list[dict]:
@@ -82,18 +89,39 @@ def test_autoscaler_and_gateway_name_our_metrics():
     hpa = by_kind("HorizontalPodAutoscaler")["spec"]["metrics"]
     assert [m["type"] for m in hpa] == ["Pods", "Resource"]
     assert hpa[0]["pods"]["metric"]["name"] == "tl_engine_queue_depth"
+    assert f'"{hpa[0]["pods"]["metric"]["name"]}"' in metrics_text       # a metric we export
     assert hpa[1]["resource"]["name"] == "cpu"
+
+
+def test_the_endpoint_picker_reads_vllm_names_at_its_defaults_with_the_prefix_scorer():
+    """The pool's pods are vLLM-type pods to the picker, which then reads the protocol's
+    vLLM names (its defaults, written by server/observe/vllm_metrics.py) from the health
+    port; no metric-name flag (deprecated in favour of per-engine mappings); the
+    prefix-cache scorer is in the scheduling profile, weighted highest."""
+    vllm_text = (REPO_ROOT / "server" / "observe" / "vllm_metrics.py").read_text()
     pool = by_kind("InferencePool")["spec"]
     assert pool["targetPorts"] == [{"number": API_PORT}]
-    assert pool["selector"]["matchLabels"] == by_kind("Deployment")["spec"]["selector"][
-        "matchLabels"]
-    args = by_kind("Deployment", "tl-serve-epp")["spec"]["template"]["spec"]["containers"][0][
-        "args"]
+    pods = by_kind("Deployment")["spec"]
+    assert pool["selector"]["matchLabels"] == pods["selector"]["matchLabels"]
+    assert pods["template"]["metadata"]["labels"]["llm-d.ai/engine-type"] == "vllm"
+    for name in PICKER_DEFAULT_METRICS:
+        assert f'"{name}"' in vllm_text, name
+    epp = by_kind("Deployment", "tl-serve-epp")["spec"]["template"]["spec"]
+    args = epp["containers"][0]["args"]
     flags = dict(a.lstrip("-").split("=", 1) for a in args)
+    assert not set(flags) & DEPRECATED_METRIC_FLAGS, flags
     assert flags["model-server-metrics-port"] == str(HEALTH_PORT)
-    for flag in ("total-queued-requests-metric", "total-running-requests-metric",
-                 "kv-cache-usage-percentage-metric"):
-        assert f'"{flags[flag]}"' in metrics_text, flag           # a metric we export
+    mount = next(m for m in epp["containers"][0]["volumeMounts"])
+    volume = next(v for v in epp["volumes"] if v["name"] == mount["name"])
+    config_map = by_kind("ConfigMap", volume["configMap"]["name"])["data"]
+    directory, _, file_name = flags["config-file"].rpartition("/")
+    assert directory == mount["mountPath"] and file_name in config_map
+    config = yaml.safe_load(config_map[file_name])
+    assert config["kind"] == "EndpointPickerConfig"
+    assert {p["type"] for p in config["plugins"]} >= {"prefix-cache-scorer", "queue-scorer"}
+    profile = {p["pluginRef"]: p.get("weight") for p in config["schedulingProfiles"][0]["plugins"]}
+    scorers = {ref: w for ref, w in profile.items() if w is not None}
+    assert max(scorers, key=scorers.get) == "prefix-cache-scorer"
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ def recorded_stream(spec, header: docs.Header, render, table: dict[int, bytes]):
     """A GenerationStream of one ticket (token bytes from `table`) on a recording bridge."""
     bridge = RecordingBridge()
     ctx = StreamContext(bridge=bridge, tokenizer=FakeTokenizer(table), ping_interval_s=15.0,
-                        on_status=lambda route, status: None, on_finish=lambda **kw: None)
+                        on_status=lambda route, status: None, on_finish=lambda done: None)
     ticket = Ticket(GenRequest(prompt=(1,)), None)
     out = GenerationStream(ctx=ctx, tickets=[ticket], spec=spec, header=header, prompt_tokens=2,
                            route=spec.kind, headers=(), arrival_s=0.0, renderer=render)

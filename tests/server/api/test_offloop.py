@@ -107,7 +107,7 @@ def test_a_stream_answer_takes_over_poll_deadline_and_cancel():
     bridge = RecordingBridge()
     ticket = Ticket(GenRequest(prompt=(1,)), None)
     ctx = StreamContext(bridge=bridge, tokenizer=FakeTokenizer(), ping_interval_s=15.0,
-                        on_status=lambda *_: None, on_finish=lambda **kw: None)
+                        on_status=lambda *_: None, on_finish=lambda done: None)
     made = []
 
     def then(outcome):                          # the continuation creates the ticket's stream
@@ -311,7 +311,7 @@ def test_a_large_whole_document_is_built_off_the_loop_then_counted():
     offloop, statuses, finished = ManualOffLoop(), [], []
     ctx = StreamContext(bridge=RecordingBridge(), tokenizer=FakeTokenizer(),
                         ping_interval_s=15.0, on_status=lambda route, s: statuses.append(s),
-                        on_finish=lambda **kw: finished.append(kw), offloop=offloop)
+                        on_finish=finished.append, offloop=offloop)
     ticket = Ticket(GenRequest(prompt=(1,)), None)
     spec = GenSpec(kind="chat", model="m", logprobs=True, top_logprobs=2)
     header = docs.Header("i", 0, "m")

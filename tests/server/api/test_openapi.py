@@ -102,13 +102,14 @@ def exercise(handle) -> list[tuple[str, str, str]]:
         ("GET", "/v1/models/{model}", "/v1/models/succ", None),
         ("GET", "/v1/models/{model}", "/v1/models/x", None),
         ("GET", "/healthz", "/healthz", None),
+        ("GET", "/health", "/health", None),
     ]
     seen = []
     for method, pattern, path, body in cases:
         r = requests.request(method, handle.http_url + path, timeout=30,
                              data=None if body is None else json.dumps(body))
         seen.append((method, pattern, str(r.status_code)))
-    for path in ("/healthz", "/readyz", "/metrics"):
+    for path in ("/healthz", "/health", "/readyz", "/metrics"):
         seen.append(("GET", path, str(requests.get(handle.health_url + path,
                                                    timeout=30).status_code)))
     return seen
@@ -131,6 +132,8 @@ def test_live_statuses_are_documented(server):
     assert r.status_code == 503 and "503" in ops[("GET", "/v1/models")]
     assert r.json()["error"]["code"] == "server_shutting_down"
     assert requests.get(server.http_url + "/healthz", timeout=30).status_code == 200
+    for url in (server.http_url, server.health_url):        # liveness, not readiness
+        assert requests.get(url + "/health", timeout=30).status_code == 200
 
 
 def test_auth_and_loading_statuses_are_documented(succ_model_dir):

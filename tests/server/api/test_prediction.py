@@ -101,7 +101,7 @@ def answer(spec: GenSpec, *finishes: TokenOut) -> bytes:
 def answer_events(spec: GenSpec, *events: list[TokenOut]) -> bytes:
     """The bytes a stream shell sends for one choice per list of engine events."""
     ctx = StreamContext(bridge=RecordingBridge(), tokenizer=FakeTokenizer(), ping_interval_s=15.0,
-                        on_status=lambda route, status: None, on_finish=lambda **kw: None)
+                        on_status=lambda route, status: None, on_finish=lambda done: None)
     tickets = [Ticket(GenRequest(prompt=(1,)), None) for _ in events]
     for ticket, choice_events in zip(tickets, events):
         ticket.events.extend(choice_events)

@@ -127,7 +127,7 @@ def test_bad_fields_are_400_naming_the_field(fields, param):
 def shell(stream: bool, **fields):
     spec = parse(input="x", stream=stream, **fields)
     ctx = StreamContext(bridge=RecordingBridge(), tokenizer=FakeTokenizer(TABLE), ping_interval_s=15.0,
-                        on_status=lambda route, status: None, on_finish=lambda **kw: None)
+                        on_status=lambda route, status: None, on_finish=lambda done: None)
     ticket = Ticket(GenRequest(prompt=(1,)), None)
     header = docs.Header("resp", 1700000000, "m")
     out = GenerationStream(ctx=ctx, tickets=[ticket], spec=spec.gen, header=header,

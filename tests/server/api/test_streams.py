@@ -24,7 +24,7 @@ def make_stream(ticket: Ticket) -> GenerationStream:
     statuses = []
     ctx = StreamContext(bridge=RecordingBridge(), tokenizer=None, ping_interval_s=15.0,
                         on_status=lambda route, status: statuses.append(status),
-                        on_finish=lambda **kw: None)
+                        on_finish=lambda done: None)
     spec, header = GenSpec(kind="completion", model="m"), docs.Header("cmpl-1", 0, "m")
     return GenerationStream(ctx=ctx, tickets=[ticket], spec=spec, header=header,
                             prompt_tokens=1, route="completions", headers=(), arrival_s=0.0,
@@ -205,7 +205,7 @@ def shell(kind="chat", stream=True, ping_interval_s=15.0):
     bridge = RecordingBridge()
     ctx = StreamContext(bridge=bridge, tokenizer=FakeTokenizer(), ping_interval_s=ping_interval_s,
                         on_status=lambda route, status: statuses.append(status),
-                        on_finish=lambda **kw: finished.append(kw))
+                        on_finish=finished.append)
     ticket = Ticket(GenRequest(prompt=(1,)), None)
     spec = GenSpec(kind=kind, model="m", stream=stream)
     choose = chat_renderer if kind == "chat" else completion_renderer
@@ -243,7 +243,7 @@ def test_streamed_answer_sends_head_with_the_first_bytes_then_finishes():
     ticket.events.append(tok(2, finish=FINISH_LENGTH))
     last = stream_.poll(0.6)
     assert last.head is None and last.done and sse_events(b"".join(last.chunks))[-1] == "[DONE]"
-    assert statuses == [200] and finished[0]["completion_tokens"] == 2
+    assert statuses == [200] and finished[0].completion_tokens == 2
     assert stream_.next_deadline_s() is None
 
 

@@ -1,38 +1,14 @@
 """/metrics text: Prometheus exposition format 0.0.4, the contract's gauge names, valid histograms."""
 from __future__ import annotations
 
-import re
-
 from engine.api import EngineStats
 from server.observe.metrics import Histogram, ServerMetrics, metrics_text
+from server.observe.vllm_metrics import EngineReading, FinishedRequest
+from tests.server.observe.prom_parse import parse
 
-SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[a-zA-Z_][a-zA-Z0-9_]*="[^"]*"'
-                    r'(,[a-zA-Z_][a-zA-Z0-9_]*="[^"]*")*\})? (\S+)$')
 CHAPTER_NAMES = ("tl_engine_kv_blocks", "tl_engine_queue_depth", "tl_engine_active_sequences",
                  "tl_engine_batch_tokens", "tl_engine_prefix_cache_hit_ratio",
                  "tl_engine_preemptions_total", "tl_engine_kv_evictions_total")
-
-
-def parse(text: str) -> tuple[dict[str, str], dict[str, float]]:
-    """(family -> type, sample -> value); asserts the format rules on the way."""
-    types, samples, helped = {}, {}, set()
-    assert text.endswith("\n")
-    for line in text.splitlines():
-        if line.startswith("# HELP "):
-            helped.add(line.split()[2])
-        elif line.startswith("# TYPE "):
-            _, _, name, kind = line.split()
-            assert name in helped and name not in types
-            assert kind in ("counter", "gauge", "histogram")
-            types[name] = kind
-        else:
-            match = SAMPLE.match(line)
-            assert match, line
-            name = match.group(1)
-            family = re.sub(r"_(bucket|sum|count)$", "", name)
-            assert name in types or family in types, name
-            samples[name + (match.group(2) or "")] = float(match.group(4))
-    return types, samples
 
 
 def test_engine_gauges_and_server_counters():
@@ -43,8 +19,8 @@ def test_engine_gauges_and_server_counters():
     server.count_request("chat", 200)
     server.count_request("chat", 200)
     server.count_request("chat", 429)
-    server.observe_generation(prompt_tokens=10, completion_tokens=5, ttft_s=0.2, e2e_s=1.0,
-                              queue_s=0.05)
+    server.observe_generation(FinishedRequest(model="m", prompt_tokens=10, completion_tokens=5,
+                                              ttft_s=0.2, e2e_s=1.0, queue_s=0.05))
     types, samples = parse(metrics_text(stats, server))
     for name in CHAPTER_NAMES:
         assert name in types
@@ -114,8 +90,8 @@ def test_several_engines_share_each_family_every_sample_labelled_with_its_model(
     server.count_request("chat", 200, model="a")
     server.count_request("chat", 429, model="b")
     server.count_request("models", 200)                        # no model: no label
-    engines = [("a", EngineStats(queue_depth=1, kv_blocks_used=2)),
-               ("b", EngineStats(queue_depth=5, kv_blocks_free=7))]
+    engines = [EngineReading("a", EngineStats(queue_depth=1, kv_blocks_used=2)),
+               EngineReading("b", EngineStats(queue_depth=5, kv_blocks_free=7))]
     types, samples = parse(metrics_text(None, server, engines=engines))
     assert types["tl_engine_queue_depth"] == "gauge"
     assert samples['tl_engine_queue_depth{model="a"}'] == 1
