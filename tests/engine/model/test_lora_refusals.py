@@ -63,7 +63,7 @@ BAD_CONFIG_VALUES = [
     ({"r": 0}, "r"), ({"r": "4"}, "r"), ({"lora_alpha": None}, "lora_alpha"),
     ({"use_rslora": "yes"}, "use_rslora"), ({"target_modules": None}, "target_modules"),
     ({"target_modules": "(q_proj"}, "target_modules"),
-    ({"target_modules": ".*q_proj", "layers_to_transform": [0]}, "layers_to_transform"),
+    ({"target_modules": ".*_proj", "layers_to_transform": [0]}, "layers_to_transform needs"),
     ({"rank_pattern": {"q_proj": -1}}, "rank_pattern"),
     ({"layers_to_transform": ["0"]}, "layers_to_transform"),
 ]

@@ -118,6 +118,11 @@ def test_layers_pattern_and_a_single_layer_index(base, tmp_path):
                            target_modules=["down_proj"], layers_to_transform=1,
                            layers_pattern="layers")
     _check(base, folder, pairs, {m: 1.0 for m in modules})
+    # a pattern no module name has ("blocks.N."): no layer index, so nothing is selected
+    write_adapter(tmp_path / "blocks", pairs, r=2, lora_alpha=2, target_modules=["down_proj"],
+                  layers_to_transform=1, layers_pattern=["blocks"])
+    with pytest.raises(ModelFormatError, match=r"model\.layers\.1\.mlp\.down_proj.*do not select"):
+        load_adapter(tmp_path / "blocks", base.config)
 
 
 def test_all_linear_adapts_every_projection(base, tmp_path):
