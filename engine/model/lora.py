@@ -83,14 +83,22 @@ class LoraAdapter:
 
 @dataclass(frozen=True, slots=True)
 class _Place:
-    """Where module `proj` of a layer lands: its fused weight and that weight's columns."""
+    """Where a projection lands: its fused weight and that weight's columns."""
     target: str                     # a LoraLayer field: qkv, o, gate_up or down
     in_features: int
     first_column: int
     out_features: int
 
 
-def module_places(cfg: ModelConfig) -> dict[str, _Place]:
+@dataclass(frozen=True, slots=True)
+class _Module:
+    """One adapted module, read and scaled, waiting to be fused with its neighbours."""
+    place: _Place
+    a: np.ndarray                   # [r, in]
+    scaled_bt: np.ndarray           # [r, out_i]   scaling * B^T
+
+
+def _module_places(cfg: ModelConfig) -> dict[str, _Place]:
     """Each projection's fused weight and columns in this base (engine/model/spec.py)."""
     d, ff, q, kv = cfg.hidden_size, cfg.intermediate_size, cfg.q_size, cfg.kv_size
     return {"self_attn.q_proj": _Place("qkv", d, 0, q),
@@ -112,8 +120,8 @@ def load_adapter(folder: str | Path, base: ModelConfig, name: str | None = None)
     weights = SafetensorsFile(path)
     pairs = _module_pairs(weights, base)                            # module -> (A key, B key)
     _check_selection(config, set(pairs), base, weights.path)
-    places = module_places(base)
-    parts: list[dict[str, list]] = [{} for _ in range(base.num_layers)]
+    places = _module_places(base)
+    parts: list[dict[str, list[_Module]]] = [{} for _ in range(base.num_layers)]   # per layer, by target
     num_parameters, max_rank = 0, 0
     for module, (key_a, key_b) in sorted(pairs.items()):
         found = MODULE.fullmatch(module)
@@ -121,7 +129,7 @@ def load_adapter(folder: str | Path, base: ModelConfig, name: str | None = None)
         a, b = weights.tensor(key_a), weights.tensor(key_b)         # [r, in], [out, r]
         r = _check_shapes(config, module, place, a, b, key_a, key_b, weights.path)
         scaled_bt = b.T * np.float32(config.scaling(module))        # [r, out_i]
-        parts[int(found["layer"])].setdefault(place.target, []).append((place, a, scaled_bt))
+        parts[int(found["layer"])].setdefault(place.target, []).append(_Module(place, a, scaled_bt))
         num_parameters += a.size + b.size
         max_rank = max(max_rank, r)
     layers = tuple(LoraLayer(**{target: _fused(pieces, places) for target, pieces in p.items()})
@@ -203,18 +211,16 @@ def _check_shapes(config: LoraConfig, module: str, place: _Place, a: np.ndarray,
     return r
 
 
-def _fused(pieces: list[tuple[_Place, np.ndarray, np.ndarray]],
-           places: dict[str, _Place]) -> LowRank:
+def _fused(modules: list[_Module], places: dict[str, _Place]) -> LowRank:
     """The modules of one fused weight -> one (a, b) pair (module docstring)."""
-    target = pieces[0][0].target
+    target = modules[0].place.target
     out = sum(p.out_features for p in places.values() if p.target == target)   # fused width
-    a = np.ascontiguousarray(np.concatenate([a_i.T for _, a_i, _ in pieces], axis=1),
+    a = np.ascontiguousarray(np.concatenate([m.a.T for m in modules], axis=1),
                              dtype=np.float32)                      # [in, R]
     b = np.zeros((a.shape[1], out), dtype=np.float32)               # [R, out]
     rank_row = 0
-    for place, a_i, scaled_bt in pieces:
-        r = a_i.shape[0]
-        columns = slice(place.first_column, place.first_column + place.out_features)
-        b[rank_row:rank_row + r, columns] = scaled_bt                # [r, out_i]
+    for m in modules:
+        r, first = m.a.shape[0], m.place.first_column
+        b[rank_row:rank_row + r, first:first + m.place.out_features] = m.scaled_bt   # [r, out_i]
         rank_row += r
     return LowRank(a=a, b=b)
