@@ -61,7 +61,8 @@ def random_pairs(model: Model, ranks: dict[str, int], seed: int, gain: float = 0
 
 
 def write_adapter(folder: Path, pairs: dict[str, tuple[np.ndarray, np.ndarray]],
-                  extra_tensors: dict[str, np.ndarray] | None = None, **config) -> Path:
+                  extra_tensors: dict[str, np.ndarray] | None = None, dtype: str = "F32",
+                  **config) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "adapter_config.json").write_text(json.dumps({**PEFT_DEFAULTS, **config},
                                                            indent=2), encoding="utf-8")
@@ -71,7 +72,7 @@ def write_adapter(folder: Path, pairs: dict[str, tuple[np.ndarray, np.ndarray]],
         tensors[f"base_model.model.{module}.lora_B.weight"] = b
     tensors.update(extra_tensors or {})
     write_safetensors(folder / "adapter_model.safetensors", tensors,
-                      metadata={"format": "pt"})
+                      dtypes={name: dtype for name in tensors}, metadata={"format": "pt"})
     return folder
 
 

@@ -166,3 +166,14 @@ def test_interleaved_rows_of_two_adapters_and_the_base_in_one_step(base, tmp_pat
     for prompt, adapter, logits in zip(prompts, order, got):
         want = llama.forward(base.config, merged[adapter], prompt)
         np.testing.assert_allclose(logits, want, atol=TOLERANCE, rtol=0)
+
+
+def test_half_precision_weights_are_read_as_float32(base, tmp_path):
+    """PEFT saves an adapter trained in float16 as F16 tensors: the same maths on the
+    rounded values."""
+    modules = [_proj(i, leaf) for i in range(3) for leaf in ("q_proj", "v_proj")]
+    pairs = random_pairs(base, {m: 4 for m in modules}, seed=12)
+    folder = write_adapter(tmp_path / "adapter", pairs, dtype="F16", r=4, lora_alpha=8)
+    rounded = {m: (a.astype(np.float16).astype(np.float32), b.astype(np.float16).astype(np.float32))
+               for m, (a, b) in pairs.items()}
+    _check(base, folder, rounded, {m: 2.0 for m in modules})
