@@ -13,8 +13,11 @@ and down_proj of every layer, alpha 16), with random weights written as PEFT fol
 a temporary directory and read back by `load_adapter`. The prompts' K/V come from the
 base: the step's cost does not depend on the values. Each cell is the fastest of
 `--repeats` forwards, the two sides of a pair alternating forward by forward so both see
-the same machine. Printed: milliseconds per step and the adapters' speed as a fraction
-of the base's (base ms / adapter ms). Usage (a quiet machine):
+the same machine. Printed: milliseconds per step, the adapters' speed as a fraction of
+the base's (base ms / adapter ms), and the adapters' products alone (grouping the rows
+and every layer's `add_low_rank` calls on activations of the step's shapes): on a busy
+machine the two forwards' difference drowns in noise, that column does not. Usage (a
+quiet machine):
 
     python bench/lora_step.py [--repeats 15] [--adapters 4]
 """
@@ -37,6 +40,7 @@ from bench.step_rows import chunk_of, prefilled  # noqa: E402
 from cli.fetch import DEFAULT_DEST  # noqa: E402
 from engine.api import load_model, tune_malloc  # noqa: E402
 from engine.model.lora import LoraAdapter, load_adapter  # noqa: E402
+from engine.model.lora_batch import LoraBatch, add_low_rank  # noqa: E402
 from engine.model.spec import ModelConfig  # noqa: E402
 from tests.formats_writers import write_safetensors  # noqa: E402
 
@@ -83,6 +87,30 @@ def best_pair_ms(runner, base_chunks: list, lora_chunks: list, repeats: int) -> 
     return best[0] * 1e3, best[1] * 1e3
 
 
+def products_ms(chunks: list, cfg: ModelConfig, repeats: int) -> float:
+    """The fastest time in ms of the step's adapter work alone: rows grouped, then per layer
+    the products of qkv, o, gate_up and down added to outputs of the step's shapes."""
+    rng = np.random.default_rng(0)
+    n = sum(len(c.tokens) for c in chunks)
+    x = rng.standard_normal((n, max(cfg.hidden_size, cfg.q_size, cfg.intermediate_size)),
+                            dtype=np.float32)                               # [N, widest in]
+    outs = {"qkv": cfg.q_size + 2 * cfg.kv_size, "o": cfg.hidden_size,
+            "gate_up": 2 * cfg.intermediate_size, "down": cfg.hidden_size}
+    ins = {"qkv": cfg.hidden_size, "o": cfg.q_size, "gate_up": cfg.hidden_size,
+           "down": cfg.intermediate_size}
+    buffers = {t: np.zeros((n, width), np.float32) for t, width in outs.items()}
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        batch = LoraBatch.of_chunks([c.adapter for c in chunks], [len(c.tokens) for c in chunks])
+        for index in range(cfg.num_layers):
+            layer = batch.layer(index)
+            for target, out in buffers.items():
+                add_low_rank(out, x[:, :ins[target]], getattr(layer, target))
+        best = min(best, time.perf_counter() - start)
+    return best * 1e3
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeats", type=int, default=15)
@@ -102,14 +130,19 @@ def main() -> None:
     mixed = [dataclasses.replace(c, adapter=a) for c, a in zip(rows, owners)]
     base16, lora16 = best_pair_ms(engine.runner, rows, mixed, args.repeats)
     one = rows[:1]
-    base1, lora1 = best_pair_ms(engine.runner, one,
-                                [dataclasses.replace(one[0], adapter=adapters[0])], args.repeats)
-    print(f"{'cell':<46} {'base ms':>8} {'lora ms':>8} {'lora speed':>11}")
+    lora1_chunks = [dataclasses.replace(one[0], adapter=adapters[0])]
+    base1, lora1 = best_pair_ms(engine.runner, one, lora1_chunks, args.repeats)
+    products16 = products_ms(mixed, model.config, args.repeats)
+    products1 = products_ms(lora1_chunks, model.config, args.repeats)
+    print(f"{'cell':<46} {'base ms':>8} {'lora ms':>8} {'lora speed':>11} {'products ms':>12}")
     print(f"{f'16 rows: {BASE_ROWS} base + {per_adapter} on each of {args.adapters} adapters':<46} "
-          f"{base16:>8.2f} {lora16:>8.2f} {base16 / lora16:>10.2f}x")
-    print(f"{'1 row on one adapter':<46} {base1:>8.2f} {lora1:>8.2f} {base1 / lora1:>10.2f}x")
+          f"{base16:>8.2f} {lora16:>8.2f} {base16 / lora16:>10.2f}x {products16:>12.2f}")
+    print(f"{'1 row on one adapter':<46} {base1:>8.2f} {lora1:>8.2f} {base1 / lora1:>10.2f}x "
+          f"{products1:>12.2f}")
     print(json.dumps({"rows16_base_ms": round(base16, 2), "rows16_lora_ms": round(lora16, 2),
+                      "rows16_products_ms": round(products16, 3),
                       "rows1_base_ms": round(base1, 2), "rows1_lora_ms": round(lora1, 2),
+                      "rows1_products_ms": round(products1, 3),
                       "adapters": args.adapters, "rank": RANK, "repeats": args.repeats}))
 
 
