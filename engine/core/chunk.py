@@ -3,11 +3,17 @@
 A `Chunk` is a decode row (one token), a prefill piece, or a speculative verification (the
 last token plus its drafts) of one sequence. `engine/core/runner.py` runs a list of them in
 one batched forward and `engine/core/attention_plan.py` groups them; both import it from
-here, so neither needs the other for the type.
+here, so neither needs the other for the type. A chunk names the LoRA adapter its
+sequence runs on (None: the base); the runner groups the step's rows by it
+(engine/model/lora_batch.py).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from engine.model.lora import LoraAdapter
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,3 +24,4 @@ class Chunk:
     block_table: tuple[int, ...]     # covers every position up to start_pos + n - 1
     num_logits: int                  # the last num_logits rows need logits (0: mid-prefill)
     seq_id: int = -1                 # identifies the sequence to the decode mirror (-1: none)
+    adapter: LoraAdapter | None = None   # the sequence's LoRA adapter (None: the base alone)

@@ -25,6 +25,10 @@ The dense maths (norms, RoPE, the projections, the MLP, the LM head) is
 `engine/model/llama.py`'s, reused as is, so the runner differs from the dense reference only
 in where K/V live.
 
+Chunks on LoRA adapters (`Chunk.adapter`) share the step: every base matmul still runs
+once over all N rows, and each adapter's low-rank products are added on its rows only
+(engine/model/lora_batch.py: the rows are grouped once per step, every layer reuses it).
+
 What it is not: scheduling or sampling. Chunks in, logits out.
 """
 from __future__ import annotations
@@ -39,6 +43,7 @@ from engine.core.chunk import Chunk
 from engine.kv.mirror import DecodeMirror
 from engine.kv.pools import KVCache, slots_for
 from engine.model import llama
+from engine.model.lora_batch import LoraBatch, add_low_rank
 from engine.model.project import project
 from engine.model.spec import LlamaWeights, ModelConfig
 
@@ -113,12 +118,14 @@ class ModelRunner:
         slots = np.concatenate([slots_for(c.block_table, c.start_pos, len(c.tokens), self.block_size)
                                 for c in chunks])                                           # [N]
         groups = self.planner.plan(chunks)
+        lora = LoraBatch.of_chunks([c.adapter for c in chunks], [len(c.tokens) for c in chunks])
         mirrored = [(g, positions[g.rows]) for g in groups if isinstance(g, MirrorGroup)]  # [B] each
         attn = np.empty((n_rows, cfg.q_size), dtype=F32)                                     # [N, H*hd]
         for index, layer in enumerate(self.weights.layers):
             h = llama.rms_norm(x, layer.attn_norm, cfg.rms_norm_eps)                         # [N, d]
             cos, sin = step_ropes[id(self.rope_tables[index][0])]                            # [N, hd/2]
-            q, k, v = llama.qkv_project(h, layer, cfg, cos, sin)                             # [N, H|KV, hd]
+            layer_lora = None if lora is None else lora.layer(index)                        # this step's adapter rows
+            q, k, v = llama.qkv_project(h, layer, cfg, cos, sin, layer_lora)                 # [N, H|KV, hd]
             self.kv.write(index, slots, k, v)
             for group, group_positions in mirrored:
                 self.mirror.write(index, group.mirror_rows, group_positions,
@@ -129,10 +136,13 @@ class ModelRunner:
             else:
                 for group in groups:
                     attn[group.rows] = self._attend(q[group.rows], index, group)
-            x += llama.post_norm(project(attn, layer.wo), layer.post_attn_norm, cfg)          # [N, H*hd] @ [H*hd, d]
+            out = project(attn, layer.wo)                                                   # [N, H*hd] @ [H*hd, d]
+            if layer_lora is not None:
+                add_low_rank(out, attn, layer_lora.o)
+            x += llama.post_norm(out, layer.post_attn_norm, cfg)                             # [N, d]
             h = llama.rms_norm(x, layer.mlp_norm, cfg.rms_norm_eps)                          # [N, d]
-            x += llama.post_norm(llama.mlp(h, layer, cfg.intermediate_size, cfg.options.mlp_activation),
-                                 layer.post_mlp_norm, cfg)                                   # [N, d]
+            x += llama.post_norm(llama.mlp(h, layer, cfg.intermediate_size, cfg.options.mlp_activation,
+                                           layer_lora), layer.post_mlp_norm, cfg)            # [N, d]
         return x
 
     @staticmethod

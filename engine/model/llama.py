@@ -38,6 +38,7 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 
 from engine.model import rope
+from engine.model.lora_batch import LayerLora, add_low_rank
 from engine.model.project import project
 from engine.model.spec import LayerWeights, LlamaWeights, ModelConfig
 
@@ -169,16 +170,19 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray,
 
 
 def qkv_project(x_normed: np.ndarray, layer: LayerWeights, config: ModelConfig,
-                cos: np.ndarray, sin: np.ndarray):
+                cos: np.ndarray, sin: np.ndarray, lora: LayerLora | None = None):
     """One fused matmul -> (q [n, H, hd], k [n, KV, hd], v [n, KV, hd]), RoPE on q and k.
 
     The family's options add the q/k/v biases (Qwen2) and the per-head q/k RMSNorm before
-    RoPE (Qwen3)."""
+    RoPE (Qwen3); `lora` adds the adapters' products to their rows' q | k | v, like the
+    bias before the norms and RoPE (engine/model/lora_batch.py)."""
     n = x_normed.shape[0]
     qs, kvs, hd = config.q_size, config.kv_size, config.head_dim
     qkv = project(x_normed, layer.wqkv)                                 # [n, d] -> [n, qs+2*kvs]
     if layer.bqkv is not None:
         qkv += layer.bqkv                                               # [qs+2*kvs]
+    if lora is not None:
+        add_low_rank(qkv, x_normed, lora.qkv)                           # [n_a, qs+2*kvs] per adapter
     heads_qk = config.num_heads + config.num_kv_heads
     qk = qkv[:, :qs + kvs].reshape(n, heads_qk, hd)                     # [n, H+KV, hd]
     if layer.q_norm is not None:
@@ -201,24 +205,28 @@ def _head_norms(qk: np.ndarray, layer: LayerWeights, config: ModelConfig) -> np.
 
 
 def mlp(x_normed: np.ndarray, layer: LayerWeights, ff: int,
-        activation: str = "silu") -> np.ndarray:
+        activation: str = "silu", lora: LayerLora | None = None) -> np.ndarray:
     """Gated MLP: (act(x @ W_gate) * (x @ W_up)) @ W_down, with gate|up fused. [n, d] -> [n, d].
 
-    act is silu (SwiGLU, Llama/Qwen) or gelu_tanh (GeGLU, Gemma)."""
+    act is silu (SwiGLU, Llama/Qwen) or gelu_tanh (GeGLU, Gemma); `lora` adds the
+    adapters' products to gate | up and to down, on their rows."""
     gate_up = project(x_normed, layer.w_gate_up)                        # [n, d] -> [n, 2*ff]
+    if lora is not None:
+        add_low_rank(gate_up, x_normed, lora.gate_up)                   # [n_a, 2*ff] per adapter
     gate, up = gate_up[:, :ff], gate_up[:, ff:]                         # [n, ff] each
     if activation == "gelu_tanh":
         act = _gelu_tanh(gate)
-        act *= up
-        return project(act, layer.w_down)                               # [n, ff] -> [n, d]
-    # silu(g) = g * sigmoid(g), sigmoid(g) = (1 + tanh(g/2)) / 2: no overflow for large |g|.
-    act = np.multiply(gate, F32(0.5))                                   # [n, ff]
-    np.tanh(act, out=act)
-    act += F32(1.0)
-    act *= F32(0.5)
-    act *= gate
+    else:   # silu(g) = g * sigmoid(g), sigmoid(g) = (1 + tanh(g/2)) / 2: no overflow for large |g|.
+        act = np.multiply(gate, F32(0.5))                               # [n, ff]
+        np.tanh(act, out=act)
+        act += F32(1.0)
+        act *= F32(0.5)
+        act *= gate
     act *= up
-    return project(act, layer.w_down)                                   # [n, ff] -> [n, d]
+    out = project(act, layer.w_down)                                    # [n, ff] -> [n, d]
+    if lora is not None:
+        add_low_rank(out, act, lora.down)                               # [n_a, d] per adapter
+    return out
 
 
 def _gelu_tanh(gate: np.ndarray) -> np.ndarray:
