@@ -58,6 +58,7 @@ OUTSIDE_NAMES = frozenset({
     "config.json", "tokenizer.json", "tokenizer_config.json", "generation_config.json",
     "special_tokens_map.json", "modules.json", "sentence_bert_config.json",
     "config_sentence_transformers.json", "model.safetensors",     # a Hugging Face folder
+    "adapter_config.json", "adapter_model.safetensors",           # a PEFT adapter folder
     "chat_template.jinja", "vocab.txt",        # ... and more of a model folder
     "trace.json", "my.jinja", "out.json",      # a user's files in the examples
     "package.json", "package-lock.json",       # npm's, in tests/e2e/node (made by make)
