@@ -5,15 +5,24 @@ negation; escapes `\\d \\w \\s \\D \\W \\S`, `\\n \\t \\r \\f \\v`, `\\xHH`, `\\
 punctuation; groups `( )`, `(?: )`, `(?P<name> )`, `(?<name> )`; alternation `|`;
 quantifiers `* + ? {n} {n,} {n,m}` (a lazy `?` suffix is accepted: it changes which match
 a search finds, not which strings match); `^` at the very start and `$` at the very end.
-Not supported (GrammarUnsupported): back-references, look-around, `\\b`, inline flags,
+In the pattern's top level (not inside a group) also look-aheads `(?=X)` / `(?!X)` and
+word boundaries `\\b` / `\\B`: a condition on the text on either side of a point, written
+as an intersection or difference (expr.py "i"/"d"): after `P`, `(?=X)R` is P (R and X.*),
+`(?!X)R` is P (R but not X.*), and `P\\bR` splits into (P ending in a word character, R not
+starting with one) or the other way round. Not supported (GrammarUnsupported, naming the
+construct): back-references, look-behind, look-around inside a group, inline flags,
 possessive quantifiers, anchors elsewhere.
 
-`parse(pattern, emit)` returns (expr, anchored_start, anchored_end); `emit(ranges)` turns a
-character set into an expression, so inside a JSON string each character is written in
-its JSON-escaped form (see json_schema.py) while a bare `guided_regex` writes it raw.
+`parse(pattern, emit, path, free=..., search=...)` returns the expression of the texts
+that match: a full match, or with `search` a text that contains a match (`free`, the
+expression of any text, is written where the pattern is not anchored). `emit(ranges)`
+turns a character set into an expression, so inside a JSON string each character is
+written in its JSON-escaped form (see json_schema.py) while a bare `guided_regex` writes it
+raw; `free` must be written the same way.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 from engine.grammar import charset, expr as ex
@@ -23,11 +32,21 @@ MAX_REPEAT = 1000               # the largest {n,m} bound compiled
 _CLASS_ESCAPES = {"d": charset.DIGITS, "w": charset.WORD, "s": charset.SPACE}
 _CHAR_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "f": "\f", "v": "\v", "0": "\0"}
 _DOT = charset.minus(charset.ANY, charset.chars("\n"))
+ANY_TEXT = ex.star(ex.chars(charset.ANY))       # `free` for a raw pattern
+
+
+@dataclass(frozen=True)
+class _Condition:
+    """A zero-width item of the top level: a look-ahead (kind "=" or "!", `body` the X of
+    `(?=X)`) or a word boundary (kind "b" or "B", no body)."""
+    kind: str
+    body: tuple | None = None
 
 
 class _Parser:
-    def __init__(self, pattern: str, emit: Callable[[charset.Ranges], tuple], path: str):
-        self.p, self.i, self.emit, self.path = pattern, 0, emit, path
+    def __init__(self, pattern: str, emit: Callable[[charset.Ranges], tuple], path: str, free: tuple):
+        self.p, self.i, self.emit, self.path, self.free = pattern, 0, emit, path, free
+        self.depth = 0                                  # groups open around the current position
 
     def error(self, cls, message: str):
         return cls(f"pattern {self.p!r} at {self.i}: {message}", path=self.path, keyword="pattern")
@@ -50,16 +69,67 @@ class _Parser:
         return ex.alt(*branches)
 
     def sequence(self):
+        return ex.seq(*self.items())
+
+    def items(self) -> list:
+        """The items of one branch; at the top level they may include `_Condition`s."""
         items = []
         while self.peek() not in (None, "|", ")"):
             if self.peek() in "^$":
                 raise self.error(GrammarUnsupported, "anchors are supported only at the ends")
-            items.append(self.quantified(self.atom()))
-        return ex.seq(*items)
+            at = self.i
+            item = self.quantified(self.atom())
+            if isinstance(item, _Condition) and self.depth > 0:
+                self.i = at
+                raise self.error(GrammarUnsupported, f"{self.p[at:at + 3]!r}: look-ahead and \\b are supported "
+                                 "only at the top level of a pattern, not inside a group")
+            items.append(item)
+        return items
+
+    def top(self, prefix: tuple, tail: tuple):
+        """The whole pattern between `prefix` and `tail` (free text where it is not anchored)."""
+        branches = [self.items()]
+        while self.peek() == "|":
+            self.i += 1
+            branches.append(self.items())
+        if not any(isinstance(item, _Condition) for branch in branches for item in branch):
+            return ex.seq(prefix, ex.alt(*(ex.seq(*branch) for branch in branches)), tail)
+        out = []
+        for branch in branches:
+            e = self.resolve(branch, prefix, tail)
+            # A condition after some text can leave that text with no way to go on: one more
+            # product (with any text) trims such dead ends away.
+            out.append(e if e[0] in ("i", "d") else ex.both(e, self.free))
+        if len(out) == 1:                               # one branch that no text satisfies: refused
+            out[0] = out[0][:3] + (self.path,)
+        return ex.alt(*out)
+
+    def resolve(self, items: list, prefix: tuple, tail: tuple):
+        """prefix, items, tail in sequence, the first condition applied and the rest recursively."""
+        k = next((j for j, item in enumerate(items) if isinstance(item, _Condition)), None)
+        if k is None:
+            return ex.seq(prefix, *items, tail)
+        cond = items[k]
+        before = ex.seq(prefix, *items[:k])
+        rest = self.resolve(items[k + 1:], ex.EMPTY, tail)
+        if cond.kind in "=!":
+            starts = ex.seq(cond.body, self.free)
+            return ex.seq(before, ex.both(rest, starts) if cond.kind == "=" else ex.but_not(rest, starts))
+        word = self.emit(charset.WORD)
+        ends_word, starts_word = ex.seq(self.free, word), ex.seq(word, self.free)
+        after_word, after_other = ex.both(before, ends_word), ex.but_not(before, ends_word)
+        before_word, before_other = ex.both(rest, starts_word), ex.but_not(rest, starts_word)
+        if cond.kind == "b":
+            return ex.alt(ex.seq(after_word, before_other), ex.seq(after_other, before_word))
+        return ex.alt(ex.seq(after_word, before_word), ex.seq(after_other, before_other))
 
     def quantified(self, atom):
         while True:
             c = self.peek()
+            if isinstance(atom, _Condition):
+                if c is not None and (c in "*+?" or (c == "{" and self._looks_like_count())):
+                    raise self.error(GrammarUnsupported, "a quantifier on a look-ahead or \\b is not supported")
+                return atom
             if c in ("*", "+", "?"):
                 self.i += 1
                 lo, hi = {"*": (0, None), "+": (1, None), "?": (0, 1)}[c]
@@ -99,6 +169,8 @@ class _Parser:
         if c == "[":
             return self.emit(self.char_class())
         if c == "\\":
+            if self.peek() in ("b", "B"):
+                return _Condition(self.take())
             return self.emit(self.escape(in_class=False))
         if c in "*+?":
             raise self.error(GrammarInvalid, "nothing to repeat")
@@ -112,9 +184,21 @@ class _Parser:
         elif self.p.startswith("?P<", self.i) or (self.p.startswith("?<", self.i)
                                                   and self.p[self.i + 2:self.i + 3] not in ("=", "!")):
             self.i = self.p.index(">", self.i) + 1
+        elif self.p.startswith("?=", self.i) or self.p.startswith("?!", self.i):
+            kind = self.p[self.i + 1]
+            self.i += 2
+            return _Condition(kind, self.closed_group())
+        elif self.p.startswith("?<=", self.i) or self.p.startswith("?<!", self.i):
+            raise self.error(GrammarUnsupported, f"look-behind ({self.p[self.i:self.i + 3]}...) is not supported")
         elif self.peek() == "?":
-            raise self.error(GrammarUnsupported, "look-around and inline flags are not supported")
+            raise self.error(GrammarUnsupported, f"inline flags and other ({self.p[self.i:self.i + 2]}...) groups "
+                             "are not supported")
+        return self.closed_group()
+
+    def closed_group(self):
+        self.depth += 1
         inner = self.alternation()
+        self.depth -= 1
         if self.peek() != ")":
             raise self.error(GrammarInvalid, "missing )")
         self.i += 1
@@ -134,6 +218,8 @@ class _Parser:
                 raise self.error(GrammarInvalid, f"bad \\{c} escape")
             self.i += width
             return charset.chars(chr(int(digits, 16)))
+        if c in "123456789" or (c == "k" and self.peek() == "<"):
+            raise self.error(GrammarUnsupported, f"back-references (\\{c}) are not supported")
         if c.isalnum():
             raise self.error(GrammarUnsupported, f"the escape \\{c} is not supported")
         return charset.chars(c)
@@ -169,19 +255,20 @@ class _Parser:
         return charset.chars(c)
 
 
-def parse(pattern: str, emit: Callable[[charset.Ranges], tuple] = ex.chars,
-          path: str = "$") -> tuple[tuple, bool, bool]:
-    """pattern -> (expr, anchored at start, anchored at end)."""
+def parse(pattern: str, emit: Callable[[charset.Ranges], tuple] = ex.chars, path: str = "$", *,
+          free: tuple = ANY_TEXT, search: bool = False) -> tuple:
+    """pattern -> the expression of the texts it matches in full, or (search) that contain a
+    match: `free` is written before an unanchored start and after an unanchored end."""
     start = pattern.startswith("^")
     end = pattern.endswith("$") and not pattern.endswith("\\$")
     body = pattern[1 if start else 0:len(pattern) - 1 if end else len(pattern)]
-    parser = _Parser(body, emit, path)
-    e = parser.alternation()
+    parser = _Parser(body, emit, path, free)
+    e = parser.top(ex.EMPTY if start or not search else free, ex.EMPTY if end or not search else free)
     if parser.i != len(body):
         raise parser.error(GrammarInvalid, "unbalanced parenthesis")
-    return e, start, end
+    return e
 
 
 def full_match(pattern: str) -> tuple:
     """`guided_regex`: the whole output matches the pattern (anchors are implied)."""
-    return parse(pattern)[0]
+    return parse(pattern)
