@@ -5,13 +5,14 @@ negation; escapes `\\d \\w \\s \\D \\W \\S`, `\\n \\t \\r \\f \\v`, `\\xHH`, `\\
 punctuation; groups `( )`, `(?: )`, `(?P<name> )`, `(?<name> )`; alternation `|`;
 quantifiers `* + ? {n} {n,} {n,m}` (a lazy `?` suffix is accepted: it changes which match
 a search finds, not which strings match); `^` at the very start and `$` at the very end.
-In the pattern's top level (not inside a group) also look-aheads `(?=X)` / `(?!X)` and
-word boundaries `\\b` / `\\B`: a condition on the text on either side of a point, written
-as an intersection or difference (expr.py "i"/"d"): after `P`, `(?=X)R` is P (R and X.*),
-`(?!X)R` is P (R but not X.*), and `P\\bR` splits into (P ending in a word character, R not
-starting with one) or the other way round. Not supported (GrammarUnsupported, naming the
-construct): back-references, look-behind, look-around inside a group, inline flags,
-possessive quantifiers, anchors elsewhere.
+In the pattern's top level (not inside a group) also look-aheads `(?=X)` / `(?!X)` (a
+branch of X may end with `$`: X reaches the end) and word boundaries `\\b` / `\\B`: a
+condition on the text on either side of a point, written as an intersection or difference
+(expr.py "i"/"d"): after `P`, `(?=X)R` is P (R and X.*), `(?!X)R` is P (R but not X.*),
+and `P\\bR` splits into (P ending in a word character, R not starting with one) or the
+other way round. Not supported (GrammarUnsupported, naming the construct):
+back-references, look-behind, look-around inside a group, inline flags, possessive
+quantifiers, anchors elsewhere.
 
 `parse(pattern, emit, path, free=..., search=...)` returns the expression of the texts
 that match: a full match, or with `search` a text that contains a match (`free`, the
@@ -37,10 +38,13 @@ ANY_TEXT = ex.star(ex.chars(charset.ANY))       # `free` for a raw pattern
 
 @dataclass(frozen=True)
 class _Condition:
-    """A zero-width item of the top level: a look-ahead (kind "=" or "!", `body` the X of
-    `(?=X)`) or a word boundary (kind "b" or "B", no body)."""
+    """A zero-width item: a look-ahead (kind "=" or "!"), a word boundary (kind "b" or "B"),
+    or the `$` that closes a look-ahead's branch (kind "$", `_END`)."""
     kind: str
-    body: tuple | None = None
+    body: tuple | None = None                   # a look-ahead's texts from its point on (X.*, or X$)
+
+
+_END = _Condition("$")
 
 
 class _Parser:
@@ -71,10 +75,15 @@ class _Parser:
     def sequence(self):
         return ex.seq(*self.items())
 
-    def items(self) -> list:
-        """The items of one branch; at the top level they may include `_Condition`s."""
+    def items(self, *, may_end: bool = False) -> list:
+        """The items of one branch; at the top level they may include `_Condition`s. With
+        `may_end` (a look-ahead's branch) a `$` may close it: then the last item is `_END`."""
         items = []
         while self.peek() not in (None, "|", ")"):
+            if may_end and self.peek() == "$" and self.p[self.i + 1:self.i + 2] in ("|", ")"):
+                self.i += 1
+                items.append(_END)
+                break
             if self.peek() in "^$":
                 raise self.error(GrammarUnsupported, "anchors are supported only at the ends")
             at = self.i
@@ -94,34 +103,53 @@ class _Parser:
             branches.append(self.items())
         if not any(isinstance(item, _Condition) for branch in branches for item in branch):
             return ex.seq(prefix, ex.alt(*(ex.seq(*branch) for branch in branches)), tail)
-        out = []
-        for branch in branches:
-            e = self.resolve(branch, prefix, tail)
-            # A condition after some text can leave that text with no way to go on: one more
-            # product (with any text) trims such dead ends away.
-            out.append(e if e[0] in ("i", "d") else ex.both(e, self.free))
-        if len(out) == 1:                               # one branch that no text satisfies: refused
+        out = [self.resolve(branch, 0, prefix, tail, False, {}) for branch in branches]
+        if len(out) == 1 and out[0][0] in ("i", "d"):   # a condition no text satisfies: refused here
             out[0] = out[0][:3] + (self.path,)
         return ex.alt(*out)
 
-    def resolve(self, items: list, prefix: tuple, tail: tuple):
-        """prefix, items, tail in sequence, the first condition applied and the rest recursively."""
-        k = next((j for j, item in enumerate(items) if isinstance(item, _Condition)), None)
+    def resolve(self, items: list, start: int, prefix: tuple, tail: tuple, last_word: bool,
+                memo: dict) -> tuple:
+        """prefix, items[start:], tail in sequence, the first condition applied and the rest
+        recursively (`memo`: each (start, last_word) once). `last_word`: the character just
+        before `prefix` is a word character (False: it is not, or this is the text's start),
+        which a `\\b` right here must know."""
+        if (start, last_word) in memo:
+            return memo[start, last_word]
+        k = next((j for j in range(start, len(items)) if isinstance(items[j], _Condition)), None)
         if k is None:
-            return ex.seq(prefix, *items, tail)
+            return ex.seq(prefix, *items[start:], tail)
         cond = items[k]
-        before = ex.seq(prefix, *items[:k])
-        rest = self.resolve(items[k + 1:], ex.EMPTY, tail)
-        if cond.kind in "=!":
-            starts = ex.seq(cond.body, self.free)
-            return ex.seq(before, ex.both(rest, starts) if cond.kind == "=" else ex.but_not(rest, starts))
+        before = ex.seq(prefix, *items[start:k])
+        # The rest's own `\b`s may look back past its start: resolve it for either last
+        # character, and split `before` by its last character when the two differ.
+        rest_after = {w: self.resolve(items, k + 1, ex.EMPTY, tail, w, memo) for w in (True, False)}
         word = self.emit(charset.WORD)
-        ends_word, starts_word = ex.seq(self.free, word), ex.seq(word, self.free)
-        after_word, after_other = ex.both(before, ends_word), ex.but_not(before, ends_word)
-        before_word, before_other = ex.both(rest, starts_word), ex.but_not(rest, starts_word)
-        if cond.kind == "b":
-            return ex.alt(ex.seq(after_word, before_other), ex.seq(after_other, before_word))
-        return ex.alt(ex.seq(after_word, before_word), ex.seq(after_other, before_other))
+        starts_word = ex.seq(word, self.free)
+        if cond.kind in "=!":
+            apply = ex.both if cond.kind == "=" else ex.but_not
+            if rest_after[True] == rest_after[False]:
+                out = ex.seq(before, apply(rest_after[True], cond.body))
+            else:
+                out = ex.alt(*(ex.seq(self.ending(before, w, last_word), apply(rest_after[w], cond.body))
+                               for w in (True, False)))
+        else:   # \b: a word character on exactly one side (the text's ends are not); \B: both or neither
+            word_next = {True: ex.both, False: ex.but_not}
+            out = ex.alt(*(ex.seq(self.ending(before, w, last_word),
+                                  word_next[w != (cond.kind == "b")](rest_after[w], starts_word))
+                           for w in (True, False)))
+        memo[start, last_word] = out
+        return out
+
+    def ending(self, before: tuple, word: bool, last_word: bool) -> tuple:
+        """The texts of `before` after which the last character is (word) or is not a word
+        character; an empty text keeps the character before it (`last_word`)."""
+        ends_word = ex.seq(self.free, self.emit(charset.WORD))
+        if not _nullable(before):
+            return (ex.both if word else ex.but_not)(before, ends_word)
+        if word:
+            return ex.alt(ex.both(before, ends_word), ex.EMPTY) if last_word else ex.both(before, ends_word)
+        return ex.but_not(before, ends_word) if not last_word else ex.but_not(before, ex.alt(ends_word, ex.EMPTY))
 
     def quantified(self, atom):
         while True:
@@ -187,13 +215,33 @@ class _Parser:
         elif self.p.startswith("?=", self.i) or self.p.startswith("?!", self.i):
             kind = self.p[self.i + 1]
             self.i += 2
-            return _Condition(kind, self.closed_group())
+            return _Condition(kind, self.look_ahead_body())
         elif self.p.startswith("?<=", self.i) or self.p.startswith("?<!", self.i):
             raise self.error(GrammarUnsupported, f"look-behind ({self.p[self.i:self.i + 3]}...) is not supported")
+        elif self.p.startswith("?P=", self.i):
+            raise self.error(GrammarUnsupported, "back-references ((?P=name)) are not supported")
         elif self.peek() == "?":
             raise self.error(GrammarUnsupported, f"inline flags and other ({self.p[self.i:self.i + 2]}...) groups "
                              "are not supported")
         return self.closed_group()
+
+    def look_ahead_body(self):
+        """X of `(?=X)` as the texts it allows from its point on: X and then any text, or X
+        up to the end where a branch of X closes with `$`."""
+        self.depth += 1
+        branches = []
+        while True:
+            items = self.items(may_end=True)
+            ends = bool(items) and items[-1] is _END
+            branches.append(ex.seq(*items[:-1]) if ends else ex.seq(*items, self.free))
+            if self.peek() != "|":
+                break
+            self.i += 1
+        self.depth -= 1
+        if self.peek() != ")":
+            raise self.error(GrammarInvalid, "missing )")
+        self.i += 1
+        return ex.alt(*branches)
 
     def closed_group(self):
         self.depth += 1
@@ -253,6 +301,22 @@ class _Parser:
         if c == "[" and self.peek() == ":":
             raise self.error(GrammarUnsupported, "POSIX classes are not supported")
         return charset.chars(c)
+
+
+def _nullable(e: tuple) -> bool:
+    """The call-free expression matches the empty text."""
+    kind = e[0]
+    if kind == "c":
+        return False
+    if kind == "s":
+        return all(_nullable(item) for item in e[1])
+    if kind == "a":
+        return any(_nullable(item) for item in e[1])
+    if kind == "r":
+        return e[2] == 0 or _nullable(e[1])
+    if kind == "i":
+        return _nullable(e[1]) and _nullable(e[2])
+    return _nullable(e[1]) and not _nullable(e[2])     # "d"
 
 
 def parse(pattern: str, emit: Callable[[charset.Ranges], tuple] = ex.chars, path: str = "$", *,

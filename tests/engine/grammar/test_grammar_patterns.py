@@ -112,6 +112,12 @@ def test_a_string_of_the_format_is_accepted_exactly_when_the_pattern_matches_it(
     (r"\ba\b", "a-"),                                  # a word on its own
     (r"^a\Ba", "a-"),
     (r"^[a-]\ba$", "a-"),                              # "a" first leaves nothing to write: trimmed
+    (r"^(?=.{3,5}$)[a-z]+$", "ab"),                     # a look-ahead that reaches the end
+    (r"^(?=a$|b)[ab]+$", "ab"),
+    (r"^(?!.*\.$)[a.]+$", "a."),                       # an email regex's "no dot last"
+    (r"^a(?!-)\b", "ab-"),                             # a \b right after a look-ahead sees the "a"
+    (r"^a(?=a|-)\B", "ab-"),
+    (r"\b\b\b$", "a-"),
 ])
 def test_look_aheads_and_word_boundaries_alone_are_exact_on_every_short_text(pattern, alphabet):
     grammar = compile_spec(schema_spec({"type": "string", "pattern": pattern}))
@@ -140,7 +146,7 @@ def test_lengths_with_a_format_and_a_pattern_hold_or_are_refused():
 
 @pytest.mark.parametrize("pattern,names", [
     (r"^(a)\1$", "back-reference"),
-    (r"^(?P<x>a)(?P=x)$", "(?P"),
+    (r"^(?P<x>a)(?P=x)$", "back-reference"),
     (r"^(?<=a)b$", "look-behind"),
     (r"^b(?<!a)$", "look-behind"),
     (r"^(?:(?!a).)*$", "inside a group"),
@@ -156,7 +162,10 @@ def test_what_the_subset_cannot_read_is_a_422_naming_it(pattern, names):
 def test_a_pattern_whose_conditions_leave_nothing_is_refused():
     with pytest.raises(GrammarUnsupported) as err:
         compile_spec(schema_spec({"type": "string", "pattern": r"^(?!a)a$"}))
-    assert "leave nothing" in err.value.message and err.value.path == "$.pattern"
+    assert "nothing to write" in err.value.message and err.value.path == "$.pattern"
+    with pytest.raises(GrammarUnsupported) as err:
+        compile_spec(GrammarSpec("regex", r"a(?!b)b"))         # after "a" nothing: the whole grammar is empty
+    assert "nothing to write" in err.value.message
 
 
 def test_a_product_too_large_for_the_budget_is_refused():
