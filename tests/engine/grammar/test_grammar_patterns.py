@@ -28,7 +28,7 @@ _ZOD3_DATE = (r"((\d\d[2468][048]|\d\d[13579][26]|\d\d0[48]|[02468][048]00|[1357
 ZOD3_DATE = "^" + _ZOD3_DATE + "$"
 ZOD3_DATETIME = "^" + _ZOD3_DATE + r"T([01]\d|2[0-3]):[0-5]\d(:[0-5]\d(\.\d+)?)?(Z)$"            # .datetime()
 ZOD3_DATETIME_MS = "^" + _ZOD3_DATE + r"T([01]\d|2[0-3]):[0-5]\d(:[0-5]\d\.\d{3})+(Z)$"    # precision: 3
-# Zod 4 (z.uuid(), z.email(), z.iso.date()).
+# Zod 4 (z.uuid(), z.email(), z.iso.date(), z.iso.datetime(), z.ipv4(), z.ipv6()).
 ZOD4_UUID = (r"^([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[1-8][0-9a-fA-F]{3}-[89abAB][0-9a-fA-F]{3}-[0-9a-fA-F]{12}"
              r"|00000000-0000-0000-0000-000000000000|ffffffff-ffff-ffff-ffff-ffffffffffff)$")
 ZOD4_EMAIL = (r"^(?:[A-Za-z0-9_'+\-]+\.)*[A-Za-z0-9_'+\-]*[A-Za-z0-9_+-]@(?:[A-Za-z0-9][A-Za-z0-9\-]*\.)+"
@@ -36,6 +36,13 @@ ZOD4_EMAIL = (r"^(?:[A-Za-z0-9_'+\-]+\.)*[A-Za-z0-9_'+\-]*[A-Za-z0-9_+-]@(?:[A-Z
 ZOD4_DATE = (r"^(?:(?:\d\d[2468][048]|\d\d[13579][26]|\d\d0[48]|[02468][048]00|[13579][26]00)-02-29|\d{4}-"
              r"(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\d|30)|(?:02)-"
              r"(?:0[1-9]|1\d|2[0-8])))$")
+ZOD4_DATETIME = ZOD4_DATE[:-1] + r"T(?:(?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d(?:\.\d+)?(?:Z))$"
+ZOD4_IPV4 = (r"^(?:(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9][0-9]|[0-9])\.){3}"
+             r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9][0-9]|[0-9])$")
+ZOD4_IPV6 = (r"^(([0-9a-fA-F]{1,4}:){7}[0-9a-fA-F]{1,4}|([0-9a-fA-F]{1,4}:){1,7}:|([0-9a-fA-F]{1,4}:){1,6}:"
+             r"[0-9a-fA-F]{1,4}|([0-9a-fA-F]{1,4}:){1,5}(:[0-9a-fA-F]{1,4}){1,2}|([0-9a-fA-F]{1,4}:){1,4}"
+             r"(:[0-9a-fA-F]{1,4}){1,3}|([0-9a-fA-F]{1,4}:){1,3}(:[0-9a-fA-F]{1,4}){1,4}|([0-9a-fA-F]{1,4}:){1,2}"
+             r"(:[0-9a-fA-F]{1,4}){1,5}|[0-9a-fA-F]{1,4}:((:[0-9a-fA-F]{1,4}){1,6})|:((:[0-9a-fA-F]{1,4}){1,7}|:))$")
 
 
 class Account(BaseModel):
@@ -59,6 +66,9 @@ CASES = [
     ("zod4", "uuid", ZOD4_UUID, None),
     ("zod4", "email", ZOD4_EMAIL, None),
     ("zod4", "date", ZOD4_DATE, None),
+    ("zod4", "date-time", ZOD4_DATETIME, None),
+    ("zod4", "ipv4", ZOD4_IPV4, None),
+    ("zod4", "ipv6", ZOD4_IPV6, None),
     ("pydantic", "email", _PYDANTIC["email"]["pattern"], "ann@example.org"),
     ("pydantic", "uuid", _PYDANTIC["id"]["pattern"], "123e4567-e89b-12d3-a456-426614174000"),
     ("pydantic", "date", _PYDANTIC["joined"]["pattern"], "1999-12-31"),
