@@ -9,7 +9,11 @@ automaton, so recursive JSON Schemas ($ref to an enclosing model) and nesting co
 finite table; `MAX_STACK_FRAMES` bounds the nesting a generation may reach. A call in tail
 position (the caller's return state can only return) replaces the caller's frame instead of
 pushing: the same language, but a chain of calls (an object's members, one rule per
-member) costs one frame, not one per link.
+member) costs one frame, not one per link. An intersection or difference of two call-free
+expressions (a format with a pattern, a look-ahead) is built by regular.py as one DFA and
+copied in as plain states, so the runner never sees it. Edges into a state that cannot reach
+its rule's end are dropped (an empty intersection after some text would leave that text a
+dead end), and a root rule left with no text at all is refused.
 
 `Matcher` is the runner (one per grammar, engine thread only): it interns each distinct set
 of stacks as a small int and memoises `(state, byte) -> state`. Bytes that are a proper
@@ -28,9 +32,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine.grammar.keys import KeyRule
-from engine.grammar import charset
+from engine.grammar import charset, regular
 from engine.grammar.budget import WorkBudget
-from engine.grammar.errors import GrammarInvalid
+from engine.grammar.errors import GrammarInvalid, GrammarUnsupported
 
 DEAD = -1
 MAX_STACK_FRAMES = 128          # call nesting a generation may reach (a schema level takes <= 2)
@@ -67,12 +71,14 @@ class _Nfa:
         self.edges.append([])
         return len(self.edges) - 1
 
-    def build(self, e, start: int, end: int, names: dict[str, int]) -> None:
+    def build(self, e, start: int, end: int, names: dict[str, int] | None) -> None:
         kind = e[0]
         if kind == "c":
             if e[1]:
                 self.edges[start].append((("c", e[1]), end))
         elif kind == "n":
+            if names is None:
+                raise GrammarInvalid(f"a call of rule {e[1]!r} inside an intersection (its sides must be call-free)")
             if e[1] not in names:
                 raise GrammarInvalid(f"reference to an unknown rule {e[1]!r}")
             self.edges[start].append((("n", names[e[1]]), end))
@@ -92,6 +98,8 @@ class _Nfa:
                 self.edges[t].append((None, end))
         elif kind == "r":
             self._repeat(e[1], e[2], e[3], start, end, names)
+        elif kind in ("i", "d"):
+            self._product(e, start, end)
         else:
             raise ValueError(f"unknown expression kind {kind!r}")
 
@@ -115,6 +123,44 @@ class _Nfa:
             cur = nxt
         self.edges[cur].append((None, end))
 
+    def _product(self, e, start: int, end: int) -> None:
+        """An intersection or difference: each side built call-free on its own, determinised,
+        walked as pairs (regular.py), and the trimmed pair DFA copied in as plain states."""
+        kind, left, right, where = e
+        sides = []
+        for operand in (left, right):
+            sub = _Nfa(self.budget)
+            s, t = sub.new(), sub.new()
+            sub.build(operand, s, t, None)
+            sides.append(regular.determinise(sub.edges, s, t, self.budget))
+        dfa = regular.product(*sides, keep_right=kind == "i", budget=self.budget)
+        if dfa.empty and where is not None:
+            raise GrammarUnsupported(f"no string at {where} matches the pattern: its conditions (and the format "
+                                     "beside it, if any) leave nothing to write",
+                                     path=where, keyword="pattern")
+        states = [self.new() for _ in dfa.edges]
+        if states:
+            self.edges[start].append((None, states[0]))
+        for src, row in enumerate(dfa.edges):
+            self.edges[states[src]].extend((("c", ranges), states[dst]) for ranges, dst in row)
+            if src in dfa.accepting:
+                self.edges[states[src]].append((None, end))
+
+    def alive(self, end: int) -> set[int]:
+        """The states from which `end` can be reached (a call is taken to return): an edge into
+        any other state leads to a text that can never be finished, so it is left out."""
+        into: list[list[int]] = [[] for _ in self.edges]
+        for src, out in enumerate(self.edges):          # unpaid: each edge's state was paid when built
+            for _, dst in out:
+                into[dst].append(src)
+        seen, todo = {end}, [end]
+        while todo:
+            for src in into[todo.pop()]:
+                if src not in seen:
+                    seen.add(src)
+                    todo.append(src)
+        return seen
+
     def closure(self, s: int) -> set[int]:
         seen, todo = {s}, [s]
         while todo:
@@ -129,18 +175,19 @@ def _compile_rule(e, names: dict[str, int], budget: WorkBudget) -> Rule:
     nfa = _Nfa(budget)
     start, end = nfa.new(), nfa.new()
     nfa.build(e, start, end, names)
+    live = nfa.alive(end)
     index = {start: 0}
     order = [start]
     chars_out, calls_out, accepting = [], [], set()
     i = 0
-    while i < len(order):                               # only states reachable by real edges
+    while i < len(order):                               # only live states reachable by real edges
         s = order[i]
         cl = nfa.closure(s)
         budget.spend(len(cl))
         c_edges, n_edges = [], []
         for t in sorted(cl):
             for label, dst in nfa.edges[t]:
-                if label is None:
+                if label is None or dst not in live:
                     continue
                 if dst not in index:
                     index[dst] = len(order)
@@ -160,7 +207,12 @@ def compile_grammar(rules: dict[str, tuple], root: str, key: str, *, raw_bytes: 
     names = [root] + [n for n in rules if n != root]
     index = {n: i for i, n in enumerate(names)}
     budget = budget if budget is not None else WorkBudget()
-    return Grammar(tuple(_compile_rule(rules[n], index, budget) for n in names), key, raw_bytes)
+    compiled = tuple(_compile_rule(rules[n], index, budget) for n in names)
+    root_rule = compiled[0]
+    if not root_rule.char_edges[0] and not root_rule.call_edges[0] and 0 not in root_rule.accepting:
+        raise GrammarUnsupported("no text matches this grammar (a pattern, or a format beside it, leaves "
+                                 "nothing to write)")
+    return Grammar(compiled, key, raw_bytes)
 
 
 # --------------------------------------------------------------------------- run

@@ -7,6 +7,12 @@ An expression is a frozen tuple, so equal grammars are equal values:
     ("a", (e1, e2, ...))   an alternation
     ("r", e, lo, hi)       e repeated lo..hi times (hi None: unbounded)
     ("n", name)            a call of a named rule (how recursion and sharing are written)
+    ("i", e1, e2, where)   the strings of both e1 and e2 (a format with a pattern; a look-ahead)
+    ("d", e1, e2, where)   the strings of e1 that are not strings of e2 (a negative look-ahead)
+
+"i" and "d" take call-free operands and are built as one small DFA (regular.py). `where` is
+None, or the path at which an empty result is refused (a pattern, or a format with a
+pattern, that leaves nothing to write); elsewhere an empty result is a branch no text takes.
 
 A grammar is `rules: {name: expr}` plus a root name; `automaton.compile_grammar` turns it
 into the character automaton.
@@ -53,6 +59,14 @@ def star(item: Expr) -> Expr:
 
 def ref(name: str) -> Expr:
     return ("n", name)
+
+
+def both(left: Expr, right: Expr, where: str | None = None) -> Expr:
+    return ("i", left, right, where)
+
+
+def but_not(left: Expr, right: Expr, where: str | None = None) -> Expr:
+    return ("d", left, right, where)
 
 
 def not_starting_with(trigger: str, rest: Expr) -> Expr:

@@ -7,7 +7,7 @@ declared), `enum`, `const`, `anyOf`, `oneOf` (as anyOf: the branches should not 
 `allOf` with one member, `items`, `prefixItems`, `minItems`, `maxItems`, `uniqueItems:
 false`, `minLength`, `maxLength`, `pattern` (regex_subset.py; a search, as JSON Schema
 says, unless anchored), `format` (strings.py: date, time, date-time, uuid, email, uri/url,
-hostname, ipv4, ipv6; with the pattern Zod emits for it), `minimum`, `maximum`,
+hostname, ipv4, ipv6; beside a pattern, both hold), `minimum`, `maximum`,
 `exclusiveMinimum`, `exclusiveMaximum` (numbers.py: integers exactly, numbers with
 fractions inside the bounds), `multipleOf` (integer steps), `$ref` to `#`,
 `#/$defs/...`, `#/definitions/...` (recursion included), `nullable: true`, and the

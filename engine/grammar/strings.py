@@ -6,15 +6,16 @@ validators accept: jsonschema's format checker and the patterns Zod 4 emits next
 its full eight-group form, an http(s) URI with a host, path and query of unreserved
 characters). Each is bounded in length.
 
-`format` and `pattern` together: the output must match both, and this compiler has no
-intersection of two expressions. So the format's grammar is written, and the pattern is
-accepted only when it is one of `LIBRARY_PATTERNS[format]` (the exact pattern text the
-library emits, checked by tests/engine/grammar/test_grammar_formats.py to match every string of the
-format's grammar); any other pattern with a format is a 422.
+`format` and `pattern` together: the output must match both, so the string is the
+intersection of the format's language and the pattern's (a search, as JSON Schema reads a
+pattern), built exactly as one small automaton (expr.py "i", regular.py): any pattern the
+regex subset reads is served with any format, look-aheads included (Zod 3's email,
+`^(?!\\.)(?!.*\\.\\.)...`). A pattern that leaves no string of the format is a 422.
 
 Lengths with a format or an anchored pattern: the expression's own length bounds (in
-characters, the pattern read raw) must lie within minLength..maxLength; then the lengths
-hold by construction (pydantic's HttpUrl: format uri, maxLength 2083). Otherwise a 422.
+characters, the pattern read raw; a format with a pattern: the format's) must lie within
+minLength..maxLength; then the lengths hold by construction (pydantic's HttpUrl: format
+uri, maxLength 2083). Otherwise a 422.
 A plain string's maxLength above `MAX_STRING_CHARS` is served up to that many characters
 (a subset); a minLength above it is a 422.
 """
@@ -52,25 +53,7 @@ FORMATS = {
 }
 FORMATS["url"] = FORMATS["uri"]
 FORMATS["ipvanyaddress"] = FORMATS["ipv4"]                 # pydantic's IPvAnyAddress: an IPv4 one is one
-# The patterns Zod 4 writes next to a format (z.uuid(), z.email(), z.iso.date(), z.iso.datetime(), z.ipv4(), z.ipv6()).
-LIBRARY_PATTERNS = {
-    "uuid": {r"^([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[1-8][0-9a-fA-F]{3}-[89abAB][0-9a-fA-F]{3}-[0-9a-fA-F]{12}"
-             r"|00000000-0000-0000-0000-000000000000|ffffffff-ffff-ffff-ffff-ffffffffffff)$"},
-    "email": {r"^(?:[A-Za-z0-9_'+\-]+\.)*[A-Za-z0-9_'+\-]*[A-Za-z0-9_+-]@(?:[A-Za-z0-9][A-Za-z0-9\-]*\.)+"
-              r"[A-Za-z]{2,}$"},
-    "date": {r"^(?:(?:\d\d[2468][048]|\d\d[13579][26]|\d\d0[48]|[02468][048]00|[13579][26]00)-02-29|\d{4}-"
-             r"(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\d|30)|(?:02)-"
-             r"(?:0[1-9]|1\d|2[0-8])))$"},
-    "date-time": {r"^(?:(?:\d\d[2468][048]|\d\d[13579][26]|\d\d0[48]|[02468][048]00|[13579][26]00)-02-29|"
-                  r"\d{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\d|30)|"
-                  r"(?:02)-(?:0[1-9]|1\d|2[0-8])))T(?:(?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d(?:\.\d+)?(?:Z))$"},
-    "ipv4": {r"^(?:(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9][0-9]|[0-9])\.){3}"
-             r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9][0-9]|[0-9])$"},
-    "ipv6": {r"^(([0-9a-fA-F]{1,4}:){7}[0-9a-fA-F]{1,4}|([0-9a-fA-F]{1,4}:){1,7}:|([0-9a-fA-F]{1,4}:){1,6}:"
-             r"[0-9a-fA-F]{1,4}|([0-9a-fA-F]{1,4}:){1,5}(:[0-9a-fA-F]{1,4}){1,2}|([0-9a-fA-F]{1,4}:){1,4}"
-             r"(:[0-9a-fA-F]{1,4}){1,3}|([0-9a-fA-F]{1,4}:){1,3}(:[0-9a-fA-F]{1,4}){1,4}|([0-9a-fA-F]{1,4}:){1,2}"
-             r"(:[0-9a-fA-F]{1,4}){1,5}|[0-9a-fA-F]{1,4}:((:[0-9a-fA-F]{1,4}){1,6})|:((:[0-9a-fA-F]{1,4}){1,7}|:))$"},
-}
+STRING_TEXT = ex.star(jt.STRING_CHAR)          # any JSON string body: where a pattern is not anchored
 
 
 def length_bounds(e: tuple) -> tuple[int, float]:
@@ -87,6 +70,11 @@ def length_bounds(e: tuple) -> tuple[int, float]:
     if kind == "r":
         lo, hi = length_bounds(e[1])
         return lo * e[2], math.inf if e[3] is None and hi > 0 else hi * (e[3] or 0)
+    if kind == "i":                                     # within both sides' bounds (maybe tighter)
+        (lo_a, hi_a), (lo_b, hi_b) = length_bounds(e[1]), length_bounds(e[2])
+        return max(lo_a, lo_b), min(hi_a, hi_b)
+    if kind == "d":
+        return length_bounds(e[1])
     raise ValueError(f"no length bounds for an expression of kind {kind!r}")
 
 
@@ -106,11 +94,7 @@ class StringCompiler:
             raise GrammarUnsupported(f"the string format {fmt!r} at {path} is not supported "
                                      f"(served: {', '.join(sorted(FORMATS))})", path=f"{path}.format", keyword="format")
         if fmt is not None:
-            if pattern is not None and pattern not in LIBRARY_PATTERNS.get(fmt, ()):
-                raise GrammarUnsupported(f"'pattern' together with format {fmt!r} at {path} is served only for the "
-                                         "pattern a library emits for that format", path=f"{path}.pattern",
-                                         keyword="pattern")
-            return self._bounded(FORMATS[fmt], (lo, hi), path, "format")
+            return self._bounded(FORMATS[fmt], (lo, hi), path, "format", pattern)
         if pattern is not None:
             return self._pattern(pattern, (lo, hi), path)
         if lo > MAX_STRING_CHARS:
@@ -124,23 +108,28 @@ class StringCompiler:
 
     def _pattern(self, pattern: str, lengths: tuple[int, int | None], path: str) -> tuple:
         if lengths == (0, None):
-            self.budget.spend(PATTERN_WORK * len(pattern))
-            e, anchored_start, anchored_end = regex_subset.parse(pattern, jt.json_chars, f"{path}.pattern")
-            free = ex.star(jt.STRING_CHAR)
-            return ex.seq(ex.lit('"'), ex.EMPTY if anchored_start else free, e,
-                          ex.EMPTY if anchored_end else free, ex.lit('"'))
+            return ex.seq(ex.lit('"'), self._search(pattern, path), ex.lit('"'))
         return self._bounded(pattern, lengths, path, "pattern")   # a full match is also a search
 
-    def _bounded(self, regex: str, lengths: tuple[int, int | None], path: str, keyword: str) -> tuple:
-        """A full match of `regex` as a JSON string, refused unless its lengths lie within `lengths`."""
+    def _search(self, pattern: str, path: str) -> tuple:
+        """The JSON string bodies that contain a match of `pattern` (JSON Schema's reading)."""
+        self.budget.spend(PATTERN_WORK * len(pattern))
+        return regex_subset.parse(pattern, jt.json_chars, f"{path}.pattern", free=STRING_TEXT, search=True)
+
+    def _bounded(self, regex: str, lengths: tuple[int, int | None], path: str, keyword: str,
+                 pattern: str | None = None) -> tuple:
+        """A full match of `regex` (and a search of `pattern`, if any) as a JSON string, refused
+        unless the lengths of `regex` lie within `lengths`."""
         self.budget.spend(2 * PATTERN_WORK * len(regex))
         where = f"{path}.{keyword}"
-        raw = regex_subset.parse(regex, ex.chars, where)[0]           # one character per character: lengths
+        raw = regex_subset.parse(regex, ex.chars, where)            # one character per character: lengths
         fewest, most = length_bounds(raw)
         lo, hi = lengths
         if fewest < lo or (hi is not None and most > hi):
             raise GrammarUnsupported(f"'{keyword}' at {path} writes strings of {fewest}..{most} characters, "
                                      f"which minLength/maxLength ({lo}..{hi}) do not all allow", path=where,
                                      keyword=keyword)
-        e = regex_subset.parse(regex, jt.json_chars, where)[0]
+        e = regex_subset.parse(regex, jt.json_chars, where, free=STRING_TEXT)
+        if pattern is not None:
+            e = ex.both(e, self._search(pattern, path), where=f"{path}.pattern")
         return ex.seq(ex.lit('"'), e, ex.lit('"'))

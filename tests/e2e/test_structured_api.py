@@ -86,7 +86,7 @@ def test_text_format_is_a_no_op_and_length_cuts_report_length(server, tiny_llama
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "nope"}}}},
      400, "response_format.json_schema.schema", "type"),
     ({"response_format": {"type": "xml"}}, 400, "response_format", "type"),
-    ({"guided_regex": "(?<=a)b"}, 422, "guided_regex", "look-around"),
+    ({"guided_regex": "(?<=a)b"}, 422, "guided_regex", "look-behind"),
     ({"guided_choice": []}, 400, "guided_choice", "list"),
 ])
 def test_errors_name_the_field(server, tiny_llama_dir, fields, status, param, words):

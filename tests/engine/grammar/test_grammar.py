@@ -109,7 +109,7 @@ def test_unsupported_and_invalid_schemas_name_keyword_and_path():
     with pytest.raises(GrammarInvalid):
         GrammarCache().get(schema_spec({"$ref": "#/$defs/Missing"}))
     with pytest.raises(GrammarUnsupported):
-        GrammarCache().get(GrammarSpec("regex", r"(?=a)b"))
+        GrammarCache().get(GrammarSpec("regex", r"(?<=a)b"))
 
 
 def test_regex_choice_and_text_grammars():
