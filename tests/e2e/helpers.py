@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -243,3 +244,18 @@ def read_startup(proc: subprocess.Popen, timeout_s: float) -> str:
     finally:
         watchdog.cancel()
     return "".join(lines)
+
+
+NODE_DIR = Path(__file__).parent / "node"
+NODE_PACKAGES = ("openai", "ai", "@ai-sdk/openai", "zod")
+
+
+@pytest.fixture(scope="module")
+def node() -> str:
+    """The `node` executable, the pinned npm clients beside it (`make node-client`)."""
+    found = shutil.which("node")
+    missing = [p for p in NODE_PACKAGES if not (NODE_DIR / "node_modules" / p).is_dir()]
+    if found is None or missing:
+        pytest.fail(f"node or the npm packages {missing} are missing: run `make node-client` "
+                    "(Debian's nodejs + npm, then the pinned npm packages into tests/e2e/node)")
+    return found

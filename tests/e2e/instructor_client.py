@@ -2,9 +2,9 @@
 client than the suite's) against a tl-serve, as its users call it: JSON mode, a pydantic
 model, no retries. Run by tests/e2e/test_structured_clients.py and bench/client_lengths.py.
 
-    .venv-instructor/bin/python tests/e2e/instructor_client.py BASE_URL MODEL PROMPTS.json MAX_TOKENS
+    .venv-instructor/bin/python tests/e2e/instructor_client.py BASE_URL MODEL PROMPTS_FILE MAX_TOKENS
 
-PROMPTS.json is a list of user messages; one JSON line is printed per prompt:
+PROMPTS_FILE holds a JSON list of user messages; one JSON line is printed per prompt:
 {"finish": <finish_reason or null>, "object": <the validated object or null>, "error": <the
 exception's class or null>}.
 """

@@ -5,31 +5,17 @@ them), and the Vercel AI SDK's default OpenAI provider calling a tool (on smol-1
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 
 from server.config import EngineConfig
-from tests.e2e.helpers import running_server
+from tests.e2e.helpers import NODE_DIR, node, running_server  # noqa: F401  (node: a fixture)
 
-NODE_DIR = Path(__file__).parent / "node"
 DRIVER = NODE_DIR / "responses_client.mjs"
 AI_SDK_DRIVER = NODE_DIR / "ai_sdk_tools.mjs"
 CLIENT_TIMEOUT_S = 60
 AI_SDK_TIMEOUT_S = 300          # two forced calls of the 135M model on a busy CPU
-NODE_PACKAGES = ("openai", "ai", "@ai-sdk/openai", "zod")
-
-
-@pytest.fixture(scope="module")
-def node() -> str:
-    found = shutil.which("node")
-    missing = [p for p in NODE_PACKAGES if not (NODE_DIR / "node_modules" / p).is_dir()]
-    if found is None or missing:
-        pytest.fail(f"node or the npm packages {missing} are missing: run `make node-client` "
-                    "(Debian's nodejs + npm, then the pinned npm packages into tests/e2e/node)")
-    return found
 
 
 def test_openai_node_responses_create_whole_and_streamed(node, succ_model_dir):

@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from server.config import EngineConfig
-from tests.e2e.helpers import REAL_KV_CACHE_MIB, server_fixture
-from tests.e2e.test_responses_node import node  # noqa: F401  (the fixture)
+from tests.e2e.helpers import REAL_KV_CACHE_MIB, node, server_fixture  # noqa: F401  (node: a fixture)
 
 pytestmark = pytest.mark.real_model
 

@@ -1,0 +1,157 @@
+"""Structured-output clients against two checkouts, side by side in one run: how many of
+their answers end at the token limit (a small model looping in JSON runs to `max_tokens`).
+
+For each checkout (`--before DIR`, `--after DIR`; the order alternates by round) a fresh
+server on smol-135m, then 20 fixed prompts through each client, the clients at once (four
+streams):
+
+  instructor   JSON mode, a pydantic model (tests/e2e/instructor_client.py in .venv-instructor)
+  langchain    ChatOpenAI.with_structured_output(method="json_mode", include_raw=True)
+  ai-sdk       generateObject, and a tool forced by name, through the AI SDK's Responses
+               provider (tests/e2e/node/ai_sdk_objects.mjs)
+  extract      bench/spec_tasks.py's extraction task (json_schema, strict), 20 of its e-mails
+
+Each client words its request its own way, so no server gets one request twice (the suffix
+store would draft an answer it gave before). Prints, per checkout and client, the answers
+that ended in `length`, those that raised, and the rest, then one JSON line.
+
+    python bench/client_lengths.py --before ../before --after .
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import threading
+from collections import Counter
+from pathlib import Path
+
+import requests
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bench.child_server import Server                              # noqa: E402
+from bench.spec_tasks import extract_doc, support_email            # noqa: E402
+
+MODEL_DIR = REPO / "artifacts" / "models" / "smol-135m"
+INSTRUCTOR_PYTHON = REPO / ".venv-instructor" / "bin" / "python"
+INSTRUCTOR_DRIVER = REPO / "tests" / "e2e" / "instructor_client.py"
+AI_SDK_DRIVER = REPO / "tests" / "e2e" / "node" / "ai_sdk_objects.mjs"
+PROMPTS = 20
+JSON_MAX_TOKENS = 160           # a person object needs ~30; a loop runs to the limit
+EXTRACT_MAX_TOKENS = 400        # as bench/spec_tasks.py
+CLIENT_TIMEOUT_S = 1800
+PEOPLE = (("Maria Lindqvist", "nurse"), ("Tom Okafor", "teacher"), ("Aiko Tanaka", "engineer"),
+          ("Pedro Alves", "baker"), ("Lena Novak", "pilot"), ("Omar Haddad", "architect"),
+          ("Grace Chen", "lawyer"), ("Ivan Petrov", "chef"), ("Sofia Rossi", "dentist"),
+          ("Kwame Mensah", "farmer"))
+
+
+def person_prompts() -> list[str]:
+    """Twenty short biographies: ten people, two wordings each, ages from a fixed rule."""
+    out = []
+    for k in range(PROMPTS):
+        name, job = PEOPLE[k % len(PEOPLE)]
+        age = 21 + (13 * k) % 50
+        out.append(f"{name} is {age} years old and works as a {job}." if k < len(PEOPLE) else
+                   f"Meet {name}, a {job} aged {age}.")
+    return out
+
+
+def run_driver(command: list[str]) -> list[dict]:
+    run = subprocess.run(command, capture_output=True, text=True, timeout=CLIENT_TIMEOUT_S)
+    if run.returncode != 0:
+        raise SystemExit(f"{command[1]} failed:\n{run.stderr[-2000:]}")
+    return [json.loads(line) for line in run.stdout.splitlines()]
+
+
+def instructor_calls(base_url: str, model: str, prompts_file: str) -> dict[str, list[dict]]:
+    return {"instructor": run_driver([str(INSTRUCTOR_PYTHON), str(INSTRUCTOR_DRIVER), base_url, model,
+                                      prompts_file, str(JSON_MAX_TOKENS)])}
+
+
+def ai_sdk_calls(base_url: str, model: str, prompts_file: str) -> dict[str, list[dict]]:
+    lines = run_driver(["node", str(AI_SDK_DRIVER), base_url, model, prompts_file,
+                        str(JSON_MAX_TOKENS)])
+    return {f"ai-sdk {call}": [line for line in lines if line["call"] == call]
+            for call in ("generateObject", "forcedTool")}
+
+
+def langchain_calls(base_url: str, model: str, prompts: list[str]) -> dict[str, list[dict]]:
+    from langchain_openai import ChatOpenAI
+
+    llm = ChatOpenAI(model=model, base_url=base_url, api_key="unused", temperature=0,
+                     max_tokens=JSON_MAX_TOKENS, max_retries=0, timeout=600)
+    structured = llm.with_structured_output(None, method="json_mode", include_raw=True)
+    out = []
+    for prompt in prompts:
+        answer = structured.invoke(f"Answer in JSON with the keys name, age and job. {prompt}")
+        out.append({"finish": answer["raw"].response_metadata.get("finish_reason"),
+                    "error": None if answer["parsing_error"] is None
+                    else type(answer["parsing_error"]).__name__})
+    return {"langchain": out}
+
+
+def extract_calls(base_url: str, model: str) -> dict[str, list[dict]]:
+    out = []
+    for k in range(PROMPTS):
+        body = {**extract_doc(support_email(k)), "model": model, "temperature": 0,
+                "max_tokens": EXTRACT_MAX_TOKENS}
+        reply = requests.post(base_url + "/chat/completions", json=body, timeout=600)
+        choice = reply.json()["choices"][0] if reply.ok else None
+        out.append({"finish": choice and choice["finish_reason"],
+                    "error": None if reply.ok else str(reply.status_code)})
+    return {"extract": out}
+
+
+def measure(checkout: Path) -> dict[str, Counter]:
+    """One fresh server of `checkout`; every client at once; counts per client."""
+    server = Server(str(MODEL_DIR), env={"TL_ENGINE__ACCESS_LOG": "off"}, repo=checkout)
+    base_url = f"http://{server.http[0]}:{server.http[1]}/v1"
+    model = MODEL_DIR.name
+    prompts = person_prompts()
+    results: dict[str, list[dict]] = {}
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(prompts, f)
+    jobs = [lambda: instructor_calls(base_url, model, f.name),
+            lambda: ai_sdk_calls(base_url, model, f.name),
+            lambda: langchain_calls(base_url, model, prompts),
+            lambda: extract_calls(base_url, model)]
+    threads = [threading.Thread(target=lambda job=job: results.update(job())) for job in jobs]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        server.stop()
+        Path(f.name).unlink()
+    return {client: Counter("length" if line["finish"] == "length" else
+                            "error" if line["error"] else "ok" for line in lines)
+            for client, lines in sorted(results.items())}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--before", type=Path, required=True, help="the checkout before the change")
+    parser.add_argument("--after", type=Path, default=REPO, help="the checkout after it")
+    parser.add_argument("--rounds", type=int, default=1)
+    args = parser.parse_args()
+    table: dict[str, dict[str, Counter]] = {"before": {}, "after": {}}
+    for r in range(args.rounds):
+        order = (("before", args.before), ("after", args.after))
+        for side, checkout in (order if r % 2 == 0 else order[::-1]):
+            for client, counts in measure(checkout.resolve()).items():
+                table[side].setdefault(client, Counter()).update(counts)
+    for client in sorted(table["after"]):
+        b, a = table["before"].get(client, Counter()), table["after"][client]
+        print(f"{client:24s} length {b['length']:3d} -> {a['length']:3d}   "
+              f"errors {b['error']:3d} -> {a['error']:3d}   ok {b['ok']:3d} -> {a['ok']:3d}")
+    print(json.dumps({side: {c: dict(v) for c, v in t.items()} for side, t in table.items()}))
+
+
+if __name__ == "__main__":
+    main()
