@@ -16,7 +16,8 @@ matmul per layer per step (that is what turns a memory-bound batch-1 decode into
 Attention groups chunks of equal length (the plan: `engine/core/attention_plan.py`, made
 once per step and reused by every layer), gathers their blocks as `[B, L, KV, hd]` and
 runs batched matmuls over `[B, KV, G*n, ...]`; a key is visible to a query iff its
-position is <= the query's. Leading blocks that all of a group's members share (a
+position is <= the query's (and, in a sliding layer, inside its window: such a layer
+gathers only the blocks its windows reach, and slices the decode mirror's rows to them). Leading blocks that all of a group's members share (a
 system prompt from the prefix cache) are gathered once and met by one gemm per KV head
 over all members' queries, instead of B copies and B small gemms. The one-token
 (decode) rows instead read the decode mirror (`engine/kv/mirror.py`), dense
@@ -53,6 +54,11 @@ PARALLEL_MIN_ELEMENTS = 1 << 18
 # elements (rows x heads x keys; 32 rows of 256 keys): below it the hand-off (~0.3 ms to
 # wake the helper) costs more than half the work saves.
 MIRROR_PARALLEL_MIN_ELEMENTS = 1 << 16
+# A sliding layer's decode rows share one slice of the mirror (from the earliest window
+# start to the latest end) unless it spans more than this many windows: then each row
+# reads exactly its own window (a loop over rows costs ~30 us a row; a slice that wide
+# would read and score more than twice the keys).
+MIRROR_ROW_SPLIT = 2
 
 
 class ModelRunner:
@@ -67,9 +73,10 @@ class ModelRunner:
         self.block_size = kv.block_size
         self.group_size = config.num_heads // config.num_kv_heads      # G query heads per KV head
         self.scale = F32(config.attn_scale)
-        # Sliding-window layers (Gemma 3) use the plan's local masks; all share one window.
+        # Sliding-window layers (Gemma 3) read the plan's window keys; all share one window.
         self.layer_is_local = [config.options.layer_window(i) is not None
                                for i in range(config.num_layers)]
+        self.window_tokens = config.options.sliding_window if any(self.layer_is_local) else None
         self.planner = AttentionPlanner(config.num_heads, self.group_size, self.block_size, self.mirror,
                                         window_tokens=config.options.sliding_window
                                         if any(self.layer_is_local) else None)
@@ -150,15 +157,18 @@ class ModelRunner:
         cfg = self.config
         kvh, hd, grp, b, n = cfg.num_kv_heads, cfg.head_dim, self.group_size, g.batch, g.num_queries
         qg = q.reshape(b, n, kvh, grp, hd).transpose(0, 2, 3, 1, 4).reshape(b, kvh, grp * n, hd)
-        bias = g.local_bias if self.layer_is_local[layer] else g.bias    # the layer's mask
+        local = self.layer_is_local[layer]
         if isinstance(g, MirrorGroup):
-            return self._attend_mirror(qg, layer, g, bias)
-        return self._attend_gathered(qg, layer, g, bias)
+            return self._attend_mirror(qg, layer, g, local)
+        if local:                                                       # the window's blocks only
+            return self._attend_gathered(qg, layer, g, g.window.block_index, g.window.bias, None)
+        return self._attend_gathered(qg, layer, g, g.block_index, g.bias, g.shared_blocks)
 
-    def _attend_gathered(self, qg: np.ndarray, layer: int, g: GatherGroup,
-                         bias: np.ndarray) -> np.ndarray:
-        """A gathered group's queries qg [B, KV, G*n, hd] over its blocks -> [B*n, H*hd],
-        under `bias` (the group's causal mask, or its windowed one for a sliding layer).
+    def _attend_gathered(self, qg: np.ndarray, layer: int, g: GatherGroup, block_index: np.ndarray,
+                         bias: np.ndarray, shared_blocks: np.ndarray | None) -> np.ndarray:
+        """A gathered group's queries qg [B, KV, G*n, hd] over blocks `block_index` [B, nb]
+        (after `shared_blocks`, if any) -> [B*n, H*hd], under `bias` [B, 1, G*n or 1, L]
+        (the causal mask, or for a sliding layer the window's, of the window's blocks).
 
         With shared leading blocks the keys come in two parts, the shared ones (scored by one
         gemm per KV head, `_shared_scores`) and each member's own; the softmax runs over both
@@ -168,13 +178,13 @@ class ModelRunner:
         """
         cfg = self.config
         kvh, hd, grp, b, n = cfg.num_kv_heads, cfg.head_dim, self.group_size, g.batch, g.num_queries
-        keys, values = self.kv.gather(layer, g.block_index)                                  # [B, L, KV, hd]
+        keys, values = self.kv.gather(layer, block_index)                                    # [B, L, KV, hd]
         scores = qg @ keys.transpose(0, 2, 3, 1)                                            # [B, KV, G*n, L]
         scores += bias
         shift = scores.max(axis=-1)                                                         # [B, KV, G*n]
         shared = None
-        if g.shared_blocks is not None:
-            shared_keys, shared_values = self.kv.gather_blocks(layer, g.shared_blocks)       # [S, KV, hd]
+        if shared_blocks is not None:
+            shared_keys, shared_values = self.kv.gather_blocks(layer, shared_blocks)         # [S, KV, hd]
             shared = _shared_scores(qg, shared_keys)                                        # [KV, B*G*n, S]
             np.maximum(shift, _per_member(shared.max(axis=-1), b), out=shift)
         scores -= shift[..., None]
@@ -210,8 +220,7 @@ class ModelRunner:
         first = work(0, half)
         return [first, other.result()]
 
-    def _attend_mirror(self, qg: np.ndarray, layer: int, g: MirrorGroup,
-                       bias: np.ndarray | None) -> np.ndarray:
+    def _attend_mirror(self, qg: np.ndarray, layer: int, g: MirrorGroup, local: bool) -> np.ndarray:
         """Decode rows over the mirror's dense rows (views, no gather): qg [B, KV, G, hd].
 
         In the usual case the members own mirror rows 0..B-1 in order and qg is used as
@@ -220,21 +229,38 @@ class ModelRunner:
         every [G, hd] @ [hd, L] product on its own. A large group's rows are cut in two
         halves, one on the helper thread: each row's arithmetic is unchanged, and the two
         cores stream the mirror's K/V (the step's largest reads after the weights).
+
+        Rows attend over the positions from their earliest key to their latest end: in a
+        sliding layer (`local`) from the earliest window start, so the scores and the reads
+        cover the windows, not the whole context. Rows whose windows lie far apart (a slice
+        over all of them would span more than MIRROR_ROW_SPLIT windows) go one by one, each
+        over exactly its window.
         """
         cfg = self.config
-        span, length = g.span_rows, g.num_tokens
+        span = g.span_rows
         if g.in_order:
             q_all = qg                                                                      # [R=B, KV, G, hd]
         else:
             q_all = np.zeros((span,) + qg.shape[1:], dtype=F32)                             # [R, KV, G, hd]
             q_all[g.mirror_rows] = qg
-        keys, values = self.mirror.views(layer, span, length)                               # [R, KV, L, hd] each
+        keys, values = self.mirror.views(layer, span, g.num_tokens)                         # [R, KV, L, hd] each
         ctx = np.empty(q_all.shape, dtype=F32)                                              # [R, KV, G, hd]
+        bias = g.local_bias if local else g.bias                                            # [R, 1, 1, L] or None
+        starts = g.window_starts if local else None                                         # [R] or None
 
         def rows(a: int, b: int) -> None:
-            rows_bias = None if bias is None else bias[a:b]
-            _mirror_softmax_ctx(q_all[a:b], keys[a:b], values[a:b], rows_bias, ctx[a:b])
-        elements = span * q_all.shape[1] * q_all.shape[2] * length                          # score elements
+            lo = 0 if starts is None else int(starts[a:b].min())
+            hi = int(g.ends[a:b].max())
+            if starts is not None and b - a > 1 and hi - lo > MIRROR_ROW_SPLIT * self.window_tokens:
+                for r in range(a, b):                                                       # exactly its window
+                    lo_r, hi_r = int(starts[r]), int(g.ends[r])
+                    _mirror_softmax_ctx(q_all[r:r + 1], keys[r:r + 1, :, lo_r:hi_r],
+                                        values[r:r + 1, :, lo_r:hi_r], None, ctx[r:r + 1])
+                return
+            rows_bias = None if bias is None else bias[a:b, ..., lo:hi]                     # [r, 1, 1, hi-lo]
+            _mirror_softmax_ctx(q_all[a:b], keys[a:b, :, lo:hi], values[a:b, :, lo:hi], rows_bias, ctx[a:b])
+        positions = g.num_tokens if starts is None else min(g.num_tokens, self.window_tokens)
+        elements = span * q_all.shape[1] * q_all.shape[2] * positions                       # score elements
         if elements < self.mirror_parallel_min_elements:
             rows(0, span)
         else:
