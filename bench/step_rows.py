@@ -1,6 +1,7 @@
-"""Step time by rows on smol-135m: N decoding streams of one row vs one stream verifying drafts.
+"""Step time by rows (smol-135m unless `--model`): N decoding streams of one row vs one
+stream verifying drafts, or (`--parts`) a decode step in its parts beside the bound.
 
-Issue 24's question: a memory-bound step reads the same weights for 1 row as for 8, so a
+The question: a memory-bound step reads the same weights for 1 row as for 8, so a
 draft that is accepted should be nearly free. This times the engine's own batched forward
 (`ModelRunner.forward`, engine/core/runner.py) on the real model, after a 128-token
 prompt per sequence was prefilled through the engine (`--prompt-tokens N` for a longer

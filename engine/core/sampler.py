@@ -174,8 +174,9 @@ def kept_ids(logits: np.ndarray, params: SamplingParams) -> Kept:
     if params.min_p > 0.0 and ids is None:
         floor = F32(best + np.log(params.min_p) - MIN_P_SLACK)
         ids = np.flatnonzero(scaled >= floor)                           # [K], a superset
-    values = scaled if ids is None else scaled[ids]                     # [K]
-    weights = np.exp(values.astype(F64) - best)                         # [K], the best is 1.0
+    weights = (scaled if ids is None else scaled[ids]).astype(F64)      # [K]
+    weights -= best
+    np.exp(weights, out=weights)                                        # [K], the best is 1.0
     if params.min_p > 0.0:
         weights[weights < params.min_p * weights.max()] = 0.0           # exact, in float64
     return Kept(ids, weights)
@@ -215,7 +216,9 @@ def _top_p(scaled: np.ndarray, best: float, ids: np.ndarray | None, top_p: float
         weights = np.exp(scaled[ids].astype(F64) - best)                # [k]
         target = top_p * weights.sum()
     else:
-        every = np.exp(scaled.astype(F64) - best)                       # [V]: the whole mass
+        every = scaled.astype(F64)                                      # [V]: the whole mass
+        every -= best
+        np.exp(every, out=every)
         target = top_p * every.sum()
         vocab = scaled.shape[0]
         candidates = np.arange(vocab)
