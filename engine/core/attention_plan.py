@@ -17,8 +17,10 @@ its `window` (`WindowKeys`): per member only the blocks from the first one its q
 windows reach, with the windowed mask of those positions. A decode group carries each
 row's end and window start (`MirrorGroup.ends`, `window_starts`), so the runner slices the
 mirror's rows to the window instead of masking the whole context. Shared leading blocks
-(a cached system prompt) are split off for the global layers only; the sliding layers'
-windows differ per member, and usually leave most of a long shared prefix behind.
+(a cached system prompt) are split off for the global layers; the sliding layers'
+windows differ per member and leave a long shared prefix behind, so they read their
+`window` -- unless no query of the group is past the window's length (the usual chat
+below 512 tokens): then every layer reads the same keys, shared blocks included.
 
 A group's score array [B, KV, G*n, L] stays below `llama.MAX_SCORE_ELEMENTS` (read at call
 time, one source): a long single prefill is cut into query pieces that each fit, and
@@ -69,7 +71,7 @@ class GatherGroup:
     batch: int                       # B
     num_queries: int                 # n
     shared_blocks: np.ndarray | None = None  # [S] leading blocks every member has (None: none)
-    window: WindowKeys | None = None         # the sliding layers' keys (None: no such layer)
+    window: WindowKeys | None = None         # the sliding layers' keys (None: read the above)
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,7 +185,9 @@ class AttentionPlanner:
         q_pos = np.asarray([m.start_pos for m in members])[:, None] + np.arange(n)          # [B, n]
         k_pos = np.arange(shared * bs, (shared + num_blocks) * bs)                          # [L]
         hidden = k_pos[None, None, :] > q_pos[:, :, None]                                   # [B, n, L]
-        window = self.window_keys(members, n, q_pos) if self.window_tokens is not None else None
+        window = None                      # no query past the window: the sliding layers read as the rest
+        if self.window_tokens is not None and int(q_pos.max()) >= self.window_tokens:
+            window = self.window_keys(members, n, q_pos)
         shared_blocks = np.asarray(members[0].block_table[:shared], dtype=np.int64) if shared else None
         return GatherGroup(rows, block_index, _gather_bias(hidden, groups), batch, n,
                            shared_blocks=shared_blocks, window=window)

@@ -160,7 +160,7 @@ class ModelRunner:
         local = self.layer_is_local[layer]
         if isinstance(g, MirrorGroup):
             return self._attend_mirror(qg, layer, g, local)
-        if local:                                                       # the window's blocks only
+        if local and g.window is not None:                              # the window's blocks only
             return self._attend_gathered(qg, layer, g, g.window.block_index, g.window.bias, None)
         return self._attend_gathered(qg, layer, g, g.block_index, g.bias, g.shared_blocks)
 

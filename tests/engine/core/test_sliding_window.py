@@ -200,3 +200,26 @@ def test_a_shared_cached_prefix_is_split_off_for_the_global_layers_only():
     assert group.block_index.tolist() == [[10], [20]]
     # queries 24..27 reach back to key 19: blocks 4, 5 and the member's own
     assert group.window.block_index.tolist() == [[4, 5, 10], [4, 5, 20]]
+
+
+def test_below_the_window_the_sliding_layers_share_the_cached_prefix_too():
+    """No query past the window: the sliding layers read the global layers' keys, shared
+    blocks included, and the engine still computes the dense reference's tokens."""
+    from engine.core.attention_plan import AttentionPlanner, Member
+    planner = AttentionPlanner(num_heads=2, group_size=2, block_size=4, window_tokens=16)
+    members = [Member(0, 8, (0, 1, 10), 0), Member(4, 8, (0, 1, 20), 1)]
+    group = planner.gather_group(4, members)                      # queries 8..11 < 16
+    assert group.window is None and group.shared_blocks.tolist() == [0, 1]
+    model = _gemma_like(dataclasses.replace(GEMMA_LIKE, sliding_window=16))
+    prefix = PROMPTS[0][:8]
+    prompts = [prefix + [5, 9, 11], prefix + [40, 2, 17]]
+    want = [list(llama.generate(model.config, model.weights, p, max_new_tokens=NEW_TOKENS))
+            for p in prompts]                                     # runs past 16 tokens
+    engine = Engine(model, PAGED)
+    engine.add_request(GenRequest(prompt=tuple(prefix), params=GREEDY, max_tokens=1))
+    run_to_completion(engine)                                     # the prefix is now cached
+    ids = [engine.add_request(GenRequest(prompt=tuple(p), params=GREEDY, max_tokens=NEW_TOKENS))
+           for p in prompts]
+    outs = run_to_completion(engine)
+    assert [tokens_of(outs[rid]) for rid in ids] == want
+    assert engine.stats().prefix_hit_tokens >= 2 * 8
