@@ -60,6 +60,7 @@ class WindowKeys:
     block_index: np.ndarray          # [B, nw] block ids (padded with block 0, hidden)
     bias: np.ndarray                 # [B, 1, G*n or 1, Lw]: 0 inside the window, -inf outside
     first_pos: np.ndarray            # [B] the position of each member's first key
+    query_offsets: np.ndarray        # [B] start_pos - first_pos: query i sees key index offset + i
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,7 +207,8 @@ class AttentionPlanner:
         k_pos = first_pos[:, None] + np.arange(num_blocks * bs)                             # [B, Lw]
         hidden = (k_pos[:, None, :] > q_pos[:, :, None]) \
             | (k_pos[:, None, :] <= q_pos[:, :, None] - window)                            # [B, n, Lw]
-        return WindowKeys(block_index, _gather_bias(hidden, self.group_size), first_pos)
+        offsets = np.asarray([m.start_pos for m in members], dtype=np.int64) - first_pos   # [B]
+        return WindowKeys(block_index, _gather_bias(hidden, self.group_size), first_pos, offsets)
 
     def num_shared_blocks(self, members: list[Member]) -> int:
         """Leading blocks identical in every member's table and wholly before every query

@@ -54,6 +54,9 @@ PARALLEL_MIN_ELEMENTS = 1 << 18
 # elements (rows x heads x keys; 32 rows of 256 keys): below it the hand-off (~0.3 ms to
 # wake the helper) costs more than half the work saves.
 MIRROR_PARALLEL_MIN_ELEMENTS = 1 << 16
+# A sliding layer's gathered queries go in blocks of this many rows, each over the keys
+# its windows reach (a block of 256 and a window of 512 score ~770 keys, not n + 512).
+WINDOW_QUERY_BLOCK = 256
 # A sliding layer's decode rows share one slice of the mirror (from the earliest window
 # start to the latest end) unless it spans more than this many windows: then each row
 # reads exactly its own window (a loop over rows costs ~30 us a row; a slice that wide
@@ -161,14 +164,12 @@ class ModelRunner:
         if isinstance(g, MirrorGroup):
             return self._attend_mirror(qg, layer, g, local)
         if local and g.window is not None:                              # the window's blocks only
-            return self._attend_gathered(qg, layer, g, g.window.block_index, g.window.bias, None)
-        return self._attend_gathered(qg, layer, g, g.block_index, g.bias, g.shared_blocks)
+            return self._attend_window(qg, layer, g)
+        return self._attend_gathered(qg, layer, g)
 
-    def _attend_gathered(self, qg: np.ndarray, layer: int, g: GatherGroup, block_index: np.ndarray,
-                         bias: np.ndarray, shared_blocks: np.ndarray | None) -> np.ndarray:
-        """A gathered group's queries qg [B, KV, G*n, hd] over blocks `block_index` [B, nb]
-        (after `shared_blocks`, if any) -> [B*n, H*hd], under `bias` [B, 1, G*n or 1, L]
-        (the causal mask, or for a sliding layer the window's, of the window's blocks).
+    def _attend_gathered(self, qg: np.ndarray, layer: int, g: GatherGroup) -> np.ndarray:
+        """A gathered group's queries qg [B, KV, G*n, hd] over its blocks -> [B*n, H*hd],
+        under the group's causal mask.
 
         With shared leading blocks the keys come in two parts, the shared ones (scored by one
         gemm per KV head, `_shared_scores`) and each member's own; the softmax runs over both
@@ -178,13 +179,13 @@ class ModelRunner:
         """
         cfg = self.config
         kvh, hd, grp, b, n = cfg.num_kv_heads, cfg.head_dim, self.group_size, g.batch, g.num_queries
-        keys, values = self.kv.gather(layer, block_index)                                    # [B, L, KV, hd]
+        keys, values = self.kv.gather(layer, g.block_index)                                  # [B, L, KV, hd]
         scores = qg @ keys.transpose(0, 2, 3, 1)                                            # [B, KV, G*n, L]
-        scores += bias
+        scores += g.bias
         shift = scores.max(axis=-1)                                                         # [B, KV, G*n]
         shared = None
-        if shared_blocks is not None:
-            shared_keys, shared_values = self.kv.gather_blocks(layer, shared_blocks)         # [S, KV, hd]
+        if g.shared_blocks is not None:
+            shared_keys, shared_values = self.kv.gather_blocks(layer, g.shared_blocks)       # [S, KV, hd]
             shared = _shared_scores(qg, shared_keys)                                        # [KV, B*G*n, S]
             np.maximum(shift, _per_member(shared.max(axis=-1), b), out=shift)
         scores -= shift[..., None]
@@ -197,6 +198,39 @@ class ModelRunner:
         ctx /= norm[..., None]                                                              # softmax, normalised late
         ctx = ctx.reshape(b, kvh, grp, n, hd).transpose(0, 3, 1, 2, 4)                      # [B, n, KV, G, hd]
         return ctx.reshape(b * n, cfg.q_size)                                               # [B*n, H*hd]
+
+    def _attend_window(self, qg: np.ndarray, layer: int, g: GatherGroup) -> np.ndarray:
+        """A sliding layer's gathered group: qg [B, KV, G*n, hd] over the blocks its windows
+        reach (`g.window`) -> [B*n, H*hd].
+
+        Queries go in blocks of WINDOW_QUERY_BLOCK; a block's queries i0..i1-1 see only the
+        keys from (earliest query - window + 1) to their latest, so each block scores one
+        slice of the gathered keys (about block + window of them), not all n + window: a
+        long prefill chunk does a fraction of the work. The slice is common to the members
+        (their offsets differ by less than a block); the mask hides the rest.
+        """
+        cfg, w, window = self.config, g.window, self.window_tokens
+        kvh, hd, grp, b, n = cfg.num_kv_heads, cfg.head_dim, self.group_size, g.batch, g.num_queries
+        keys, values = self.kv.gather(layer, w.block_index)                                 # [B, Lw, KV, hd]
+        kt, vt = keys.transpose(0, 2, 3, 1), values.transpose(0, 2, 1, 3)                   # [B, KV, hd|Lw, Lw|hd]
+        length = kt.shape[-1]
+        q5 = qg.reshape(b, kvh, grp, n, hd)                                                 # [B, KV, G, n, hd]
+        bias5 = w.bias.reshape(b, 1, grp if n > 1 else 1, n, length)                        # [B, 1, G|1, n, Lw]
+        ctx = np.empty((b, kvh, grp, n, hd), dtype=F32)                                     # [B, KV, G, n, hd]
+        first_offset, last_offset = int(w.query_offsets.min()), int(w.query_offsets.max())
+        for i0 in range(0, n, WINDOW_QUERY_BLOCK):
+            i1 = min(n, i0 + WINDOW_QUERY_BLOCK)
+            lo, hi = max(0, first_offset + i0 - window + 1), min(length, last_offset + i1)
+            rows = i1 - i0
+            qb = q5[:, :, :, i0:i1].reshape(b, kvh, grp * rows, hd)                         # [B, KV, G*Q, hd]
+            scores = qb @ kt[..., lo:hi]                                                    # [B, KV, G*Q, Lq]
+            scores.reshape(b, kvh, grp, rows, hi - lo)[...] += bias5[..., i0:i1, lo:hi]
+            scores -= scores.max(axis=-1, keepdims=True)
+            np.exp(scores, out=scores)
+            part = scores @ vt[:, :, lo:hi]                                                 # [B, KV, G*Q, hd]
+            part /= scores.sum(axis=-1, keepdims=True)
+            ctx[:, :, :, i0:i1] = part.reshape(b, kvh, grp, rows, hd)
+        return ctx.transpose(0, 3, 1, 2, 4).reshape(b * n, cfg.q_size)                      # [B*n, H*hd]
 
     def _exp_rows(self, scores: np.ndarray, shift: np.ndarray) -> np.ndarray:
         """scores [KV, R, S] -> exp(scores - shift) in place; returns the row sums [KV, R].

@@ -223,3 +223,29 @@ def test_below_the_window_the_sliding_layers_share_the_cached_prefix_too():
     outs = run_to_completion(engine)
     assert [tokens_of(outs[rid]) for rid in ids] == want
     assert engine.stats().prefix_hit_tokens >= 2 * 8
+
+
+@pytest.mark.parametrize("query_block", [1, 2, 3])
+def test_query_blocks_of_a_sliding_layer_see_their_whole_windows(monkeypatch, query_block):
+    """Chunks cut into query blocks smaller than the chunk (a real model's are 256 rows):
+    logits of a whole prompt in one chunk, and tokens of prompts prefilled side by side
+    at different positions, still equal the dense reference's."""
+    from engine.core import runner as runner_module
+    from engine.core.chunk import Chunk
+    from engine.core.runner import ModelRunner
+    from engine.kv.pools import KVCache
+    monkeypatch.setattr(runner_module, "WINDOW_QUERY_BLOCK", query_block)
+    model = _gemma_like()
+    prompt = PROMPTS[1]
+    kv = KVCache(model.config, 16, 4)
+    runner = ModelRunner(model.config, model.weights, kv, 64, mirror_bytes=kv.nbytes)
+    got = runner.forward([Chunk(tuple(prompt), 0, tuple(range(16)), num_logits=len(prompt), seq_id=0)])
+    np.testing.assert_allclose(got, llama.forward(model.config, model.weights, prompt),
+                               rtol=1e-4, atol=1e-4)
+    want = [list(llama.generate(model.config, model.weights, p, max_new_tokens=NEW_TOKENS))
+            for p in PROMPTS]
+    engine = Engine(model, PAGED)
+    ids = [engine.add_request(GenRequest(prompt=tuple(p), params=GREEDY, max_tokens=NEW_TOKENS))
+           for p in PROMPTS]
+    outs = run_to_completion(engine)
+    assert [tokens_of(outs[rid]) for rid in ids] == want

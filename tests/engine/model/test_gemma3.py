@@ -103,10 +103,10 @@ def test_the_gguf_alone_stops_at_end_of_turn_as_hugging_face_does():
 
 
 def test_the_runner_past_the_window_matches_hugging_face_logits(gemma):
-    """The 724-token prompt but its last token in 100-token chunks over 16-token blocks
-    (the sliding layers gather only their windows' blocks), then the last token as a decode
-    row (the sliding layers slice the decode mirror to the window): its logits are
-    Hugging Face's `logits_1`."""
+    """The 724-token prompt but its last token in 300-token chunks over 16-token blocks
+    (the sliding layers gather only their windows' blocks, in query blocks of 256), then
+    the last token as a decode row (the sliding layers slice the decode mirror to the
+    window): its logits are Hugging Face's `logits_1`."""
     from engine.core.chunk import Chunk
     from engine.core.runner import ModelRunner
     from engine.kv.pools import KVCache
@@ -115,8 +115,8 @@ def test_the_runner_past_the_window_matches_hugging_face_logits(gemma):
     kv = KVCache(gemma.config, 48, 16)
     runner = ModelRunner(gemma.config, gemma.weights, kv, 1024, mirror_bytes=kv.nbytes)
     table = tuple(range(48))
-    for start in range(0, len(prompt) - 1, 100):
-        tokens = tuple(prompt[start:min(start + 100, len(prompt) - 1)])
+    for start in range(0, len(prompt) - 1, 300):
+        tokens = tuple(prompt[start:min(start + 300, len(prompt) - 1)])
         runner.forward([Chunk(tokens, start, table, num_logits=0, seq_id=0)])
     last = Chunk((prompt[-1],), len(prompt) - 1, table, num_logits=1, seq_id=0)
     got = runner.forward([last])[0]                                                 # [V]
