@@ -17,14 +17,14 @@ Attention groups chunks of equal length (the plan: `engine/core/attention_plan.p
 once per step and reused by every layer), gathers their blocks as `[B, L, KV, hd]` and
 runs batched matmuls over `[B, KV, G*n, ...]`; a key is visible to a query iff its
 position is <= the query's (and, in a sliding layer, inside its window: such a layer
-gathers only the blocks its windows reach, and slices the decode mirror's rows to them). Leading blocks that all of a group's members share (a
-system prompt from the prefix cache) are gathered once and met by one gemm per KV head
-over all members' queries, instead of B copies and B small gemms. The one-token
-(decode) rows instead read the decode mirror (`engine/kv/mirror.py`), dense
-per-sequence copies kept up to date row by row, so a decode step gathers nothing.
-The dense maths (norms, RoPE, the projections, the MLP, the LM head) is
-`engine/model/llama.py`'s, reused as is, so the runner differs from the dense reference only
-in where K/V live.
+gathers only the blocks its windows reach, and slices the decode mirror's rows to them).
+Leading blocks that all of a group's members share (a system prompt from the prefix
+cache) are gathered once and met by one gemm per KV head over all members' queries,
+instead of B copies and B small gemms. The one-token (decode) rows instead read the
+decode mirror (`engine/kv/mirror.py`), dense per-sequence copies kept up to date row by
+row, so a decode step gathers nothing. The dense maths (norms, RoPE, the projections,
+the MLP, the LM head) is `engine/model/llama.py`'s, reused as is, so the runner differs
+from the dense reference only in where K/V live and which of them it reads.
 
 What it is not: scheduling or sampling. Chunks in, logits out.
 """
@@ -81,8 +81,7 @@ class ModelRunner:
                                for i in range(config.num_layers)]
         self.window_tokens = config.options.sliding_window if any(self.layer_is_local) else None
         self.planner = AttentionPlanner(config.num_heads, self.group_size, self.block_size, self.mirror,
-                                        window_tokens=config.options.sliding_window
-                                        if any(self.layer_is_local) else None)
+                                        window_tokens=self.window_tokens)
         # RoPE angles for every position once, per layer (layers of one base share them):
         # [(cos [max_model_len, hd/2], sin [max_model_len, hd/2])] per layer.
         self.rope_tables = llama.rope_per_layer(config, np.arange(max_model_len))
@@ -207,7 +206,8 @@ class ModelRunner:
         keys from (earliest query - window + 1) to their latest, so each block scores one
         slice of the gathered keys (about block + window of them), not all n + window: a
         long prefill chunk does a fraction of the work. The slice is common to the members
-        (their offsets differ by less than a block); the mask hides the rest.
+        (from the earliest member's window start to the latest member's end: members past
+        the window's length differ by less than a block there); the mask hides the rest.
         """
         cfg, w, window = self.config, g.window, self.window_tokens
         kvh, hd, grp, b, n = cfg.num_kv_heads, cfg.head_dim, self.group_size, g.batch, g.num_queries
