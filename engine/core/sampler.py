@@ -53,8 +53,10 @@ from engine.types import SamplingParams
 F32 = np.float32
 F64 = np.float64
 # top_p: before ordering the whole vocabulary, try the best this-many candidates (one
-# partial selection each); a model's top_p mass is usually reached within them.
-TOP_P_CANDIDATES = (256, 4096, 65536)
+# partial selection each); a model's top_p mass is usually reached within the first. Only
+# the tier that holds it is sorted, so the tiers grow by 4 (sorting 16k ids takes ~1 ms,
+# 65k ~6 ms, all 262k ~30 ms).
+TOP_P_CANDIDATES = (256, 1024, 4096, 16384, 65536)
 # A selection of the `count` largest of V values first looks for a cut in every
 # SAMPLE_STRIDE-th value (the vocabulary's order is unrelated to the logits, so the
 # sample ranks like the whole): the cut below its count // SAMPLE_STRIDE + SAMPLE_SPARE
