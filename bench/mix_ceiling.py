@@ -21,6 +21,13 @@ A numpy float32 engine doing this work is not expected to beat the bound: it cou
 softmax, RoPE, K/V writes, sampling or Python, and reads the K/V once at full bandwidth. The engine's
 tok/s over the bound is its efficiency; the bound over the roofline is the ratio a
 perfect engine would reach on this load.
+
+Any family: the shapes come from the served model's config (`ModelShape.of`), with the
+query width apart from the hidden size (Gemma 3: 4 heads x 256 = 1024 > 640) and the
+sliding layers, whose K/V floor counts only the positions inside their window
+(`kv_read_bytes`). `parts_s` times the layer stack and the LM head apart, for a step's
+breakdown beside the engine's own (bench/step_rows.py `--parts`), each product in the shape
+`engine/model/project.py` picks for its row count (plain `x @ w` runs 2-7 rows slowly).
 """
 from __future__ import annotations
 
@@ -28,7 +35,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from typing import Callable
+
 import numpy as np
+
+from engine.model.project import project
 
 F32 = np.float32
 F32_BYTES = 4
@@ -40,21 +51,40 @@ NORM_EPS = F32(1e-5)
 
 @dataclass(frozen=True)
 class ModelShape:
-    """The matmul shapes of a Llama (from the served model's config)."""
+    """The matmul shapes of a decoder (from the served model's config)."""
     hidden: int                      # d
     intermediate: int                # ff
     layers: int
     vocab: int
     kv_size: int                     # columns of K (and of V): KV heads * head_dim
+    q_size: int = 0                  # columns of Q: heads * head_dim (0: the hidden size)
+    sliding_layers: int = 0          # layers that attend only over the last `window_tokens`
+    window_tokens: int = 0
 
     @classmethod
     def of(cls, config) -> "ModelShape":
+        options = config.options
+        sliding = sum(options.layer_window(i) is not None for i in range(config.num_layers))
         return cls(config.hidden_size, config.intermediate_size, config.num_layers,
-                   config.vocab_size, config.kv_size)
+                   config.vocab_size, config.kv_size, q_size=config.q_size,
+                   sliding_layers=sliding, window_tokens=options.sliding_window or 0)
+
+    @property
+    def query_width(self) -> int:
+        return self.q_size or self.hidden
 
     def kv_bytes_per_position(self) -> int:
         """K and V of one cached position over all layers, float32."""
         return self.layers * 2 * self.kv_size * F32_BYTES
+
+    def kv_read_bytes(self, contexts_tokens: list[int]) -> int:
+        """The K/V bytes decode rows with these contexts must read at least: every layer
+        reads K and V of each row's context, a sliding layer only its window's part."""
+        per_layer_position = 2 * self.kv_size * F32_BYTES
+        global_layers = self.layers - self.sliding_layers
+        positions = sum(global_layers * c + self.sliding_layers * min(c, self.window_tokens)
+                        for c in contexts_tokens)
+        return positions * per_layer_position
 
 
 # The shapes ../shared/tools/roofline.py times (SmolLM2-135M): for a client that has no model.
@@ -102,13 +132,13 @@ class MixCeiling:
     """Random weights of the model's shapes and the roofline's step, for any row mix."""
 
     def __init__(self, shape: ModelShape, seed: int = 0):
-        d, ff = shape.hidden, shape.intermediate
+        d, ff, q = shape.hidden, shape.intermediate, shape.query_width
         rng = np.random.default_rng(seed)
 
         def weight(rows: int, cols: int) -> np.ndarray:
             return rng.standard_normal((rows, cols), dtype=F32) * F32(0.02)
         self.shape = shape
-        self.layers = [(weight(d, d + 2 * shape.kv_size), weight(d, d), weight(d, 2 * ff), weight(ff, d))
+        self.layers = [(weight(d, q + 2 * shape.kv_size), weight(q, d), weight(d, 2 * ff), weight(ff, d))
                        for _ in range(shape.layers)]             # wqkv, wo, w_gate_up, w_down
         self.embed = weight(shape.vocab, d)                       # [V, d], the LM head read as E^T
         self.rng = rng
@@ -126,16 +156,38 @@ class MixCeiling:
                 kept.append(time.perf_counter() - start)
         return [sorted(kept)[len(kept) // 2] for kept in times]
 
+    def parts_s(self, rows: int, sampled_rows: int) -> tuple[float, float]:
+        """Median seconds of the layer stack on `rows` rows and of the LM head on
+        `sampled_rows`, each timed alone, taking turns: (layers_s, head_s)."""
+        x = self.rng.standard_normal((rows, self.shape.hidden), dtype=F32)  # [N, d]
+        parts = (lambda: self._layers(x, project), lambda: self._head(x[:sampled_rows], project))
+        for part in parts:
+            part()                                                            # warm
+        times: list[list[float]] = [[], []]
+        for _ in range(MIX_REPEATS):
+            for part, kept in zip(parts, times):
+                start = time.perf_counter()
+                part()
+                kept.append(time.perf_counter() - start)
+        layers_s, head_s = (sorted(kept)[len(kept) // 2] for kept in times)
+        return layers_s, head_s
+
     def _step(self, rows: int, sampled_rows: int) -> np.ndarray:
-        d, ff = self.shape.hidden, self.shape.intermediate
-        x = self.rng.standard_normal((rows, d), dtype=F32)                    # [N, d]
+        x = self._layers(self.rng.standard_normal((rows, self.shape.hidden), dtype=F32))  # [N, d]
+        return self._head(x[:sampled_rows])                                   # [R, V]
+
+    def _layers(self, x: np.ndarray, matmul: Callable = np.matmul) -> np.ndarray:
+        d, ff, q = self.shape.hidden, self.shape.intermediate, self.shape.query_width
         for wqkv, wo, w_gate_up, w_down in self.layers:
-            h = _rms(x) @ wqkv                                                # [N, d + 2*kv]
-            x = x + h[:, :d] @ wo                                             # attention output stand-in
-            gate_up = _rms(x) @ w_gate_up                                     # [N, 2*ff]
+            h = matmul(_rms(x), wqkv)                                         # [N, q + 2*kv]
+            x = x + matmul(h[:, :q], wo)                                      # attention output stand-in
+            gate_up = matmul(_rms(x), w_gate_up)                              # [N, 2*ff]
             gate, up = gate_up[:, :ff], gate_up[:, ff:]
-            x = x + ((gate / (1 + np.exp(-gate))) * up) @ w_down              # [N, d]
-        return _rms(x[:sampled_rows]) @ self.embed.T                          # [R, V]
+            x = x + matmul((gate / (1 + np.exp(-gate))) * up, w_down)         # [N, d]
+        return x
+
+    def _head(self, x: np.ndarray, matmul: Callable = np.matmul) -> np.ndarray:
+        return matmul(_rms(x), self.embed.T)                                  # [R, d] -> [R, V]
 
     def bound(self, mix: StepMix, batch: int, read_bytes_s: float | None = None) -> Bound:
         """The bound of `mix`'s average step beside the roofline step at `batch` rows; the

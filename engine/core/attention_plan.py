@@ -11,10 +11,16 @@ positions (row indices, block indices, causal masks) once; every layer reuses it
     MirrorGroup   the one-token (decode) rows, read as views of the decode mirror's dense
                   per-sequence rows (`engine/kv/mirror.py`): nothing is gathered.
 
-Sliding-window layers (Gemma 3) see only the keys j with i - window < j <= i: with a
-window, each group also carries `local_bias`, the causal mask with the window's edge, and
-the runner picks the mask by layer. Shared leading blocks are then not split off (a
-window may hide part of them from some members' queries).
+Sliding-window layers (Gemma 3) see only the keys j with i - window < j <= i, and read
+only those: a gathered group carries, beside the blocks and mask every global layer uses,
+its `window` (`WindowKeys`): per member only the blocks from the first one its queries'
+windows reach, with the windowed mask of those positions. A decode group carries each
+row's end and window start (`MirrorGroup.ends`, `window_starts`), so the runner slices the
+mirror's rows to the window instead of masking the whole context. Shared leading blocks
+(a cached system prompt) are split off for the global layers; the sliding layers'
+windows differ per member and leave a long shared prefix behind, so they read their
+`window` -- unless no query of the group is past the window's length (the usual chat
+below 512 tokens): then every layer reads the same keys, shared blocks included.
 
 A group's score array [B, KV, G*n, L] stays below `llama.MAX_SCORE_ELEMENTS` (read at call
 time, one source): a long single prefill is cut into query pieces that each fit, and
@@ -48,6 +54,16 @@ class Member:
 
 
 @dataclass(frozen=True, slots=True)
+class WindowKeys:
+    """What a sliding layer reads for a gathered group: member b's blocks from the first
+    one its queries' windows reach (positions first_pos[b] ..), and their mask."""
+    block_index: np.ndarray          # [B, nw] block ids (padded with block 0, hidden)
+    bias: np.ndarray                 # [B, 1, G*n or 1, Lw]: 0 inside the window, -inf outside
+    first_pos: np.ndarray            # [B] the position of each member's first key
+    query_offsets: np.ndarray        # [B] start_pos - first_pos: query i sees key index offset + i
+
+
+@dataclass(frozen=True, slots=True)
 class GatherGroup:
     """Members with the same query count n whose blocks are gathered from the pools."""
     rows: np.ndarray                 # [B*n] row indices into x, ordered (b, i)
@@ -56,7 +72,7 @@ class GatherGroup:
     batch: int                       # B
     num_queries: int                 # n
     shared_blocks: np.ndarray | None = None  # [S] leading blocks every member has (None: none)
-    local_bias: np.ndarray | None = None     # like bias, also hiding keys outside the window
+    window: WindowKeys | None = None         # the sliding layers' keys (None: read the above)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +85,8 @@ class MirrorGroup:
     num_tokens: int                  # L: ... and their positions 0..L-1
     in_order: bool                   # mirror_rows == 0..B-1: attend without scatter or gathers
     local_bias: np.ndarray | None = None  # like bias for sliding layers (None: all visible)
+    ends: np.ndarray | None = None        # [R] each row's keys are positions < ends[r] ...
+    window_starts: np.ndarray | None = None  # [R] ... and, in sliding layers, >= window_starts[r]
 
     @property
     def batch(self) -> int:          # B
@@ -137,15 +155,16 @@ class AttentionPlanner:
         length = int(ends.max())
         ends[ends == 0] = length                                                            # idle rows: finite garbage
         hidden = np.arange(length)[None, :] >= ends[:, None]                                # [R, L]
-        local_bias = None
+        local_bias = window_starts = None
         if self.window_tokens is not None:                                                  # query at ends-1
-            outside = np.arange(length)[None, :] < (ends - self.window_tokens)[:, None]    # [R, L]
+            window_starts = np.maximum(ends - self.window_tokens, 0)                        # [R]
+            outside = np.arange(length)[None, :] < window_starts[:, None]                  # [R, L]
             local_bias = _mirror_bias(hidden | outside)
         x_rows = np.asarray([m.first_row for m in members], dtype=np.int64)                 # [B]
         in_order = span == len(members) and bool(np.all(mirror_rows == np.arange(span)))
         return MirrorGroup(x_rows, mirror_rows, _mirror_bias(hidden),
                            span_rows=span, num_tokens=length, in_order=in_order,
-                           local_bias=local_bias)
+                           local_bias=local_bias, ends=ends, window_starts=window_starts)
 
     def gather_group(self, n: int, members: list[Member]) -> GatherGroup:
         """A gathered group: members' blocks are copied out of the pools each layer.
@@ -167,17 +186,34 @@ class AttentionPlanner:
         q_pos = np.asarray([m.start_pos for m in members])[:, None] + np.arange(n)          # [B, n]
         k_pos = np.arange(shared * bs, (shared + num_blocks) * bs)                          # [L]
         hidden = k_pos[None, None, :] > q_pos[:, :, None]                                   # [B, n, L]
-        local_bias = None
-        if self.window_tokens is not None:
-            outside = k_pos[None, None, :] <= q_pos[:, :, None] - self.window_tokens        # [B, n, L]
-            local_bias = _gather_bias(hidden | outside, groups)
+        window = None                      # no query past the window: the sliding layers read as the rest
+        if self.window_tokens is not None and int(q_pos.max()) >= self.window_tokens:
+            window = self.window_keys(members, n, q_pos)
         shared_blocks = np.asarray(members[0].block_table[:shared], dtype=np.int64) if shared else None
         return GatherGroup(rows, block_index, _gather_bias(hidden, groups), batch, n,
-                           shared_blocks=shared_blocks, local_bias=local_bias)
+                           shared_blocks=shared_blocks, window=window)
+
+    def window_keys(self, members: list[Member], n: int, q_pos: np.ndarray) -> WindowKeys:
+        """The blocks the sliding layers read: member b's from the block holding its first
+        query's earliest key (start_pos - window + 1) to its last query's. q_pos [B, n]."""
+        bs, window = self.block_size, self.window_tokens
+        first_block = [max(0, m.start_pos - window + 1) // bs for m in members]             # [B]
+        used = [blocks_for_tokens(m.start_pos + n, bs) for m in members]                    # [B]
+        num_blocks = max(u - f for u, f in zip(used, first_block))                          # nw
+        block_index = np.zeros((len(members), num_blocks), dtype=np.int64)                  # [B, nw]
+        for b, m in enumerate(members):
+            block_index[b, :used[b] - first_block[b]] = m.block_table[first_block[b]:used[b]]
+        first_pos = np.asarray(first_block, dtype=np.int64) * bs                            # [B]
+        k_pos = first_pos[:, None] + np.arange(num_blocks * bs)                             # [B, Lw]
+        hidden = (k_pos[:, None, :] > q_pos[:, :, None]) \
+            | (k_pos[:, None, :] <= q_pos[:, :, None] - window)                            # [B, n, Lw]
+        offsets = np.asarray([m.start_pos for m in members], dtype=np.int64) - first_pos   # [B]
+        return WindowKeys(block_index, _gather_bias(hidden, self.group_size), first_pos, offsets)
 
     def num_shared_blocks(self, members: list[Member]) -> int:
-        """Leading blocks identical in every member's table and wholly before every query."""
-        if len(members) < 2 or self.window_tokens is not None:
+        """Leading blocks identical in every member's table and wholly before every query
+        (the global layers' part: sliding layers read their own `window_keys`)."""
+        if len(members) < 2:
             return 0
         limit = min(m.start_pos for m in members) // self.block_size
         first = members[0].block_table

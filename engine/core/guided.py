@@ -32,7 +32,7 @@ SECOND_DRAW = 1                 # the stream index of the redraw after a refused
 
 
 def _masked(logits: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    return np.where(mask, logits, np.float32(-np.inf)).astype(np.float32)       # [V]
+    return np.where(mask, logits, np.float32(-np.inf))                          # [V] float32
 
 
 def _has_filters(params: SamplingParams) -> bool:
@@ -51,9 +51,7 @@ def sample_guided(logits_row: np.ndarray, params: SamplingParams, constraint: Co
         first = int(np.argmax(logits))
         token = first if np.isfinite(logits[first]) and constraint.allows(first) else None
     elif not wants_logprobs and not _has_filters(params):
-        probs = sampler.processed_probs(logits_row, params, output_counts=output_counts,
-                                        prompt_tokens=prompt_tokens, suppress_ids=suppress_ids)
-        first = sampler.draw(probs, seed=seed, sample_index=sample_index)
+        first = sampler.choose(logits, params, seed=seed, sample_index=sample_index)
         token = first if constraint.allows(first) else None
     mask = None
     if token is None:
@@ -61,20 +59,9 @@ def sample_guided(logits_row: np.ndarray, params: SamplingParams, constraint: Co
         masked = _masked(logits, mask)
         if not np.isfinite(masked.max()):                                         # the grammar wins
             masked = _masked(np.asarray(logits_row, dtype=np.float32), mask)
-        token = _choose(masked, params, seed, sample_index)
+        token = sampler.choose(masked, params, seed=seed, sample_index=sample_index, stream=SECOND_DRAW)
     if not wants_logprobs:
         return sampler.SampleResult(token, 0.0, ())
-    logprobs = sampler.log_softmax(_masked(np.asarray(logits_row, dtype=np.float32), mask))
-    finite = np.where(np.isfinite(logprobs), logprobs, -np.inf)
-    top = tuple(p for p in sampler.top_logprobs_of(finite, params.top_logprobs) if np.isfinite(p[1]))
-    return sampler.SampleResult(token, float(logprobs[token]), top)
-
-
-def _choose(masked: np.ndarray, params: SamplingParams, seed: int, sample_index: int) -> int:
-    if params.temperature == 0.0:
-        return int(np.argmax(masked))
-    probs = sampler.softmax64(masked / np.float32(params.temperature))             # [V]
-    for keep in sampler.PROB_FILTERS:
-        keep(probs, params)
-    probs /= probs.sum()
-    return sampler.draw(probs, seed=seed, sample_index=sample_index, stream=SECOND_DRAW)
+    logprobs = sampler.RowLogprobs(_masked(np.asarray(logits_row, dtype=np.float32), mask))
+    top = tuple(p for p in logprobs.top(params.top_logprobs) if np.isfinite(p[1]))
+    return sampler.SampleResult(token, logprobs.of(token), top)

@@ -30,10 +30,10 @@ def score_chunk(seq: Sequence, start_pos: int, logits: np.ndarray) -> PromptLogp
     tokens, logprobs, tops = [], [], []
     for position in range(first, last + 1):
         token = seq.tokens[position]
-        row = sampler.log_softmax(logits[position - 1 - start_pos])           # [V]
+        row = sampler.RowLogprobs(logits[position - 1 - start_pos])           # of a [V] row
         tokens.append(token)
-        logprobs.append(float(row[token]))
-        tops.append(sampler.top_logprobs_of(row, k))
+        logprobs.append(row.of(token))
+        tops.append(row.top(k))
     seq.num_prompt_scored = max(seq.num_prompt_scored, last + 1)
     seq.prompt_scored = seq.prompt_scored or complete
     return PromptLogprobs(id=seq.id, start=first, tokens=tuple(tokens), logprobs=tuple(logprobs),

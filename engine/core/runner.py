@@ -16,14 +16,15 @@ matmul per layer per step (that is what turns a memory-bound batch-1 decode into
 Attention groups chunks of equal length (the plan: `engine/core/attention_plan.py`, made
 once per step and reused by every layer), gathers their blocks as `[B, L, KV, hd]` and
 runs batched matmuls over `[B, KV, G*n, ...]`; a key is visible to a query iff its
-position is <= the query's. Leading blocks that all of a group's members share (a
-system prompt from the prefix cache) are gathered once and met by one gemm per KV head
-over all members' queries, instead of B copies and B small gemms. The one-token
-(decode) rows instead read the decode mirror (`engine/kv/mirror.py`), dense
-per-sequence copies kept up to date row by row, so a decode step gathers nothing.
-The dense maths (norms, RoPE, the projections, the MLP, the LM head) is
-`engine/model/llama.py`'s, reused as is, so the runner differs from the dense reference only
-in where K/V live.
+position is <= the query's (and, in a sliding layer, inside its window: such a layer
+gathers only the blocks its windows reach, and slices the decode mirror's rows to them).
+Leading blocks that all of a group's members share (a system prompt from the prefix
+cache) are gathered once and met by one gemm per KV head over all members' queries,
+instead of B copies and B small gemms. The one-token (decode) rows instead read the
+decode mirror (`engine/kv/mirror.py`), dense per-sequence copies kept up to date row by
+row, so a decode step gathers nothing. The dense maths (norms, RoPE, the projections,
+the MLP, the LM head) is `engine/model/llama.py`'s, reused as is, so the runner differs
+from the dense reference only in where K/V live and which of them it reads.
 
 Chunks on LoRA adapters (`Chunk.adapter`) share the step: every base matmul still runs
 once over all N rows, and each adapter's low-rank products are added on its rows only
@@ -58,6 +59,14 @@ PARALLEL_MIN_ELEMENTS = 1 << 18
 # elements (rows x heads x keys; 32 rows of 256 keys): below it the hand-off (~0.3 ms to
 # wake the helper) costs more than half the work saves.
 MIRROR_PARALLEL_MIN_ELEMENTS = 1 << 16
+# A sliding layer's gathered queries go in blocks of this many rows, each over the keys
+# its windows reach (a block of 256 and a window of 512 score ~770 keys, not n + 512).
+WINDOW_QUERY_BLOCK = 256
+# A sliding layer's decode rows share one slice of the mirror (from the earliest window
+# start to the latest end) unless it spans more than this many windows: then each row
+# reads exactly its own window (a loop over rows costs ~30 us a row; a slice that wide
+# would read and score more than twice the keys).
+MIRROR_ROW_SPLIT = 2
 
 
 class ModelRunner:
@@ -72,12 +81,12 @@ class ModelRunner:
         self.block_size = kv.block_size
         self.group_size = config.num_heads // config.num_kv_heads      # G query heads per KV head
         self.scale = F32(config.attn_scale)
-        # Sliding-window layers (Gemma 3) use the plan's local masks; all share one window.
+        # Sliding-window layers (Gemma 3) read the plan's window keys; all share one window.
         self.layer_is_local = [config.options.layer_window(i) is not None
                                for i in range(config.num_layers)]
+        self.window_tokens = config.options.sliding_window if any(self.layer_is_local) else None
         self.planner = AttentionPlanner(config.num_heads, self.group_size, self.block_size, self.mirror,
-                                        window_tokens=config.options.sliding_window
-                                        if any(self.layer_is_local) else None)
+                                        window_tokens=self.window_tokens)
         # RoPE angles for every position once, per layer (layers of one base share them):
         # [(cos [max_model_len, hd/2], sin [max_model_len, hd/2])] per layer.
         self.rope_tables = llama.rope_per_layer(config, np.arange(max_model_len))
@@ -160,15 +169,16 @@ class ModelRunner:
         cfg = self.config
         kvh, hd, grp, b, n = cfg.num_kv_heads, cfg.head_dim, self.group_size, g.batch, g.num_queries
         qg = q.reshape(b, n, kvh, grp, hd).transpose(0, 2, 3, 1, 4).reshape(b, kvh, grp * n, hd)
-        bias = g.local_bias if self.layer_is_local[layer] else g.bias    # the layer's mask
+        local = self.layer_is_local[layer]
         if isinstance(g, MirrorGroup):
-            return self._attend_mirror(qg, layer, g, bias)
-        return self._attend_gathered(qg, layer, g, bias)
+            return self._attend_mirror(qg, layer, g, local)
+        if local and g.window is not None:                              # the window's blocks only
+            return self._attend_window(qg, layer, g)
+        return self._attend_gathered(qg, layer, g)
 
-    def _attend_gathered(self, qg: np.ndarray, layer: int, g: GatherGroup,
-                         bias: np.ndarray) -> np.ndarray:
+    def _attend_gathered(self, qg: np.ndarray, layer: int, g: GatherGroup) -> np.ndarray:
         """A gathered group's queries qg [B, KV, G*n, hd] over its blocks -> [B*n, H*hd],
-        under `bias` (the group's causal mask, or its windowed one for a sliding layer).
+        under the group's causal mask.
 
         With shared leading blocks the keys come in two parts, the shared ones (scored by one
         gemm per KV head, `_shared_scores`) and each member's own; the softmax runs over both
@@ -180,7 +190,7 @@ class ModelRunner:
         kvh, hd, grp, b, n = cfg.num_kv_heads, cfg.head_dim, self.group_size, g.batch, g.num_queries
         keys, values = self.kv.gather(layer, g.block_index)                                  # [B, L, KV, hd]
         scores = qg @ keys.transpose(0, 2, 3, 1)                                            # [B, KV, G*n, L]
-        scores += bias
+        scores += g.bias
         shift = scores.max(axis=-1)                                                         # [B, KV, G*n]
         shared = None
         if g.shared_blocks is not None:
@@ -197,6 +207,40 @@ class ModelRunner:
         ctx /= norm[..., None]                                                              # softmax, normalised late
         ctx = ctx.reshape(b, kvh, grp, n, hd).transpose(0, 3, 1, 2, 4)                      # [B, n, KV, G, hd]
         return ctx.reshape(b * n, cfg.q_size)                                               # [B*n, H*hd]
+
+    def _attend_window(self, qg: np.ndarray, layer: int, g: GatherGroup) -> np.ndarray:
+        """A sliding layer's gathered group: qg [B, KV, G*n, hd] over the blocks its windows
+        reach (`g.window`) -> [B*n, H*hd].
+
+        Queries go in blocks of WINDOW_QUERY_BLOCK; a block's queries i0..i1-1 see only the
+        keys from (earliest query - window + 1) to their latest, so each block scores one
+        slice of the gathered keys (about block + window of them), not all n + window: a
+        long prefill chunk does a fraction of the work. The slice is common to the members
+        (from the earliest member's window start to the latest member's end: members past
+        the window's length differ by less than a block there); the mask hides the rest.
+        """
+        cfg, w, window = self.config, g.window, self.window_tokens
+        kvh, hd, grp, b, n = cfg.num_kv_heads, cfg.head_dim, self.group_size, g.batch, g.num_queries
+        keys, values = self.kv.gather(layer, w.block_index)                                 # [B, Lw, KV, hd]
+        kt, vt = keys.transpose(0, 2, 3, 1), values.transpose(0, 2, 1, 3)                   # [B, KV, hd|Lw, Lw|hd]
+        length = kt.shape[-1]
+        q5 = qg.reshape(b, kvh, grp, n, hd)                                                 # [B, KV, G, n, hd]
+        bias5 = w.bias.reshape(b, 1, grp if n > 1 else 1, n, length)                        # [B, 1, G|1, n, Lw]
+        ctx = np.empty((b, kvh, grp, n, hd), dtype=F32)                                     # [B, KV, G, n, hd]
+        first_offset, last_offset = int(w.query_offsets.min()), int(w.query_offsets.max())
+        for i0 in range(0, n, WINDOW_QUERY_BLOCK):
+            i1 = min(n, i0 + WINDOW_QUERY_BLOCK)
+            lo, hi = max(0, first_offset + i0 - window + 1), min(length, last_offset + i1)
+            rows = i1 - i0
+            qb = q5[:, :, :, i0:i1].reshape(b, kvh, grp * rows, hd)                         # [B, KV, G*Q, hd]
+            scores = qb @ kt[..., lo:hi]                                                    # [B, KV, G*Q, Lq]
+            scores.reshape(b, kvh, grp, rows, hi - lo)[...] += bias5[..., i0:i1, lo:hi]
+            scores -= scores.max(axis=-1, keepdims=True)
+            np.exp(scores, out=scores)
+            part = scores @ vt[:, :, lo:hi]                                                 # [B, KV, G*Q, hd]
+            part /= scores.sum(axis=-1, keepdims=True)
+            ctx[:, :, :, i0:i1] = part.reshape(b, kvh, grp, rows, hd)
+        return ctx.transpose(0, 3, 1, 2, 4).reshape(b * n, cfg.q_size)                      # [B*n, H*hd]
 
     def _exp_rows(self, scores: np.ndarray, shift: np.ndarray) -> np.ndarray:
         """scores [KV, R, S] -> exp(scores - shift) in place; returns the row sums [KV, R].
@@ -220,8 +264,7 @@ class ModelRunner:
         first = work(0, half)
         return [first, other.result()]
 
-    def _attend_mirror(self, qg: np.ndarray, layer: int, g: MirrorGroup,
-                       bias: np.ndarray | None) -> np.ndarray:
+    def _attend_mirror(self, qg: np.ndarray, layer: int, g: MirrorGroup, local: bool) -> np.ndarray:
         """Decode rows over the mirror's dense rows (views, no gather): qg [B, KV, G, hd].
 
         In the usual case the members own mirror rows 0..B-1 in order and qg is used as
@@ -230,21 +273,38 @@ class ModelRunner:
         every [G, hd] @ [hd, L] product on its own. A large group's rows are cut in two
         halves, one on the helper thread: each row's arithmetic is unchanged, and the two
         cores stream the mirror's K/V (the step's largest reads after the weights).
+
+        Rows attend over the positions from their earliest key to their latest end: in a
+        sliding layer (`local`) from the earliest window start, so the scores and the reads
+        cover the windows, not the whole context. Rows whose windows lie far apart (a slice
+        over all of them would span more than MIRROR_ROW_SPLIT windows) go one by one, each
+        over exactly its window.
         """
         cfg = self.config
-        span, length = g.span_rows, g.num_tokens
+        span = g.span_rows
         if g.in_order:
             q_all = qg                                                                      # [R=B, KV, G, hd]
         else:
             q_all = np.zeros((span,) + qg.shape[1:], dtype=F32)                             # [R, KV, G, hd]
             q_all[g.mirror_rows] = qg
-        keys, values = self.mirror.views(layer, span, length)                               # [R, KV, L, hd] each
+        keys, values = self.mirror.views(layer, span, g.num_tokens)                         # [R, KV, L, hd] each
         ctx = np.empty(q_all.shape, dtype=F32)                                              # [R, KV, G, hd]
+        bias = g.local_bias if local else g.bias                                            # [R, 1, 1, L] or None
+        starts = g.window_starts if local else None                                         # [R] or None
 
         def rows(a: int, b: int) -> None:
-            rows_bias = None if bias is None else bias[a:b]
-            _mirror_softmax_ctx(q_all[a:b], keys[a:b], values[a:b], rows_bias, ctx[a:b])
-        elements = span * q_all.shape[1] * q_all.shape[2] * length                          # score elements
+            lo = 0 if starts is None else int(starts[a:b].min())
+            hi = int(g.ends[a:b].max())
+            if starts is not None and b - a > 1 and hi - lo > MIRROR_ROW_SPLIT * self.window_tokens:
+                for r in range(a, b):                                                       # exactly its window
+                    lo_r, hi_r = int(starts[r]), int(g.ends[r])
+                    _mirror_softmax_ctx(q_all[r:r + 1], keys[r:r + 1, :, lo_r:hi_r],
+                                        values[r:r + 1, :, lo_r:hi_r], None, ctx[r:r + 1])
+                return
+            rows_bias = None if bias is None else bias[a:b, ..., lo:hi]                     # [r, 1, 1, hi-lo]
+            _mirror_softmax_ctx(q_all[a:b], keys[a:b, :, lo:hi], values[a:b, :, lo:hi], rows_bias, ctx[a:b])
+        positions = g.num_tokens if starts is None else min(g.num_tokens, self.window_tokens)
+        elements = span * q_all.shape[1] * q_all.shape[2] * positions                       # score elements
         if elements < self.mirror_parallel_min_elements:
             rows(0, span)
         else:

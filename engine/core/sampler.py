@@ -6,7 +6,7 @@ What it is not: batching, stop handling or detokenizing (the engine does those).
 
 The pipeline, in order (each stage is a no-op when its parameter is at its default):
 
-1. logit processors, on a float32 copy of the raw logits:
+1. logit processors, on a float32 copy of the raw logits (no copy when none is active):
    `logit_bias` (added), `repetition_penalty` (Hugging Face style over prompt + output
    tokens: a positive logit is divided by it, a negative one multiplied),
    `presence_penalty` / `frequency_penalty` (OpenAI's formula over output tokens:
@@ -20,6 +20,16 @@ The pipeline, in order (each stage is a no-op when its parameter is at its defau
    replaying a request replays its tokens, whatever else shared its batch. Filters that
    rank (top_k, top_p) break ties by the lower id.
 
+Work over the vocabulary only where a request needs it (Gemma 3's is 262,144 wide): the
+filters pick their kept ids (`Kept`, ascending) by partial selection (`at_least`: a cut
+found in a sample of the row, one comparison pass, `np.partition` of what passes), never
+a full sort; the softmax and the inverse CDF then run over the kept ids alone, in id
+order, unnormalised (the draw scales `u` by their total). Only top_p without top_k needs
+every exponential (its threshold is a share of the whole mass), and only plain
+temperature sampling keeps every id. The probabilities are the full softmax's; only the
+rounding of the normalisation differs, which could move a draw only if `u` fell within a
+few float64 ulps of a cumulative boundary.
+
 Batched greedy: most rows of a busy step are plain greedy (temperature 0, no processor
 active, no log-probabilities wanted), and for them the whole pipeline reduces to the
 argmax of the raw logits. `is_plain_greedy` recognises such a row, and the engine takes
@@ -28,7 +38,8 @@ one-hot-encoding each 49k-wide row; the token is the same by construction.
 
 Reported numbers follow vLLM's default: `logprob` and `top_logprobs` come from
 log_softmax of the RAW logits (before any processing), and are computed only when the
-request asked for them (`logprob` is 0.0 otherwise).
+request asked for them (`logprob` is 0.0 otherwise): one pass for the log of the softmax's
+total (`RowLogprobs`), then the token's number and the top list's candidates alone.
 """
 from __future__ import annotations
 
@@ -39,9 +50,27 @@ import numpy as np
 
 from engine.types import SamplingParams
 
-# top_p: before sorting the whole vocabulary, try the best this-many candidates; a
-# model's top_p mass is usually reached within them, which saves a 49k-element sort.
-TOP_P_CANDIDATES = (256, 4096)
+F32 = np.float32
+F64 = np.float64
+# top_p: before ordering the whole vocabulary, try the best this-many candidates (one
+# partial selection each); a model's top_p mass is usually reached within the first. Only
+# the tier that holds it is sorted, so the tiers grow by 4 (sorting 16k ids takes ~1 ms,
+# 65k ~6 ms, all 262k ~30 ms).
+TOP_P_CANDIDATES = (256, 1024, 4096, 16384, 65536)
+# A selection of the `count` largest of V values first looks for a cut in every
+# SAMPLE_STRIDE-th value (the vocabulary's order is unrelated to the logits, so the
+# sample ranks like the whole): the cut below its count // SAMPLE_STRIDE + SAMPLE_SPARE
+# largest usually has a few hundred values above it, found by one comparison pass; only
+# when fewer than `count` pass does the whole row get partitioned.
+SAMPLE_STRIDE = 64
+SAMPLE_SPARE = 8
+# The inverse CDF of at least CDF_MIN_BLOCKS x CDF_BLOCK weights finds its block first.
+CDF_BLOCK = 1024
+CDF_MIN_BLOCKS = 8
+# min_p keeps ids whose probability is at least min_p x the best one's: a logit at least
+# log(min_p) below the best. Ids are short-listed in float32 with this much slack (in
+# logit units, far above float32's rounding), then tested exactly in float64.
+MIN_P_SLACK = 1e-3
 
 
 @dataclass(frozen=True)
@@ -104,72 +133,108 @@ LOGIT_PROCESSORS: tuple[Callable[[np.ndarray, SamplingParams, _History], None], 
     _apply_logit_bias, _apply_repetition_penalty, _apply_presence_frequency, _apply_suppress)
 
 
+def has_processors(params: SamplingParams, suppress_ids: tuple[int, ...] = ()) -> bool:
+    """Whether any logit processor would change a row under `params`."""
+    return bool(params.logit_bias or suppress_ids or params.repetition_penalty != 1.0
+                or params.presence_penalty != 0.0 or params.frequency_penalty != 0.0)
+
+
 def processed_logits(logits_row: np.ndarray, params: SamplingParams, *,
                      output_counts: Mapping[int, int] | None = None,
                      prompt_tokens=frozenset(), suppress_ids: tuple[int, ...] = ()) -> np.ndarray:
-    """Raw logits [V] -> a float32 copy after bias, penalties and suppression."""
+    """Raw logits [V] -> float32 logits after bias, penalties and suppression: a copy when
+    a processor is active, else the row itself (callers read it, never write it)."""
+    if not has_processors(params, suppress_ids):
+        return np.asarray(logits_row, dtype=F32)                        # [V], no copy
     hist = _History(output_counts or {}, prompt_tokens, tuple(suppress_ids))
-    logits = np.array(logits_row, dtype=np.float32, copy=True)          # [V]
+    logits = np.array(logits_row, dtype=F32, copy=True)                 # [V]
     for processor in LOGIT_PROCESSORS:
         processor(logits, params, hist)
     return logits
 
 
-# --------------------------------------------------------------------------- filters on probs
+# --------------------------------------------------------------------------- the kept ids
 
-def _descending_order(probs: np.ndarray) -> np.ndarray:
-    """All ids ordered by probability descending, ties by id ascending."""
-    return np.argsort(-probs, kind="stable")                            # [V]
-
-
-def _filter_top_k(probs: np.ndarray, params: SamplingParams) -> None:
-    k = params.top_k
-    if k <= 0 or k >= probs.shape[0]:
-        return
-    kth = np.partition(probs, probs.shape[0] - k)[probs.shape[0] - k]  # k-th largest value
-    above = probs > kth
-    ties = np.flatnonzero(probs == kth)[:k - int(above.sum())]         # ties at the cut: lowest ids
-    probs[~above] = 0.0
-    probs[ties] = kth
+@dataclass(frozen=True)
+class Kept:
+    """What a draw walks: the ids the filters kept, ascending, and their unnormalised
+    probabilities exp((logit - best) / temperature) in float64 (zero: dropped by min_p)."""
+    ids: np.ndarray | None           # [K] int64 ascending; None: every id, 0..V-1
+    weights: np.ndarray              # [K] (or [V]) float64
 
 
-def _filter_top_p(probs: np.ndarray, params: SamplingParams) -> None:
-    top_p = params.top_p
-    if top_p >= 1.0:
-        return
-    target = top_p * probs.sum()
-    order = None
-    for size in TOP_P_CANDIDATES:
-        if size < probs.shape[0]:
-            best = np.argpartition(-probs, size)[:size]                 # [size], unordered
-            if probs[best].sum() >= target:
-                order = best[np.lexsort((best, -probs[best]))]          # prob desc, id asc
-                break
-    if order is None:
-        order = _descending_order(probs)
-    cum = np.cumsum(probs[order])
-    keep = int(np.searchsorted(cum, target, side="left")) + 1          # smallest prefix >= top_p
-    keep_mask = np.zeros(probs.shape[0], dtype=bool)
-    keep_mask[order[:keep]] = True
-    probs[~keep_mask] = 0.0
+def kept_ids(logits: np.ndarray, params: SamplingParams) -> Kept:
+    """Processed logits [V] (finite best) -> the kept ids after temperature and the
+    filters top_k, top_p, min_p (each at its default keeps everything)."""
+    scaled = logits / F32(params.temperature)                           # [V] float32
+    best = F64(scaled.max())
+    ids = None
+    if 0 < params.top_k < scaled.shape[0]:
+        ids = _top_k(scaled, params.top_k)                              # [k]
+    if params.top_p < 1.0:
+        ids = _top_p(scaled, best, ids, params.top_p)                   # [K]
+    if params.min_p > 0.0 and ids is None:
+        floor = F32(best + np.log(params.min_p) - MIN_P_SLACK)
+        ids = np.flatnonzero(scaled >= floor)                           # [K], a superset
+    weights = (scaled if ids is None else scaled[ids]).astype(F64)      # [K]
+    weights -= best
+    np.exp(weights, out=weights)                                        # [K], the best is 1.0
+    if params.min_p > 0.0:
+        weights[weights < params.min_p * weights.max()] = 0.0           # exact, in float64
+    return Kept(ids, weights)
 
 
-def _filter_min_p(probs: np.ndarray, params: SamplingParams) -> None:
-    if params.min_p <= 0.0:
-        return
-    probs[probs < params.min_p * probs.max()] = 0.0
+def at_least(values: np.ndarray, count: int) -> np.ndarray:
+    """Ids (ascending) of every value at or above a cut that at least `count` values
+    reach: the `count` largest and their ties, and usually a few hundred more. [V] -> [C]."""
+    vocab = values.shape[0]
+    count = min(max(count, 1), vocab)
+    sample = values[::SAMPLE_STRIDE]                                    # [V / stride] (a copy-free view)
+    wanted = count // SAMPLE_STRIDE + SAMPLE_SPARE
+    if wanted < sample.shape[0] // 4:
+        cut = np.partition(sample, sample.shape[0] - wanted)[sample.shape[0] - wanted]
+        ids = np.flatnonzero(values >= cut)                             # [C]
+        if ids.shape[0] >= count:
+            return ids
+    cut = np.partition(values, vocab - count)[vocab - count]            # the count-th largest
+    return np.flatnonzero(values >= cut)
 
 
-PROB_FILTERS: tuple[Callable[[np.ndarray, SamplingParams], None], ...] = (
-    _filter_top_k, _filter_top_p, _filter_min_p)
+def _top_k(scaled: np.ndarray, k: int) -> np.ndarray:
+    """The k largest ids, ascending; ties at the cut go to the lower ids. [V] -> [k]."""
+    candidates = at_least(scaled, k)                                    # [C >= k] ascending
+    values = scaled[candidates]                                         # [C]
+    kth = np.partition(values, values.shape[0] - k)[values.shape[0] - k]   # the k-th largest value
+    above = candidates[values > kth]                                    # [< k]
+    ties = candidates[values == kth][:k - above.shape[0]]               # the lowest ids at the cut
+    return np.union1d(above, ties)                                      # [k] ascending
 
 
-def softmax64(x: np.ndarray) -> np.ndarray:
-    z = x.astype(np.float64)                                            # [V]
-    z -= z.max()
-    np.exp(z, out=z)
-    z /= z.sum()
-    return z
+def _top_p(scaled: np.ndarray, best: float, ids: np.ndarray | None, top_p: float) -> np.ndarray:
+    """The smallest set of best ids whose mass reaches top_p of the kept mass (ids None:
+    the whole vocabulary's), ascending. Ranked by probability, ties by the lower id."""
+    if ids is not None:
+        candidates = ids                                                # [k]: top_k ran first
+        weights = np.exp(scaled[ids].astype(F64) - best)                # [k]
+        target = top_p * weights.sum()
+    else:
+        every = scaled.astype(F64)                                      # [V]: the whole mass
+        every -= best
+        np.exp(every, out=every)
+        target = top_p * every.sum()
+        vocab = scaled.shape[0]
+        candidates = np.arange(vocab)
+        for size in TOP_P_CANDIDATES:
+            if size < vocab:
+                best_ids = at_least(scaled, size)                       # [>= size]
+                if every[best_ids].sum() >= target:
+                    candidates = best_ids
+                    break
+        weights = every[candidates]                                     # [C]
+    order = np.lexsort((candidates, -weights))                          # prob desc, id asc
+    cum = np.cumsum(weights[order])                                     # [C]
+    keep = int(np.searchsorted(cum, target, side="left")) + 1           # smallest prefix >= top_p
+    return np.sort(candidates[order[:keep]])                            # [K] ascending
 
 
 def processed_probs(logits_row: np.ndarray, params: SamplingParams, *,
@@ -177,30 +242,67 @@ def processed_probs(logits_row: np.ndarray, params: SamplingParams, *,
                     prompt_tokens=frozenset(), suppress_ids: tuple[int, ...] = ()) -> np.ndarray:
     """The distribution a token is drawn from, after all processing: float64 [V] summing to 1.
 
-    Greedy (temperature 0) gives the one-hot vector of the argmax.
+    Greedy (temperature 0) gives the one-hot vector of the argmax. (The sampler itself
+    draws from the kept ids without building this dense vector.)
     """
     logits = processed_logits(logits_row, params, output_counts=output_counts,
                               prompt_tokens=prompt_tokens, suppress_ids=suppress_ids)
+    probs = np.zeros(logits.shape[0], dtype=F64)                        # [V]
     if params.temperature == 0.0 or not np.isfinite(logits.max()):
-        probs = np.zeros(logits.shape[0], dtype=np.float64)
         probs[int(np.argmax(logits))] = 1.0
         return probs
-    probs = softmax64(logits / np.float32(params.temperature))         # [V]
-    for keep in PROB_FILTERS:
-        keep(probs, params)
-    return probs / probs.sum()
+    kept = kept_ids(logits, params)
+    probs[slice(None) if kept.ids is None else kept.ids] = kept.weights / kept.weights.sum()
+    return probs
+
+
+def choose(logits: np.ndarray, params: SamplingParams, *, seed: int, sample_index: int,
+           stream: int = 0) -> int:
+    """Processed logits [V] -> the token: the argmax under temperature 0 (or when every
+    logit is -inf), else a draw over the kept ids (`stream` as in `draw`)."""
+    if params.temperature == 0.0 or not np.isfinite(logits.max()):
+        return int(np.argmax(logits))
+    kept = kept_ids(logits, params)
+    pos = _inverse_cdf(kept.weights, _uniform(seed, sample_index, stream))
+    return pos if kept.ids is None else int(kept.ids[pos])
 
 
 def draw(probs: np.ndarray, *, seed: int, sample_index: int, stream: int = 0) -> int:
     """Inverse-CDF draw over probs [V] in id order; a pure function of (seed, sample_index).
 
     `stream` > 0 gives an independent uniform for the same position (guided.py's redraw)."""
+    return _inverse_cdf(probs, _uniform(seed, sample_index, stream))
+
+
+def _uniform(seed: int, sample_index: int, stream: int) -> float:
     key = [int(seed) & (2**63 - 1), int(sample_index)] + ([int(stream)] if stream else [])
-    u = np.random.default_rng(key).random()
-    cum = np.cumsum(probs)                                              # [V]
+    return np.random.default_rng(key).random()
+
+
+def _inverse_cdf(weights: np.ndarray, u: float) -> int:
+    """The first position whose running total passes u x the total: weights [K] -> index.
+
+    A long row is walked in blocks (a running sum over the whole vocabulary is one long
+    chain of dependent additions, ~0.9 ms at 262k): the blocks' totals find the block, one
+    short running sum the position. The totals round in their own order, so a `u` on a
+    boundary's last bits, or a block that rounding leaves without the target, takes the
+    plain walk below."""
+    size = weights.shape[0]
+    if size >= CDF_MIN_BLOCKS * CDF_BLOCK:
+        totals = np.cumsum(np.add.reduceat(weights, np.arange(0, size, CDF_BLOCK)))   # [nb]
+        target = u * totals[-1]
+        block = int(np.searchsorted(totals, target, side="right"))
+        if block < totals.shape[0]:
+            start = block * CDF_BLOCK
+            before = totals[block - 1] if block else 0.0
+            inner = before + np.cumsum(weights[start:start + CDF_BLOCK])              # [<= block]
+            pos = start + int(np.searchsorted(inner, target, side="right"))
+            if pos < min(start + CDF_BLOCK, size) and weights[pos] != 0.0:
+                return pos
+    cum = np.cumsum(weights)                                            # [K]
     pos = int(np.searchsorted(cum, u * cum[-1], side="right"))
-    if pos >= probs.shape[0] or probs[pos] == 0.0:                      # rounding at the very top
-        pos = int(np.flatnonzero(probs)[-1])
+    if pos >= weights.shape[0] or weights[pos] == 0.0:                  # rounding at the very top
+        pos = int(np.flatnonzero(weights)[-1])
     return pos
 
 
@@ -208,10 +310,8 @@ def draw(probs: np.ndarray, *, seed: int, sample_index: int, stream: int = 0) ->
 
 def is_plain_greedy(params: SamplingParams, suppress_ids: tuple[int, ...] = ()) -> bool:
     """True when `sample` is exactly argmax(raw logits) with logprob 0.0 and no top list."""
-    return (params.temperature == 0.0 and not params.logit_bias and not suppress_ids
-            and params.repetition_penalty == 1.0 and params.presence_penalty == 0.0
-            and params.frequency_penalty == 0.0 and not params.logprobs
-            and params.top_logprobs <= 0)
+    return (params.temperature == 0.0 and not has_processors(params, suppress_ids)
+            and not params.logprobs and params.top_logprobs <= 0)
 
 
 def greedy_tokens(logits: np.ndarray) -> np.ndarray:
@@ -226,26 +326,34 @@ def greedy_result(token: int) -> SampleResult:
 
 # --------------------------------------------------------------------------- reporting
 
-def log_softmax(logits_row: np.ndarray) -> np.ndarray:
-    """Raw logits [V] -> log-probabilities [V] (float64)."""
-    z = logits_row.astype(np.float64)
-    z -= z.max()
-    z -= np.log(np.exp(z).sum())
-    return z
+class RowLogprobs:
+    """log_softmax of one row of logits [V], without building it: one pass for the log of
+    the total, then any token's number, or the best few, from their logits alone.
 
+    logprob(t) = (logit[t] - max) - log(sum(exp(logits - max))), in float64; -inf logits
+    (a grammar's mask) give -inf."""
 
-def top_logprobs_of(logprobs: np.ndarray, count: int) -> tuple[tuple[int, float], ...]:
-    """The `count` best (id, logprob) pairs, logprob descending then id ascending."""
-    if count <= 0:
-        return ()
-    count = min(count, logprobs.shape[0])
-    # Take a few extra candidates so ties at the cut are still ordered by id.
-    cand = np.argpartition(-logprobs, count - 1)[:count] if count < logprobs.shape[0] \
-        else np.arange(logprobs.shape[0])
-    cut = logprobs[cand].min()
-    cand = np.flatnonzero(logprobs >= cut)
-    cand = cand[np.lexsort((cand, -logprobs[cand]))][:count]
-    return tuple((int(t), float(logprobs[t])) for t in cand)
+    def __init__(self, logits_row: np.ndarray):
+        self.logits = np.asarray(logits_row, dtype=F32)                 # [V], read only
+        z = self.logits.astype(F64)                                     # [V]
+        self.shift = F64(z.max())
+        z -= self.shift
+        np.exp(z, out=z)
+        self.log_total = F64(np.log(z.sum()))
+
+    def of(self, token: int) -> float:
+        return float((F64(self.logits[token]) - self.shift) - self.log_total)
+
+    def top(self, count: int) -> tuple[tuple[int, float], ...]:
+        """The `count` best (id, logprob) pairs, logprob descending then id ascending."""
+        vocab = self.logits.shape[0]
+        count = min(count, vocab)
+        if count <= 0:
+            return ()
+        candidates = at_least(self.logits, count) if count < vocab else np.arange(vocab)  # [C]
+        logprobs = (self.logits[candidates].astype(F64) - self.shift) - self.log_total
+        order = np.lexsort((candidates, -logprobs))[:count]
+        return tuple((int(candidates[i]), float(logprobs[i])) for i in order)
 
 
 def sample(logits_row: np.ndarray, params: SamplingParams, *, seed: int, sample_index: int,
@@ -256,12 +364,10 @@ def sample(logits_row: np.ndarray, params: SamplingParams, *, seed: int, sample_
     Greedy takes the argmax of the processed logits: the same id as the argmax of
     `processed_probs`'s one-hot, without building it.
     """
-    history = dict(output_counts=output_counts, prompt_tokens=prompt_tokens, suppress_ids=suppress_ids)
-    if params.temperature == 0.0:
-        token = int(np.argmax(processed_logits(logits_row, params, **history)))
-    else:
-        token = draw(processed_probs(logits_row, params, **history), seed=seed, sample_index=sample_index)
+    logits = processed_logits(logits_row, params, output_counts=output_counts,
+                              prompt_tokens=prompt_tokens, suppress_ids=suppress_ids)
+    token = choose(logits, params, seed=seed, sample_index=sample_index)
     if not (params.logprobs or params.top_logprobs > 0):
         return SampleResult(token, 0.0, ())
-    logprobs = log_softmax(np.asarray(logits_row))
-    return SampleResult(token, float(logprobs[token]), top_logprobs_of(logprobs, params.top_logprobs))
+    logprobs = RowLogprobs(logits_row)
+    return SampleResult(token, logprobs.of(token), logprobs.top(params.top_logprobs))

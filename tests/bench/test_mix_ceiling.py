@@ -58,3 +58,21 @@ def test_closed_loop_reports_the_engine_as_a_share_of_the_bound():
     assert row["context_per_step"] == 8_500 and row["mix_step_ms"] == 170.0
     assert row["bound_tok_s"] == 350.0 and row["read_gb_s"] == 33.0
     assert row["bound_ratio"] == 0.7 and row["of_bound"] == 0.8
+
+
+def test_a_sliding_layer_reads_only_its_window():
+    gemma_like = ModelShape(hidden=640, intermediate=2048, layers=18, vocab=262_144, kv_size=256,
+                            q_size=1024, sliding_layers=15, window_tokens=512)
+    per_layer_position = 2 * 256 * 4                        # K and V, float32
+    # a short row: every layer reads all of it; a long one: 15 layers read 512 positions
+    assert gemma_like.kv_read_bytes([100]) == 18 * 100 * per_layer_position
+    assert gemma_like.kv_read_bytes([4000]) == (3 * 4000 + 15 * 512) * per_layer_position
+    assert gemma_like.kv_read_bytes([100, 4000]) == (18 * 100 + 3 * 4000 + 15 * 512) * per_layer_position
+
+
+def test_the_query_width_shapes_the_attention_projections():
+    wide = ModelShape(hidden=8, intermediate=16, layers=1, vocab=32, kv_size=4, q_size=12)
+    wqkv, wo, _, _ = MixCeiling(wide).layers[0]
+    assert wqkv.shape == (8, 12 + 2 * 4) and wo.shape == (12, 8)
+    layers_s, head_s = MixCeiling(wide).parts_s(rows=3, sampled_rows=2)
+    assert layers_s > 0 and head_s > 0

@@ -142,3 +142,110 @@ def test_speculative_verification_keeps_the_windows():
     rid = engine.add_request(GenRequest(prompt=tuple(prompt), params=GREEDY, max_tokens=40))
     assert tokens_of(run_to_completion(engine)[rid]) == want
     assert engine.stats().spec_draft_tokens > 0
+
+
+def test_sliding_layers_gather_only_the_blocks_their_windows_reach():
+    """A 5-query chunk at position 40 (4-token blocks, window 6): its earliest key is 35,
+    in block 8, so the sliding layers read blocks 8..11 where the global ones read 0..11."""
+    from engine.core.attention_plan import AttentionPlanner, Member
+    planner = AttentionPlanner(num_heads=2, group_size=2, block_size=4, window_tokens=WINDOW)
+    table = tuple(range(100, 116))
+    group = planner.gather_group(5, [Member(first_row=0, start_pos=40, block_table=table, seq_id=0)])
+    assert group.block_index.tolist() == [list(table[:12])]
+    assert group.window.block_index.tolist() == [list(table[8:12])]
+    assert group.window.first_pos.tolist() == [32]
+    visible = np.isfinite(group.window.bias[0, 0]).reshape(2, 5, 16)[0]     # [query, key]
+    for i in range(5):                                   # query 40 + i sees keys 35 + i .. 40 + i
+        assert np.flatnonzero(visible[i]).tolist() == list(range(3 + i, 9 + i))
+
+
+@pytest.mark.parametrize("prompts", [[PROMPTS[1]], PROMPTS], ids=["one row", "rows far apart"])
+def test_decode_rows_read_only_their_windows_in_sliding_layers(monkeypatch, prompts):
+    """Decoding past the window, every sliding layer's mirror slice holds at most its
+    window's keys (one row, or rows whose windows lie far apart: one by one), the global
+    layer all of them; and the tokens are still the dense reference's."""
+    from engine.core import runner
+    keys_read = []
+    plain = runner._mirror_softmax_ctx
+
+    def recording(q, keys, values, bias, out):
+        keys_read.append(keys.shape[2])                  # [r, KV, L, hd]: L positions
+        plain(q, keys, values, bias, out)
+    monkeypatch.setattr(runner, "_mirror_softmax_ctx", recording)
+    model = _gemma_like()
+    want = [list(llama.generate(model.config, model.weights, p, max_new_tokens=NEW_TOKENS))
+            for p in prompts]
+    engine = Engine(model, PAGED)
+    ids = [engine.add_request(GenRequest(prompt=tuple(p), params=GREEDY, max_tokens=NEW_TOKENS))
+           for p in prompts]
+    outs = run_to_completion(engine)
+    assert [tokens_of(outs[rid]) for rid in ids] == want
+    windowed = [n for n in keys_read if n <= WINDOW]
+    longest = max(len(p) for p in prompts)
+    assert windowed and max(keys_read) >= longest       # the global layer reads the context
+    # two sliding layers of three: per decode step, 2 windowed reads (per row when apart)
+    # for each global one that reads past the window
+    assert len(windowed) >= 2 * len([n for n in keys_read if n > WINDOW])
+
+
+def test_a_shared_cached_prefix_is_split_off_for_the_global_layers_only():
+    """Two members over the same 6 leading blocks: the global layers meet them once (the
+    shared-prefix shortcut), each member's sliding layers read only their own window."""
+    from engine.core.attention_plan import AttentionPlanner, Member
+    planner = AttentionPlanner(num_heads=2, group_size=2, block_size=4, window_tokens=WINDOW)
+    shared = tuple(range(6))
+    members = [Member(0, 24, shared + (10, 11), 0), Member(4, 24, shared + (20, 21), 1)]
+    group = planner.gather_group(4, members)
+    assert group.shared_blocks.tolist() == list(shared)
+    assert group.block_index.tolist() == [[10], [20]]
+    # queries 24..27 reach back to key 19: blocks 4, 5 and the member's own
+    assert group.window.block_index.tolist() == [[4, 5, 10], [4, 5, 20]]
+
+
+def test_below_the_window_the_sliding_layers_share_the_cached_prefix_too():
+    """No query past the window: the sliding layers read the global layers' keys, shared
+    blocks included, and the engine still computes the dense reference's tokens."""
+    from engine.core.attention_plan import AttentionPlanner, Member
+    planner = AttentionPlanner(num_heads=2, group_size=2, block_size=4, window_tokens=16)
+    members = [Member(0, 8, (0, 1, 10), 0), Member(4, 8, (0, 1, 20), 1)]
+    group = planner.gather_group(4, members)                      # queries 8..11 < 16
+    assert group.window is None and group.shared_blocks.tolist() == [0, 1]
+    model = _gemma_like(dataclasses.replace(GEMMA_LIKE, sliding_window=16))
+    prefix = PROMPTS[0][:8]
+    prompts = [prefix + [5, 9, 11], prefix + [40, 2, 17]]
+    want = [list(llama.generate(model.config, model.weights, p, max_new_tokens=NEW_TOKENS))
+            for p in prompts]                                     # runs past 16 tokens
+    engine = Engine(model, PAGED)
+    engine.add_request(GenRequest(prompt=tuple(prefix), params=GREEDY, max_tokens=1))
+    run_to_completion(engine)                                     # the prefix is now cached
+    ids = [engine.add_request(GenRequest(prompt=tuple(p), params=GREEDY, max_tokens=NEW_TOKENS))
+           for p in prompts]
+    outs = run_to_completion(engine)
+    assert [tokens_of(outs[rid]) for rid in ids] == want
+    assert engine.stats().prefix_hit_tokens >= 2 * 8
+
+
+@pytest.mark.parametrize("query_block", [1, 2, 3])
+def test_query_blocks_of_a_sliding_layer_see_their_whole_windows(monkeypatch, query_block):
+    """Chunks cut into query blocks smaller than the chunk (a real model's are 256 rows):
+    logits of a whole prompt in one chunk, and tokens of prompts prefilled side by side
+    at different positions, still equal the dense reference's."""
+    from engine.core import runner as runner_module
+    from engine.core.chunk import Chunk
+    from engine.core.runner import ModelRunner
+    from engine.kv.pools import KVCache
+    monkeypatch.setattr(runner_module, "WINDOW_QUERY_BLOCK", query_block)
+    model = _gemma_like()
+    prompt = PROMPTS[1]
+    kv = KVCache(model.config, 16, 4)
+    runner = ModelRunner(model.config, model.weights, kv, 64, mirror_bytes=kv.nbytes)
+    got = runner.forward([Chunk(tuple(prompt), 0, tuple(range(16)), num_logits=len(prompt), seq_id=0)])
+    np.testing.assert_allclose(got, llama.forward(model.config, model.weights, prompt),
+                               rtol=1e-4, atol=1e-4)
+    want = [list(llama.generate(model.config, model.weights, p, max_new_tokens=NEW_TOKENS))
+            for p in PROMPTS]
+    engine = Engine(model, PAGED)
+    ids = [engine.add_request(GenRequest(prompt=tuple(p), params=GREEDY, max_tokens=NEW_TOKENS))
+           for p in PROMPTS]
+    outs = run_to_completion(engine)
+    assert [tokens_of(outs[rid]) for rid in ids] == want

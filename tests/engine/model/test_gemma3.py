@@ -100,3 +100,24 @@ def test_the_gguf_alone_stops_at_end_of_turn_as_hugging_face_does():
     stop_ids = _jsonl("greedy.jsonl")[0]["stop_ids"]                           # [1, 106]
     assert model.tokenizer.token_to_id("<end_of_turn>") == 106
     assert sorted(model.config.eos_token_ids) == sorted(stop_ids)
+
+
+def test_the_runner_past_the_window_matches_hugging_face_logits(gemma):
+    """The 724-token prompt but its last token in 300-token chunks over 16-token blocks
+    (the sliding layers gather only their windows' blocks, in query blocks of 256), then
+    the last token as a decode row (the sliding layers slice the decode mirror to the
+    window): its logits are Hugging Face's `logits_1`."""
+    from engine.core.chunk import Chunk
+    from engine.core.runner import ModelRunner
+    from engine.kv.pools import KVCache
+    prompt = _jsonl("logits_cases.jsonl")[1]["prompt_ids"]
+    want = np.load(GEMMA_DIR / "logits_1.npy")                                      # [V]
+    kv = KVCache(gemma.config, 48, 16)
+    runner = ModelRunner(gemma.config, gemma.weights, kv, 1024, mirror_bytes=kv.nbytes)
+    table = tuple(range(48))
+    for start in range(0, len(prompt) - 1, 300):
+        tokens = tuple(prompt[start:min(start + 300, len(prompt) - 1)])
+        runner.forward([Chunk(tokens, start, table, num_logits=0, seq_id=0)])
+    last = Chunk((prompt[-1],), len(prompt) - 1, table, num_logits=1, seq_id=0)
+    got = runner.forward([last])[0]                                                 # [V]
+    assert float(np.max(np.abs(got - want))) <= LOGITS_TOLERANCE
