@@ -6,7 +6,9 @@ server on smol-135m, then 20 fixed prompts through each client, the clients at o
 streams):
 
   instructor   JSON mode, a pydantic model (tests/e2e/instructor_client.py in .venv-instructor)
-  langchain    ChatOpenAI.with_structured_output(method="json_mode", include_raw=True)
+  langchain    ChatOpenAI.with_structured_output(method="json_mode", include_raw=True), on the
+               biographies (keys named in the prompt) and on 20 open requests ("... as JSON",
+               keys left to the model: where a small model loops on its keys)
   ai-sdk       generateObject, and a tool forced by name, through the AI SDK's Responses
                provider (tests/e2e/node/ai_sdk_objects.mjs)
   extract      bench/spec_tasks.py's extraction task (json_schema, strict), 20 of its e-mails
@@ -61,6 +63,18 @@ def person_prompts() -> list[str]:
     return out
 
 
+OPEN_ASKS = ("the roles in a chat", "a user profile", "a conversation between two people",
+             "the settings of a web app", "a recipe for pancakes", "a library's books",
+             "the planets of the solar system", "a company's departments", "a weather report",
+             "a shopping cart")
+
+
+def open_prompts() -> list[str]:
+    """Twenty requests for JSON whose keys the model chooses (ten topics, two wordings)."""
+    return [f"Give a JSON object with keys for {ask}." if k < len(OPEN_ASKS) else
+            f"Describe {ask} as JSON." for k, ask in enumerate(OPEN_ASKS * 2)]
+
+
 def run_driver(command: list[str]) -> list[dict]:
     run = subprocess.run(command, capture_output=True, text=True, timeout=CLIENT_TIMEOUT_S)
     if run.returncode != 0:
@@ -86,13 +100,14 @@ def langchain_calls(base_url: str, model: str, prompts: list[str]) -> dict[str, 
     llm = ChatOpenAI(model=model, base_url=base_url, api_key="unused", temperature=0,
                      max_tokens=JSON_MAX_TOKENS, max_retries=0, timeout=600)
     structured = llm.with_structured_output(None, method="json_mode", include_raw=True)
-    out = []
-    for prompt in prompts:
-        answer = structured.invoke(f"Answer in JSON with the keys name, age and job. {prompt}")
-        out.append({"finish": answer["raw"].response_metadata.get("finish_reason"),
-                    "error": None if answer["parsing_error"] is None
-                    else type(answer["parsing_error"]).__name__})
-    return {"langchain": out}
+
+    def ask(text: str) -> dict:
+        answer = structured.invoke(text)
+        return {"finish": answer["raw"].response_metadata.get("finish_reason"),
+                "error": None if answer["parsing_error"] is None
+                else type(answer["parsing_error"]).__name__}
+    return {"langchain": [ask(f"Answer in JSON with the keys name, age and job. {p}") for p in prompts],
+            "langchain open": [ask(p) for p in open_prompts()]}
 
 
 def extract_calls(base_url: str, model: str) -> dict[str, list[dict]]:
