@@ -15,7 +15,8 @@ streams):
 
 Each client words its request its own way, so no server gets one request twice (the suffix
 store would draft an answer it gave before). Prints, per checkout and client, the answers
-that ended in `length`, those that raised, and the rest, then one JSON line.
+that ended in `length`, those that raised, the rest, and (LangChain's) the answers with a key
+written twice in one object; then one JSON line.
 
     python bench/client_lengths.py --before ../before --after .
 """
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from concurrent.futures import ThreadPoolExecutor
 import subprocess
 import sys
 import tempfile
@@ -30,6 +32,7 @@ import threading
 from collections import Counter
 from pathlib import Path
 
+import openai
 import requests
 
 REPO = Path(__file__).resolve().parents[1]
@@ -46,6 +49,7 @@ PROMPTS = 20
 JSON_MAX_TOKENS = 160           # a person object needs ~30; a loop runs to the limit
 EXTRACT_MAX_TOKENS = 400        # as bench/spec_tasks.py
 CLIENT_TIMEOUT_S = 1800
+LANGCHAIN_STREAMS = 2           # LangChain's requests in flight at once
 PEOPLE = (("Maria Lindqvist", "nurse"), ("Tom Okafor", "teacher"), ("Aiko Tanaka", "engineer"),
           ("Pedro Alves", "baker"), ("Lena Novak", "pilot"), ("Omar Haddad", "architect"),
           ("Grace Chen", "lawyer"), ("Ivan Petrov", "chef"), ("Sofia Rossi", "dentist"),
@@ -75,6 +79,31 @@ def open_prompts() -> list[str]:
             f"Describe {ask} as JSON." for k, ask in enumerate(OPEN_ASKS * 2)]
 
 
+def repeated_keys(text: str) -> list[str]:
+    """The keys written twice in one object of a (possibly cut) JSON text: a plain scanner
+    of its own, strings and nesting only."""
+    stack, repeats, i = [], [], 0
+    while i < len(text):
+        ch = text[i]
+        if ch == '"':
+            end = i + 1
+            while end < len(text) and text[end] != '"':
+                end += 2 if text[end] == "\\" else 1
+            word, after = text[i + 1:end], text[end + 1:].lstrip()
+            if stack and stack[-1] is not None and after.startswith(":"):
+                if word in stack[-1]:
+                    repeats.append(word)
+                stack[-1].add(word)
+            i = end + 1
+            continue
+        if ch in "{[":
+            stack.append(set() if ch == "{" else None)
+        elif ch in "}]" and stack:
+            stack.pop()
+        i += 1
+    return repeats
+
+
 def run_driver(command: list[str]) -> list[dict]:
     run = subprocess.run(command, capture_output=True, text=True, timeout=CLIENT_TIMEOUT_S)
     if run.returncode != 0:
@@ -102,12 +131,19 @@ def langchain_calls(base_url: str, model: str, prompts: list[str]) -> dict[str, 
     structured = llm.with_structured_output(None, method="json_mode", include_raw=True)
 
     def ask(text: str) -> dict:
-        answer = structured.invoke(text)
+        try:
+            answer = structured.invoke(text)
+        except openai.LengthFinishReasonError as cut:         # the client's word for `length`
+            text = cut.completion.choices[0].message.content or ""
+            return {"finish": "length", "error": None, "repeats": bool(repeated_keys(text))}
         return {"finish": answer["raw"].response_metadata.get("finish_reason"),
                 "error": None if answer["parsing_error"] is None
-                else type(answer["parsing_error"]).__name__}
-    return {"langchain": [ask(f"Answer in JSON with the keys name, age and job. {p}") for p in prompts],
-            "langchain open": [ask(p) for p in open_prompts()]}
+                else type(answer["parsing_error"]).__name__,
+                "repeats": bool(repeated_keys(answer["raw"].content))}
+    with ThreadPoolExecutor(LANGCHAIN_STREAMS) as pool:
+        named = pool.map(ask, [f"Answer in JSON with the keys name, age and job. {p}" for p in prompts])
+        open_ = pool.map(ask, open_prompts())
+        return {"langchain": list(named), "langchain open": list(open_)}
 
 
 def extract_calls(base_url: str, model: str) -> dict[str, list[dict]]:
@@ -122,8 +158,9 @@ def extract_calls(base_url: str, model: str) -> dict[str, list[dict]]:
     return {"extract": out}
 
 
-def measure(checkout: Path) -> dict[str, Counter]:
-    """One fresh server of `checkout`; every client at once; counts per client."""
+def measure(checkout: Path, only: set[str]) -> dict[str, Counter]:
+    """One fresh server of `checkout`; the clients (`only` of them, if named) at once;
+    counts per client."""
     server = Server(str(MODEL_DIR), env={"TL_ENGINE__ACCESS_LOG": "off"}, repo=checkout)
     base_url = f"http://{server.http[0]}:{server.http[1]}/v1"
     model = MODEL_DIR.name
@@ -131,10 +168,11 @@ def measure(checkout: Path) -> dict[str, Counter]:
     results: dict[str, list[dict]] = {}
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(prompts, f)
-    jobs = [lambda: instructor_calls(base_url, model, f.name),
-            lambda: ai_sdk_calls(base_url, model, f.name),
-            lambda: langchain_calls(base_url, model, prompts),
-            lambda: extract_calls(base_url, model)]
+    clients = {"instructor": lambda: instructor_calls(base_url, model, f.name),
+               "ai-sdk": lambda: ai_sdk_calls(base_url, model, f.name),
+               "langchain": lambda: langchain_calls(base_url, model, prompts),
+               "extract": lambda: extract_calls(base_url, model)}
+    jobs = [job for name, job in clients.items() if not only or name in only]
     threads = [threading.Thread(target=lambda job=job: results.update(job())) for job in jobs]
     try:
         for t in threads:
@@ -144,8 +182,9 @@ def measure(checkout: Path) -> dict[str, Counter]:
     finally:
         server.stop()
         Path(f.name).unlink()
-    return {client: Counter("length" if line["finish"] == "length" else
-                            "error" if line["error"] else "ok" for line in lines)
+    return {client: Counter(["length" if line["finish"] == "length" else
+                             "error" if line["error"] else "ok" for line in lines]
+                            + ["repeated keys" for line in lines if line.get("repeats")])
             for client, lines in sorted(results.items())}
 
 
@@ -154,17 +193,21 @@ def main() -> None:
     parser.add_argument("--before", type=Path, required=True, help="the checkout before the change")
     parser.add_argument("--after", type=Path, default=REPO, help="the checkout after it")
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--only", default="", help="clients to run, comma-separated "
+                        "(instructor, ai-sdk, langchain, extract); default: all")
     args = parser.parse_args()
+    only = {name for name in args.only.split(",") if name}
     table: dict[str, dict[str, Counter]] = {"before": {}, "after": {}}
     for r in range(args.rounds):
         order = (("before", args.before), ("after", args.after))
         for side, checkout in (order if r % 2 == 0 else order[::-1]):
-            for client, counts in measure(checkout.resolve()).items():
+            for client, counts in measure(checkout.resolve(), only).items():
                 table[side].setdefault(client, Counter()).update(counts)
     for client in sorted(table["after"]):
         b, a = table["before"].get(client, Counter()), table["after"][client]
         print(f"{client:24s} length {b['length']:3d} -> {a['length']:3d}   "
-              f"errors {b['error']:3d} -> {a['error']:3d}   ok {b['ok']:3d} -> {a['ok']:3d}")
+              f"errors {b['error']:3d} -> {a['error']:3d}   ok {b['ok']:3d} -> {a['ok']:3d}   "
+              f"repeated keys {b['repeated keys']:3d} -> {a['repeated keys']:3d}")
     print(json.dumps({side: {c: dict(v) for c, v in t.items()} for side, t in table.items()}))
 
 

@@ -12,6 +12,7 @@ import pydantic
 import pytest
 
 from server.config import EngineConfig
+from bench.client_lengths import repeated_keys
 from tests.e2e.helpers import (REAL_CLIENT_TIMEOUT_S, REAL_KV_CACHE_MIB, client_fixture,
                                server_fixture)
 
@@ -165,31 +166,6 @@ def test_langchain_bind_tools_and_structured_output(server, real_model_dir):
     assert isinstance(as_json, dict)
 
 
-def _repeated_keys(text: str) -> list[str]:
-    """The keys written twice in one object of a (possibly cut) JSON text: a plain scanner
-    of its own, strings and nesting only."""
-    stack, repeats, i = [], [], 0
-    while i < len(text):
-        ch = text[i]
-        if ch == '"':
-            end = i + 1
-            while end < len(text) and text[end] != '"':
-                end += 2 if text[end] == "\\" else 1
-            word, after = text[i + 1:end], text[end + 1:].lstrip()
-            if stack and stack[-1] is not None and after.startswith(":"):
-                if word in stack[-1]:
-                    repeats.append(word)
-                stack[-1].add(word)
-            i = end + 1
-            continue
-        if ch in "{[":
-            stack.append(set() if ch == "{" else None)
-        elif ch in "}]" and stack:
-            stack.pop()
-        i += 1
-    return repeats
-
-
 def test_json_object_mode_writes_each_key_once_at_temperature_0(client, real_model_dir):
     """smol-135m at temperature 0 wrote "role_description" twice in one object here while
     the grammar let any key repeat; now every object keeps its keys apart."""
@@ -199,5 +175,5 @@ def test_json_object_mode_writes_each_key_once_at_temperature_0(client, real_mod
         response_format={"type": "json_object"})
     text = done.choices[0].message.content
     assert text.startswith("{") and len(text) > 100
-    assert _repeated_keys(text) == [], text
-    assert _repeated_keys('{"a": 1, "b": {"a": 2}, "a": 3') == ["a"]      # the scanner sees one
+    assert repeated_keys(text) == [], text
+    assert repeated_keys('{"a": 1, "b": {"a": 2}, "a": 3') == ["a"]      # the scanner sees one
