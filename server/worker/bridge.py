@@ -331,12 +331,13 @@ class EngineBridge(OwnedThread):
         for out in outs:
             ticket = self._live.get(out.id)
             if ticket is not None:
-                if not ticket.is_scheduled and (isinstance(out, PromptLogprobs)
-                                                or out.token is not None):
+                # a scored prompt chunk (PromptLogprobs) carries no token
+                gives_token = not isinstance(out, PromptLogprobs) and out.token is not None
+                if not ticket.is_scheduled and (isinstance(out, PromptLogprobs) or gives_token):
                     ticket.scheduled_s = started_s
                     if ticket.started_s is None:           # no step record: this step
                         ticket.started_s = started_s
-                if out.token is not None and out.id not in stepped:
+                if gives_token and out.id not in stepped:
                     stepped.add(out.id)
                     if ticket.last_token_s is not None:      # a step's tokens: one gap
                         ticket.token_gaps_s.append(now - ticket.last_token_s)
