@@ -4,7 +4,13 @@ reaches one replica, whichever of the four sources it comes from; different keys
 over all three; a replica taken out moves only its own keys (and gets them back); a busy
 replica's hot key spills over (the bounded load); a request without a key is balanced by
 least connections. The replica is taken out through HAProxy's runtime API (a test-only
-stats socket in a second config file), which acts at once: no waiting on health checks."""
+stats socket in a second config file), which acts at once: no waiting on health checks.
+
+HAProxy counts a request as open on its replica until it has freed the request's stream,
+which can be a moment after the client has read the answer. The load bound reads that
+count (with one request open, each of three replicas has one slot), so a test that sends
+the next request in that moment would see it spill: every send first waits, through the
+same runtime API, until HAProxy counts only the requests the test means to hold open."""
 from __future__ import annotations
 
 import http.client
@@ -112,8 +118,11 @@ class Balancer:
                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
     def send(self, body: dict | None = None, headers: dict | None = None,
-             path: str = "/v1/chat/completions") -> str:
-        """The name of the replica that answered."""
+             path: str = "/v1/chat/completions", open_requests: int = 0) -> str:
+        """The name of the replica that answered, once HAProxy counts `open_requests`
+        requests open (the ones the test holds) before this one is sent."""
+        assert wait_for(lambda: self.open_requests() == open_requests, TIMEOUT_S), \
+            (self.open_requests(), open_requests)
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=TIMEOUT_S)
         try:
             if body is None:
@@ -132,6 +141,15 @@ class Balancer:
             s.connect(str(self.socket_path))
             s.sendall(command.encode() + b"\n")
             return b"".join(iter(lambda: s.recv(4096), b"")).decode()
+
+    def open_requests(self) -> int:
+        """Requests HAProxy counts open on the replicas, over all three backends (the
+        `scur` column of each server's row in `show stat`)."""
+        rows = self.runtime("show stat").lstrip("# ").splitlines()
+        header = rows[0].split(",")
+        name, current = header.index("svname"), header.index("scur")
+        return sum(int(row.split(",")[current]) for row in rows[1:]
+                   if row and row.split(",")[name] in NAMES)
 
     def up(self) -> bool:
         try:
@@ -214,7 +232,7 @@ def test_a_busy_replica_spills_a_hot_key_and_keeps_it_once_free(lb):
     thread.start()
     try:
         assert replica.arrived.wait(TIMEOUT_S)                  # one request open on `home`
-        spilled = lb.send(chat("hot"))
+        spilled = lb.send(chat("hot"), open_requests=1)
     finally:
         replica.release.set()
         thread.join(TIMEOUT_S)
@@ -231,7 +249,7 @@ def test_requests_without_a_key_go_to_the_least_loaded_replica(lb):
     try:
         assert wait_for(lambda: [r for r in lb.replicas if r.arrived.is_set()], TIMEOUT_S)
         busy = next(r for r in lb.replicas if r.arrived.is_set())
-        others = [lb.send(path="/v1/models") for _ in range(6)]
+        others = [lb.send(path="/v1/models", open_requests=1) for _ in range(6)]
     finally:
         for r in lb.replicas:
             r.release.set()
