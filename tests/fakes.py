@@ -17,6 +17,7 @@ from engine.api import (FINISH_LENGTH, FINISH_STOP, EngineStats, GenRequest, Pro
 from engine.core.embedding import EmbedDone
 from server.worker.admission import QueuePolicy
 from server.worker.bridge import EngineBridge
+from server.worker.tickets import Add, Embed
 
 STEP_S = 0.05                   # what one SlotEngine step takes on the manual clock
 ANSWER_TOKENS = 48              # a SlotEngine answer stops here (EOS)
@@ -318,11 +319,10 @@ class IdleBridge(EngineBridge):
         self.added = []
 
     def _post(self, command):
-        verb, ticket = command
-        if verb == "embed":
-            self.embedded.append(ticket.inputs)
-        elif verb == "add":
-            self.added.append(ticket.request)
+        if isinstance(command, Embed):
+            self.embedded.append(command.ticket.inputs)
+        elif isinstance(command, Add):
+            self.added.append(command.ticket.request)
         super()._post(command)
 
 

@@ -2,37 +2,35 @@
 
 The loop thread and the engine thread share exactly three things:
 
-* the **inbox** — a list of commands (add, abort, embed) guarded by a Condition; the
-  engine thread drains it between steps, so aborts and embeddings never race a step;
-* one **Ticket per request** — its `events` deque receives the request's `Event`s
-  (deque.append / popleft are atomic under the GIL: one producer, one consumer);
-* a **wake callback** — after each step that produced events the engine thread calls
-  `EventLoop.wake()`, and the loop polls the streams.
+* the **inbox** — typed commands (`Add`, `Abort`, `Embed`: server/worker/tickets.py) guarded
+  by a Condition; the engine thread drains it between steps, so aborts and embeddings
+  never race a step;
+* one **Ticket per request** — the engine thread appends the request's `Event`s to it and,
+  right after each step, hands them to the ticket's `output` (the text layer's side:
+  detokenising, stop strings, tool calls). An output may answer "end this request now"
+  (a stop string matched): the engine thread aborts it at once, before the next step;
+* a **wake callback** — after each turn that produced events the engine thread calls
+  `EventLoop.wake()`, and the loop polls the streams that have something to send.
 
-    loop thread                                   engine thread
-    submit(GenRequest) -> inbox.append(add)  -->  loop: take commands (add/abort/embed)
-                                                        step() -> ticket.events.append
-    stream.poll() <- ticket.events  <-- wake() --       publish stats, wake()
+    loop thread                                engine thread
+    submit(GenRequest) -> inbox: Add    -->    take commands (Add / Abort / Embed)
+                                               step() -> ticket.events -> ticket.output
+                                               abort what the outputs ended
+    stream.poll() <- the text's pieces  <--    publish stats, wake()
 
-Admission lives here, because the bridge IS the queue to the engine: `submit` and `embed`
-reserve one slot of the `AdmissionGate` or raise the 429 at once (never an unbounded wait);
-the slot is released when the engine first schedules the request or it ends before that.
-Before the slot, `submit` asks `server/worker/waiting.py` how long the request would wait behind
-the running and queued ones (measured service time): past the queue deadline it is a 429
-now, never a failure later. Only the requests running and queued now decide: one that finds a
-free slot is admitted whatever was refused before; the clients refused earlier and not yet
-back only lengthen the Retry-After of every 429 and 503 (the spread of a herd).
-The engine's waiting list is fed only through here. A request still unscheduled
-`QueuePolicy.deadline_ms` after admission is expired by `Engine.step()` (`FINISH_DEADLINE`);
-the bridge delivers that as `Expired` (503 no_capacity).
+Admission is the door of this queue (server/worker/admission.py, `EngineAdmission`):
+`submit` and `embed` reserve a slot or raise the 429 at once, from the wait the running and
+queued requests make now. The slot is released when the engine first schedules the
+request or it ends before that. The engine's waiting list is fed only through here. A
+request still unscheduled `QueuePolicy.deadline_ms` after admission is expired by
+`Engine.step()` (`FINISH_DEADLINE`); the bridge delivers that as `Expired` (503).
 
 Each outcome crosses the thread boundary as its own event type (server/worker/events.py).
-The step trace and the engine view are observers passed in (server/worker/observers.py);
-the refusals (429, 503) are built on the admission side (server/worker/admission.py).
-
-The engine thread never formats text; the loop thread never touches numpy (embeddings
-are engine jobs packed into the steps; server/worker/embedding_jobs.py hands their vectors back
-as Python floats or base64 bytes, which is cheap).
+The step trace and the engine view are observers passed in (server/worker/observers.py).
+The engine thread formats no documents: the outputs it calls turn tokens into text pieces
+(server/text/generation.py); the loop thread renders them. Embeddings are engine jobs
+packed into the steps; server/worker/embedding_jobs.py hands their vectors back as Python
+floats or base64 bytes, so the loop thread never touches numpy.
 """
 from __future__ import annotations
 
@@ -40,56 +38,23 @@ import logging
 import threading
 import time
 import traceback
-from collections import deque
 from dataclasses import replace
 from typing import Callable
 
 from engine.api import (FINISH_DEADLINE, Engine, EngineStats, GenRequest, KvSize,
                         PromptLogprobs, PromptTooLong, RequestRefused, StepRecord,
                         TokenOut)
-from server.worker.admission import (AdmissionGate, QueuePolicy, engine_down_error, leave_queue,
-                                     reserve_or_refusal)
+from server.worker.admission import (EngineAdmission, EngineLoad, QueuePolicy,
+                                     engine_down_error, leave_queue)
 from server.worker.arrivals import ArrivalWindow
 from server.worker.compute_turn import ComputeTurn
 from server.worker.embedding_jobs import EmbedTicket, EmbeddingJobs
 from server.worker.events import Event, Failed, Invalid, TooLong, expired_event
 from server.worker.observers import EngineWatcher, StepTracer
 from server.worker.owned_thread import OwnedThread
-from server.worker.waiting import RefusedClients, WaitEstimator, WaitInputs, retry_after_s
+from server.worker.tickets import Abort, Add, Command, Embed, Ticket, TicketOutput
 
 log = logging.getLogger("tlserve.bridge")
-
-
-# ---- tickets --------------------------------------------------------------------------------
-
-class Ticket:
-    """One generation request as both threads see it."""
-
-    __slots__ = ("request", "request_id", "events", "engine_id", "is_aborted", "is_scheduled",
-                 "is_finished", "on_leave_queue", "scheduled_s", "first_token_s", "last_token_s",
-                 "queued_s", "started_s", "token_gaps_s")
-
-    def __init__(self, request: GenRequest, on_leave_queue: Callable[[], None] | None,
-                 request_id: str = ""):
-        self.request = request
-        self.request_id = request_id            # X-Request-Id, for the logs
-        self.events: deque[Event] = deque()
-        self.engine_id: int | None = None       # set on the engine thread
-        self.is_aborted = False                 # set on the loop thread
-        self.is_scheduled = False
-        self.is_finished = False
-        self.on_leave_queue = on_leave_queue    # releases the admission slot, once
-        self.scheduled_s: float | None = None   # start of the step of its first output
-        self.first_token_s: float | None = None
-        self.last_token_s: float | None = None
-        self.queued_s = 0.0                     # admitted at (bridge clock), for the trace
-        # Start of its first engine step: a long prompt is prefilled in chunks over several
-        # steps before its first output. Read from the step record while the engine keeps
-        # one (engine view or trace on); without one, the step of its first output.
-        self.started_s: float | None = None
-        # The inter-token latencies: for each step after the first that gave it tokens,
-        # the time since the previous one (appended on the engine thread, read at the end)
-        self.token_gaps_s: list[float] = []
 
 
 class EngineBridge(OwnedThread):
@@ -104,18 +69,16 @@ class EngineBridge(OwnedThread):
         self.turn = turn or ComputeTurn()       # one per process: every engine's compute
         self._arrivals = arrivals               # an idle engine's wait for the rest of a burst
         self._clock = clock                     # the engine's clock: deadlines are compared there
-        self.queue = queue
-        self.gate = AdmissionGate(queue.capacity_requests)
-        self.estimator = WaitEstimator()        # measured on the engine thread, read here
-        self.refused = RefusedClients()         # loop thread: 429s not yet back
+        self.admission = EngineAdmission(queue, clock)
         self.step_started_s: float | None = None    # engine thread: the step in progress
         self.died: str | None = None            # why the engine thread ended abnormally
         self._cond = threading.Condition()
-        self._inbox: list[tuple] = []
+        self._inbox: list[Command] = []
         self._stopping = False
         self._closed = False                    # the engine thread takes no more commands
         self._thread: threading.Thread | None = None
         self._live: dict[int, Ticket] = {}      # engine id -> ticket (engine thread only)
+        self._touched: list[Ticket] = []        # tickets given events this turn (engine thread)
         self._embeds = EmbeddingJobs()          # embeddings jobs (engine thread only)
         self.wake: Callable[[], None] = lambda: None
         self.stats: EngineStats = engine.stats()  # latest snapshot, replaced atomically
@@ -131,50 +94,47 @@ class EngineBridge(OwnedThread):
         self._thread = threading.Thread(target=self._run, name="tl-engine", daemon=True)
         self._thread.start()
 
-    def submit(self, request: GenRequest, *, request_id: str = "") -> Ticket:
+    def submit(self, request: GenRequest, *, request_id: str = "",
+               output: TicketOutput | None = None) -> Ticket:
         """Admit the request (or raise the 429 ApiError now) and queue it for the engine,
-        with the queue deadline counted from this moment."""
+        with the queue deadline counted from this moment. `output`: the text layer's side
+        of the ticket, handed its events after each step (None: they stay on the ticket)."""
         self._admit_or_raise()
         queued_s = self._clock()
-        deadline_s = queued_s + self.queue.deadline_ms / 1000.0
-        ticket = Ticket(replace(request, deadline_s=deadline_s), self.gate.release, request_id)
+        deadline_s = queued_s + self.admission.policy.deadline_ms / 1000.0
+        ticket = Ticket(replace(request, deadline_s=deadline_s), self.admission.gate.release,
+                        request_id, output)
         ticket.queued_s = queued_s
-        self._post(("add", ticket))
+        self._post(Add(ticket))
         return ticket
 
     def abort(self, ticket: Ticket) -> None:
         """End the request in the engine; a no-op for one already aborted or finished, so
-        callers (a cancelled stream, a stop string, an error) just call it."""
+        callers (a cancelled stream, an error) just call it."""
         if ticket.is_aborted or ticket.is_finished:
             return
         ticket.is_aborted = True
-        self._post(("abort", ticket))
+        self._post(Abort(ticket))
 
     def embed(self, inputs: list[list[int]], encoding_format: str, *,
               request_id: str = "") -> EmbedTicket:
         """Admit like a generation (429 when full); the slot frees when the engine thread
         takes the command off the inbox."""
         self._admit_or_raise()
-        ticket = EmbedTicket(inputs, encoding_format, self.gate.release, request_id)
-        self._post(("embed", ticket))
+        ticket = EmbedTicket(inputs, encoding_format, self.admission.gate.release, request_id)
+        self._post(Embed(ticket))
         return ticket
 
-    def expected_wait_s(self) -> float:
-        """The admission estimate for one more request now (server/worker/waiting.py): only the
-        requests running and queued count, never the clients refused before."""
-        return self.estimator.wait_s(self._wait_inputs())
+    def load(self) -> EngineLoad:
+        """What the engine runs now, for the admission estimate."""
+        started = self.step_started_s
+        return EngineLoad(running_requests=self.stats.active_sequences,
+                          step_running_s=0.0 if started is None else self._clock() - started)
 
     def retry_after_s(self) -> int:
-        """The Retry-After of a refusal now: the wait plus the refused clients still out."""
-        return retry_after_s(self.estimator.retry_wait_s(self._wait_inputs()))
-
-    def _wait_inputs(self) -> WaitInputs:
-        now, started = self._clock(), self.step_started_s
-        return WaitInputs(
-            running_requests=self.stats.active_sequences, waiting_requests=self.gate.waiting,
-            max_num_seqs=self.queue.batch_slots,
-            step_running_s=0.0 if started is None else now - started,
-            returning_requests=self.refused.returning(now))
+        """The Retry-After of a refusal now (503 drain, expiry): the wait plus the refused
+        clients still out."""
+        return self.admission.retry_after_s(self.load())
 
     def is_healthy(self) -> bool:
         """False once the engine thread has died (started, not stopping, not running)."""
@@ -184,15 +144,9 @@ class EngineBridge(OwnedThread):
     def _admit_or_raise(self) -> None:
         if not self.is_healthy():
             raise engine_down_error()
-        inputs = self._wait_inputs()
-        wait_s = self.estimator.wait_s(inputs)          # who is queued now decides ...
-        retry_s = retry_after_s(self.estimator.retry_wait_s(inputs))   # ... the refused spread
-        refusal = reserve_or_refusal(self.gate, wait_s, self.queue.deadline_ms, retry_s)
-        if refusal is not None:
-            self.refused.refused(self._clock(), retry_s)
-            raise refusal
+        self.admission.admit(self.load())
 
-    def _post(self, command: tuple) -> None:
+    def _post(self, command: Command) -> None:
         with self._cond:
             if not self._closed:
                 self._inbox.append(command)
@@ -200,16 +154,17 @@ class EngineBridge(OwnedThread):
                 return
         self._refuse(command, "the engine thread has stopped")   # nobody would take it
 
-    @staticmethod
-    def _refuse(command: tuple, reason: str) -> None:
+    def _refuse(self, command: Command, reason: str) -> None:
         """End a command the engine thread will never run (it stopped or died)."""
-        verb, ticket = command
-        leave_queue(ticket)
-        if verb == "embed":
-            ticket.error, ticket.done = reason, True
-        elif verb == "add":
+        leave_queue(command.ticket)
+        if isinstance(command, Embed):
+            command.ticket.error, command.ticket.done = reason, True
+        elif isinstance(command, Add):      # on the thread that found the inbox closed
+            ticket = command.ticket
             ticket.is_finished = True
             ticket.events.append(Failed(reason))
+            if ticket.output is not None:
+                ticket.output.take(ticket.events)
 
     # -- engine-thread side ------------------------------------------------------------
 
@@ -247,13 +202,15 @@ class EngineBridge(OwnedThread):
             commands, self._inbox = self._inbox, []
         return self._turn(commands)
 
-    def _turn(self, commands: list[tuple]) -> bool:
-        """Apply the commands taken off the inbox, step once if there is work, publish."""
+    def _turn(self, commands: list[Command]) -> bool:
+        """Apply the commands taken off the inbox, step once if there is work, hand every
+        ticket's new events to its output, publish."""
         for command in commands:
             self._apply(command)
         stepped = self._engine.has_work()
         if stepped:
             self._step()
+        self._take_outputs()
         self._embeds.collect(self._engine)                         # finished jobs, left clients
         self.stats = self._engine.stats()
         if self.view is not None:
@@ -261,18 +218,49 @@ class EngineBridge(OwnedThread):
         self.wake()
         return stepped
 
-    def _apply(self, command: tuple) -> None:
-        verb, ticket = command
+    def _emit(self, ticket: Ticket, event: Event) -> None:
+        """An event for the ticket's stream; its output takes it after this turn's step."""
+        ticket.events.append(event)
+        if ticket.output is not None:
+            self._touched.append(ticket)
+
+    def _take_outputs(self) -> None:
+        """The turn's output processing: each touched ticket's output takes its events
+        (text, stop strings, tool calls); the requests an output ended are aborted now,
+        before the next step computes another token for them."""
+        touched, self._touched = self._touched, []
+        seen: set[int] = set()
+        for ticket in touched:
+            if id(ticket) in seen:
+                continue
+            seen.add(id(ticket))
+            try:
+                ends = ticket.output.take(ticket.events)
+            except Exception:                                      # noqa: BLE001
+                log.error("request %s: output processing failed: %s", ticket.request_id,
+                          traceback.format_exc())
+                ends = True
+            if ends and not ticket.is_finished:
+                ticket.is_aborted = True
+                self._abort(ticket)
+
+    def _apply(self, command: Command) -> None:
+        ticket = command.ticket
         try:
-            {"add": self._add, "abort": self._abort, "embed": self._embed}[verb](ticket)
+            if isinstance(command, Add):
+                self._add(ticket)
+            elif isinstance(command, Abort):
+                self._abort(ticket)
+            else:
+                self._embed(ticket)
         except Exception as exc:                                   # noqa: BLE001
             # Never let one bad command kill the engine thread: fail that request only.
-            log.error("request %s: engine command %s failed: %s", ticket.request_id, verb,
-                      traceback.format_exc())
-            if verb == "add" and not ticket.is_finished:
+            log.error("request %s: engine command %s failed: %s", ticket.request_id,
+                      type(command).__name__, traceback.format_exc())
+            if isinstance(command, Add) and not ticket.is_finished:
                 leave_queue(ticket)
                 ticket.is_finished = True
-                ticket.events.append(Failed(f"engine refused the request: {exc}"))
+                self._emit(ticket, Failed(f"engine refused the request: {exc}"))
 
     def _add(self, ticket: Ticket) -> None:
         if ticket.is_aborted:
@@ -284,7 +272,7 @@ class EngineBridge(OwnedThread):
             leave_queue(ticket)
             ticket.is_finished = True
             kind = TooLong if isinstance(exc, PromptTooLong) else Invalid
-            ticket.events.append(kind(str(exc)))
+            self._emit(ticket, kind(str(exc)))
             return
         self._live[ticket.engine_id] = ticket
         if self.tracer is not None:
@@ -320,9 +308,10 @@ class EngineBridge(OwnedThread):
         if self.tracer is not None:
             self.tracer.step(self._engine.last_step, outs, now)
         self.step_started_s = None
-        self.estimator.observe_step(now - started_s)
-        if self.estimator.mean_service_s == 0.0:        # cold: what the running show so far
-            self.estimator.observe_running(max(
+        estimator = self.admission.estimator
+        estimator.observe_step(now - started_s)
+        if estimator.mean_service_s == 0.0:             # cold: what the running show so far
+            estimator.observe_running(max(
                 (now - t.scheduled_s for t in self._live.values() if t.scheduled_s is not None),
                 default=0.0))
         if self._engine.record_steps:
@@ -355,7 +344,7 @@ class EngineBridge(OwnedThread):
         if isinstance(out, PromptLogprobs):     # a scored prefill chunk: scheduled, no token
             ticket.is_scheduled = True
             leave_queue(ticket)
-            ticket.events.append(out)
+            self._emit(ticket, out)
             return
         if out.token is not None:
             ticket.is_scheduled = True
@@ -367,18 +356,19 @@ class EngineBridge(OwnedThread):
             ticket.is_finished = True
             self._live.pop(out.id, None)
             if ticket.scheduled_s is not None:
-                self.estimator.observe_service(now - ticket.scheduled_s)
+                self.admission.estimator.observe_service(now - ticket.scheduled_s)
         if out.token is None and out.finish == FINISH_DEADLINE:
-            ticket.events.append(expired_event(self.queue.deadline_ms, self.retry_after_s()))
+            self._emit(ticket, expired_event(self.admission.policy.deadline_ms,
+                                             self.retry_after_s()))
         else:
-            ticket.events.append(out)
+            self._emit(ticket, out)
 
     def _fail_all(self, message: str) -> None:
         for ticket in list(self._live.values()):
             log.warning("request %s failed: %s", ticket.request_id, message)
             leave_queue(ticket)
             ticket.is_finished = True
-            ticket.events.append(Failed(message))
+            self._emit(ticket, Failed(message))
         self._live.clear()
         self._embeds.fail_all(message)
         try:
@@ -392,6 +382,7 @@ class EngineBridge(OwnedThread):
             inbox, self._inbox, self._closed = self._inbox, [], True
         for command in inbox:
             self._refuse(command, reason)
+        self._take_outputs()
         if self.tracer is not None:
             self.tracer.close(self._clock())
         self.wake()

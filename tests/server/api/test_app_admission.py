@@ -17,7 +17,7 @@ from tests.fakes import IdleBridge
 def test_embeddings_answer_429_with_retry_after_when_the_queue_is_full(succ_model_dir):
     model = load_model(succ_model_dir)
     bridge = IdleBridge(capacity=1)
-    gate = bridge.gate
+    gate = bridge.admission.gate
     app = ApiApp(served=ServedModel(model, "succ", 64), bridge=bridge,
                  state=ServerState(), ping_interval_s=15.0)
     body = json.dumps({"model": "succ", "input": "ab"}).encode()

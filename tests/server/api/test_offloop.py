@@ -211,7 +211,7 @@ class RecordingIdleBridge(IdleBridge):
         self.verbs = []
 
     def _post(self, command):
-        self.verbs.append(command[0])
+        self.verbs.append(type(command).__name__.lower())
         super()._post(command)
 
 
@@ -257,9 +257,9 @@ def test_admission_happens_at_the_poll_and_a_cancel_after_it_aborts_the_ticket(a
                        "stream": True}).encode()
     stream = post(api, "/v1/chat/completions", body)
     woken.wait()
-    assert bridge.verbs == [] and bridge.gate.waiting == 0      # prepared, not yet admitted
+    assert bridge.verbs == [] and bridge.admission.gate.waiting == 0      # prepared, not yet admitted
     assert stream.poll(0.0).head is None                        # queued: no head yet
-    assert bridge.verbs == ["add"] and bridge.gate.waiting == 1
+    assert bridge.verbs == ["add"] and bridge.admission.gate.waiting == 1
     stream.cancel()
     assert bridge.verbs == ["add", "abort"]
 

@@ -1,11 +1,11 @@
-"""The admission gate (server/worker/bridge.py): bounded, released once per reservation, 429 with Retry-After."""
+"""The admission gate (server/worker/admission.py): bounded, released once per reservation, 429 with Retry-After."""
 from __future__ import annotations
 
 import threading
 
 import pytest
 
-from server.worker.admission import AdmissionGate, queue_full_error
+from server.worker.admission import AdmissionGate, EngineAdmission, EngineLoad, QueuePolicy, queue_full_error
 
 
 def test_gate_admits_up_to_capacity_then_refuses():
@@ -18,11 +18,12 @@ def test_gate_admits_up_to_capacity_then_refuses():
     assert not gate.try_reserve()
 
 
-def test_reserve_or_raise_gives_429_with_retry_after():
-    gate = AdmissionGate(1)
-    gate.reserve_or_raise()
+def test_a_full_gate_gives_429_with_retry_after():
+    admission = EngineAdmission(QueuePolicy(capacity_requests=1, deadline_ms=1000))
+    admission.admit(EngineLoad(running_requests=0))
     with pytest.raises(Exception) as info:
-        gate.reserve_or_raise()
+        admission.admit(EngineLoad(running_requests=0))
+    assert admission.gate.waiting == 1                 # the refused call took no slot
     err = info.value
     assert err.status == 429
     assert err.document()["error"]["code"] == "rate_limit_exceeded"

@@ -86,7 +86,7 @@ def test_a_burst_that_half_never_returns_leaves_every_later_client_served():
     assert len(late) > 60
     assert [c for c in late if outcome.refusals.get(c)] == []      # never a 429 once drained
     assert all(c in outcome.served_at_s for c in late)
-    assert bridge.gate.waiting == 0 and outcome.finished == len(outcome.served_at_s)
+    assert bridge.admission.gate.waiting == 0 and outcome.finished == len(outcome.served_at_s)
 
 
 def test_an_idle_server_admits_whatever_it_refused_before():
@@ -94,7 +94,7 @@ def test_an_idle_server_admits_whatever_it_refused_before():
     the idle server admits the next request (it used to answer 429 for hours)."""
     clock = Clock()
     bridge = lockout_bridge(clock, slots=1, capacity=1, deadline_ms=5000)
-    bridge.estimator.observe_service(2.0)              # answers took 2 s before
+    bridge.admission.estimator.observe_service(2.0)              # answers took 2 s before
     running = bridge.submit(GenRequest(prompt=(1,), max_tokens=CLIENT_BUDGET_TOKENS))
     bridge.run_once()                                  # scheduled: the batch slot is taken
     queued = bridge.submit(GenRequest(prompt=(1,), max_tokens=CLIENT_BUDGET_TOKENS))
@@ -110,8 +110,8 @@ def test_an_idle_server_admits_whatever_it_refused_before():
     bridge.abort(running)
     bridge.abort(queued)
     bridge.run_once()
-    assert bridge.stats.active_sequences == 0 and bridge.gate.waiting == 0
-    assert bridge.expected_wait_s() == 0.0
+    assert bridge.stats.active_sequences == 0 and bridge.admission.gate.waiting == 0
+    assert bridge.admission.wait_s(bridge.load()) == 0.0
     ticket = bridge.submit(GenRequest(prompt=(1,), max_tokens=CLIENT_BUDGET_TOKENS))
     assert bridge.retry_after_s() > 1                  # the refused still shape Retry-After
     while not ticket.is_finished:

@@ -18,7 +18,7 @@ from tests.polling import wait_for
 def test_tokens_reach_the_ticket_and_release_the_slot():
     engine = FakeEngine()
     bridge = bridge_for(engine, capacity=1)
-    gate = bridge.gate
+    gate = bridge.admission.gate
     wakes = []
     bridge.wake = lambda: wakes.append(1)
     bridge.start()
@@ -55,7 +55,7 @@ def test_abort_reaches_the_engine():
 def test_engine_refusal_becomes_refused_and_frees_the_slot():
     engine = FakeEngine(running_limit=0)
     bridge = bridge_for(engine, capacity=2)
-    gate = bridge.gate
+    gate = bridge.admission.gate
     bridge.start()
     try:
         ticket = bridge.submit(GenRequest(prompt=(1,)))
@@ -71,7 +71,7 @@ def test_an_engine_bug_in_add_request_is_a_failure_not_a_refusal():
         def add_request(self, req):
             raise ValueError("bug")
     bridge = bridge_for(Buggy(), capacity=1)
-    gate = bridge.gate
+    gate = bridge.admission.gate
     bridge.start()
     try:
         ticket = bridge.submit(GenRequest(prompt=(1,)))
@@ -97,7 +97,7 @@ def test_engine_deadline_event_reaches_the_ticket_and_frees_the_slot():
     engine = NeverSchedules()
     # the bridge sets deadline_s on its clock; driven turn by turn on this thread
     bridge = bridge_for(engine, capacity=1, deadline_ms=50, clock=clock)
-    gate = bridge.gate
+    gate = bridge.admission.gate
     assert gate.waiting == 0
     ticket = bridge.submit(GenRequest(prompt=(1,)))
     assert ticket.request.deadline_s == 0.050
@@ -136,7 +136,7 @@ def test_embeddings_run_on_the_engine_thread_in_both_formats():
 
 def test_an_embedding_frees_its_admission_slot_when_the_engine_takes_it():
     bridge = bridge_for(FakeEngine(), capacity=1)
-    gate = bridge.gate
+    gate = bridge.admission.gate
     assert gate.waiting == 0
     ticket = bridge.embed([[1, 2]], "float")
     assert gate.waiting == 1 and not gate.try_reserve()       # queued: the slot is held
@@ -153,11 +153,11 @@ def test_abort_of_a_finished_ticket_posts_nothing():
     ticket = bridge.submit(GenRequest(prompt=(1,), max_tokens=1))
     ticket.is_finished = True
     bridge.abort(ticket)
-    assert [verb for verb, _ in bridge._inbox] == ["add"] and not ticket.is_aborted
+    assert [type(c).__name__ for c in bridge._inbox] == ["Add"] and not ticket.is_aborted
     ticket.is_finished = False
     bridge.abort(ticket)
     bridge.abort(ticket)                            # once only
-    assert [verb for verb, _ in bridge._inbox] == ["add", "abort"] and ticket.is_aborted
+    assert [type(c).__name__ for c in bridge._inbox] == ["Add", "Abort"] and ticket.is_aborted
 
 
 def test_submit_and_embed_answer_429_when_the_queue_is_full():
@@ -169,7 +169,7 @@ def test_submit_and_embed_answer_429_when_the_queue_is_full():
         with pytest.raises(ApiError) as info:
             attempt()
         assert info.value.status == 429 and ("Retry-After", "1") in info.value.headers
-    assert [verb for verb, _ in bridge._inbox] == ["add"]
+    assert [type(c).__name__ for c in bridge._inbox] == ["Add"]
 
 
 def test_aborting_a_queued_request_frees_its_admission_slot():
@@ -183,14 +183,14 @@ def test_aborting_a_queued_request_frees_its_admission_slot():
     try:
         running = bridge.submit(GenRequest(prompt=(1,), params=endless, max_tokens=60))
         engine.permit(1)
-        assert wait_for(lambda: running.is_scheduled and bridge.gate.waiting == 0)
+        assert wait_for(lambda: running.is_scheduled and bridge.admission.gate.waiting == 0)
         queued = bridge.submit(GenRequest(prompt=(2,), params=endless, max_tokens=2))
         engine.permit(1)                    # the next turn adds it (its step then waits)
         assert wait_for(lambda: queued.engine_id is not None)     # in the engine's queue
-        assert bridge.gate.waiting == 1 and not queued.is_scheduled
+        assert bridge.admission.gate.waiting == 1 and not queued.is_scheduled
         bridge.abort(queued)
         engine.permit(1)
-        assert wait_for(lambda: bridge.gate.waiting == 0)
+        assert wait_for(lambda: bridge.admission.gate.waiting == 0)
         again = bridge.submit(GenRequest(prompt=(3,), params=endless, max_tokens=2))
         engine.permit(10_000)               # free running: the rest of `running`, then `again`
         assert wait_for(lambda: again.is_finished)                # the slot was free again

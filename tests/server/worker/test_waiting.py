@@ -40,22 +40,22 @@ class BusyEngine:
 def test_submit_refuses_at_once_when_the_estimate_exceeds_the_deadline():
     bridge = EngineBridge(BusyEngine(), queue=QueuePolicy(capacity_requests=8, deadline_ms=5000,
                                                           batch_slots=2))
-    bridge.estimator.observe_service(4.0)         # 1 completion needed / 2 slots * 4 s = 2 s
+    bridge.admission.estimator.observe_service(4.0)         # 1 completion needed / 2 slots * 4 s = 2 s
     bridge.submit(GenRequest(prompt=(1,)))         # 2 s <= 5 s: admitted
-    bridge.estimator.observe_service(100.0)       # now 2 completions / 2 * ~23 s: too long
-    expected = retry_after_s(bridge.expected_wait_s())
+    bridge.admission.estimator.observe_service(100.0)       # now 2 completions / 2 * ~23 s: too long
+    expected = retry_after_s(bridge.admission.wait_s(bridge.load()))
     with pytest.raises(ApiError) as info:
         bridge.submit(GenRequest(prompt=(1,)))
     err = info.value
     assert err.status == 429 and err.kind == "rate_limit_exceeded"
     assert ("Retry-After", str(expected)) in err.headers and expected > 5
-    assert bridge.gate.waiting == 1               # the refused one took no slot
+    assert bridge.admission.gate.waiting == 1               # the refused one took no slot
 
 
 def test_a_full_queue_429_carries_the_estimate():
     bridge = EngineBridge(BusyEngine(), queue=QueuePolicy(capacity_requests=1, deadline_ms=60_000,
                                                           batch_slots=2))
-    bridge.estimator.observe_service(3.0)
+    bridge.admission.estimator.observe_service(3.0)
     bridge.submit(GenRequest(prompt=(1,)))
     with pytest.raises(ApiError) as info:
         bridge.submit(GenRequest(prompt=(1,)))
@@ -92,8 +92,8 @@ def test_the_bridge_tells_the_cold_estimate_how_long_its_oldest_request_has_run(
     bridge.submit(GenRequest(prompt=(1,), max_tokens=100_000))
     for _ in range(10):
         bridge.run_once()
-    assert bridge.estimator.mean_service_s == 0.0            # nothing finished yet
-    assert bridge.expected_wait_s() == pytest.approx(10 * STEP_S)  # in the batch since step 1
+    assert bridge.admission.estimator.mean_service_s == 0.0            # nothing finished yet
+    assert bridge.admission.wait_s(bridge.load()) == pytest.approx(10 * STEP_S)  # in the batch since step 1
 
 
 def test_refused_clients_count_until_their_retry_after_passes():
