@@ -35,7 +35,7 @@ from engine.model.loader import KIND_CHAT, KIND_EMBEDDING, load_model, model_kin
 from engine.model.places import DEFAULT_MODEL_DIR, user_model_dir
 from engine.model.spec import Model, ModelConfig
 from engine.tokenizer.base import Tokenizer
-from engine.types import (FINISH_DEADLINE, FINISH_LENGTH, FINISH_STOP, MAX_TOP_LOGPROBS,
+from engine.types import (FINISH_DEADLINE, FINISH_LENGTH, FINISH_STOP, Finish, MAX_TOP_LOGPROBS,
                           PREFIX_CACHE_MODES, SPECULATIVE_METHODS, EngineConfig, EngineStats,
                           GenRequest, KvSize, PromptLogprobs, RequestId, SamplingParams,
                           SpeculativeConfig, TokenOut)
@@ -44,7 +44,7 @@ __all__ = [
     "BLOCK_CACHED", "BLOCK_FREE", "BLOCK_SHARED", "BLOCK_USED", "CallSyntax", "check_context",
     "check_prefix_cache", "check_speculative_config", "DEFAULT_MODEL_DIR", "Encoder", "Engine",
     "EngineConfig", "EngineSnapshot", "EngineStats", "FINISH_DEADLINE", "FINISH_LENGTH",
-    "FINISH_STOP", "GenRequest", "Grammar", "GrammarCache", "GrammarError",
+    "FINISH_STOP", "Finish", "GenRequest", "Grammar", "GrammarCache", "GrammarError",
     "GrammarInvalid", "GrammarSpec", "GrammarUnsupported", "InputTooLong", "InvalidConfig",
     "InvalidRequest", "KIND_CHAT", "KIND_EMBEDDING", "KvSize", "load_encoder", "load_model",
     "model_kind",

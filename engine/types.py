@@ -8,6 +8,7 @@ engine at run time (the grammar type only for annotations): reading it costs not
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:                   # for the annotation only: the grammar's own module
@@ -15,10 +16,17 @@ if TYPE_CHECKING:                   # for the annotation only: the grammar's own
 
 RequestId = int
 
-# Finish reasons, as the OpenAI API spells them, plus the engine-only failure reasons.
-FINISH_STOP = "stop"          # EOS / a stop id / (server side) a stop string
-FINISH_LENGTH = "length"      # max_tokens or the model's context limit
-FINISH_DEADLINE = "deadline"  # waited in the queue past its deadline (server: 503 no_capacity)
+
+
+class Finish(StrEnum):
+    """Why the engine ended a request (`TokenOut.finish`), as the OpenAI API spells the
+    first two; a str, so it compares and serialises as its value."""
+    STOP = "stop"           # EOS / a stop id / (server side) a stop string
+    LENGTH = "length"       # max_tokens or the model's context limit
+    DEADLINE = "deadline"   # waited in the queue past its deadline (server: 503 no_capacity)
+
+
+FINISH_STOP, FINISH_LENGTH, FINISH_DEADLINE = Finish.STOP, Finish.LENGTH, Finish.DEADLINE
 
 MAX_TOP_LOGPROBS = 20
 
@@ -74,7 +82,7 @@ class TokenOut:
     token: int | None              # None only for a failure without a token (deadline)
     logprob: float = 0.0
     top_logprobs: tuple[tuple[int, float], ...] = ()
-    finish: str | None = None      # None while the request goes on
+    finish: Finish | None = None   # None while the request goes on
     # A request with a `prediction`: its drafted prediction tokens the model accepted /
     # rejected SO FAR (OpenAI's usage.completion_tokens_details), on each step's last TokenOut
     # of it and on its finishing one; running totals, never decreasing (else 0).

@@ -13,11 +13,11 @@ from dataclasses import replace
 import numpy as np
 
 from engine.api import (FINISH_LENGTH, FINISH_STOP, EngineStats, GenRequest, PromptTooLong,
-                        TokenOut)
+                        PromptLogprobs, TokenOut)
 from engine.core.embedding import EmbedDone
 from server.worker.admission import QueuePolicy
 from server.worker.bridge import EngineBridge
-from server.worker.tickets import Add, Embed
+from server.worker.tickets import Add, Embed, Ticket
 
 STEP_S = 0.05                   # what one SlotEngine step takes on the manual clock
 ANSWER_TOKENS = 48              # a SlotEngine answer stops here (EOS)
@@ -293,14 +293,40 @@ class PacedSteps(WrappedEngine):
         return self._engine.step()
 
 
-class RecordingBridge:
-    """The bridge a stream shell talks to: records the tickets it aborts."""
+class FeedingBridge:
+    """The engine thread's side of a generation, by hand: `submit` makes the ticket (with
+    the text layer's output), `feed` delivers events as the bridge does after a step (an
+    ending marks the ticket finished; an output that ends the request aborts it), `abort`
+    is the real one's no-op rule for an ended ticket. `aborted`: every abort that would
+    reach the engine."""
 
     def __init__(self):
         self.aborted = []
 
+    def submit(self, request, *, request_id="", output=None):
+        return Ticket(request, None, request_id, output)
+
     def abort(self, ticket):
+        if ticket.is_aborted or ticket.is_finished:
+            return
+        ticket.is_aborted = True
         self.aborted.append(ticket)
+
+    def feed(self, ticket, *events):
+        for event in events:
+            if not isinstance(event, (TokenOut, PromptLogprobs)) or (
+                    isinstance(event, TokenOut) and event.finish is not None):
+                ticket.is_finished = True
+            ticket.events.append(event)
+        if ticket.output.take(ticket.events):
+            self.abort(ticket)
+
+
+class FakeServed:
+    """What `EngineClient.generate` reads of a served model: its tokenizer."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
 
 
 class StatsOnly:

@@ -8,7 +8,7 @@
                    chat/, completions.py, responses/, embeddings.py, rerank.py (and
                    score), tokenize.py, models.py
                    (generations share server/api/launch.py)
-    loop thread:   launch: bridge.submit (admission: 429 now if the queue is full)
+    loop thread:   launch: client.generate (admission: 429 now if the queue is full)
                    -> GenerationStream; count the status, add X-Request-Id
 
 The heavy, pure half of chat, completions, responses, embeddings and tokenize
@@ -77,22 +77,14 @@ class ApiApp:
         a request names its model; or one chat model as `served`, `bridge`, `defaults`."""
         if chats is None:
             chats = {served.id: ChatModel(served, bridge, defaults)} if served is not None else {}
-        first = next(iter(chats.values()), None)
-        self.served = first.served if first else None      # the first chat model's
-        self.bridge = first.bridge if first else None
         self.state = state
         self.offloop = offloop                   # where OFFLOOP_ROUTES are prepared
         self.web = web or StaticFiles.load()
         metrics = state.metrics
         self.stream_ctx = StreamContext(
-            bridge=self.bridge, tokenizer=self.served.tokenizer if first else None,
-            ping_interval_s=ping_interval_s,
-            on_status=metrics.count_request,
+            ping_interval_s=ping_interval_s, on_status=metrics.count_request,
             on_finish=metrics.observe_generation, offloop=offloop)
-        self.ctx = ApiContext(served=self.served,
-                              defaults=first.defaults if first else defaults,
-                              bridge=self.bridge,
-                              stream_ctx=self.stream_ctx, offloop=offloop,
+        self.ctx = ApiContext(stream_ctx=self.stream_ctx, offloop=offloop,
                               count_request=metrics.count_request, clock=clock,
                               encoders=dict(encoders or {}), chats=dict(chats),
                               max_stop_strings=max_stop_strings)

@@ -117,9 +117,9 @@ def renderer(spec: GenSpec, header: docs.Header) -> Renderer:
 
 # ---- the handler ------------------------------------------------------------------------------
 
-def completions(ctx: ApiContext, request: Request, params: Params, extra: Headers) -> Launch:
-    spec = parse_completion(request.body, ctx.defaults_for(request.body), ctx.max_stop_strings)
-    with ctx.serving(spec.model) as ctx:
+def completions(api: ApiContext, request: Request, params: Params, extra: Headers) -> Launch:
+    spec = parse_completion(request.body, api.defaults_for(request.body), api.max_stop_strings)
+    with api.serving(spec.model) as ctx:
         served = ctx.served
         prompts = []
         for prompt in spec.prompts:

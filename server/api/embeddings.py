@@ -23,7 +23,7 @@ from engine.api import Encoder, InputTooLong, InvalidRequest
 from server.api import documents as docs
 from server.replies import JSON_CONTENT_TYPE, json_bytes, json_bytes_piecewise
 from server.api.fields import bad, is_int, load_json_object, model_name, token_ids, unsupported
-from server.api.launch import TASK_EMBED, ApiContext, Launch
+from server.api.launch import TASK_EMBED, ApiContext, Launch, ModelContext
 from server.door.routes import Params
 from server.replies import Headers
 from server.worker.embedding_jobs import EmbedTicket
@@ -115,10 +115,10 @@ def encoder_rows(encoder: Encoder, inputs: Sequence[str | tuple[int, ...]],
             for x, row in zip(inputs, rows)]
 
 
-def embeddings(ctx: ApiContext, request: Request, params: Params, extra: Headers) -> Launch:
+def embeddings(api: ApiContext, request: Request, params: Params, extra: Headers) -> Launch:
     spec = parse_embeddings(request.body)
-    with ctx.serving(spec.model, TASK_EMBED) as ctx:
-        worker = ctx.encoders.get(spec.model)
+    with api.serving(spec.model, TASK_EMBED) as ctx:
+        worker = ctx.encoder
         if worker is not None:
             rows = encoder_rows(worker.encoder, spec.inputs, spec.truncate_tokens)
             return partial(launch_embedding, ctx, worker, spec.model, rows,
@@ -135,7 +135,7 @@ def embeddings(ctx: ApiContext, request: Request, params: Params, extra: Headers
         inputs = [list(x) if isinstance(x, tuple) else ctx.served.encode(x) for x in spec.inputs]
         for ids in inputs:
             ctx.served.check_input_length(ids, "input")
-        return partial(launch_embedding, ctx, ctx.bridge, ctx.served.id, inputs,
+        return partial(launch_embedding, ctx, ctx.client, ctx.served.id, inputs,
                        spec.encoding_format, extra, request.request_id)
 
 
@@ -148,7 +148,7 @@ class Embedder(Protocol):
               request_id: str = "") -> EmbedTicket: ...
 
 
-def launch_embedding(ctx: ApiContext, embedder: Embedder, model_id: str,
+def launch_embedding(ctx: ModelContext, embedder: Embedder, model_id: str,
                      inputs: list[list[int]], encoding_format: str, extra: Headers,
                      request_id: str, route: str = "embeddings",
                      render: Render | None = None) -> EmbedStream:

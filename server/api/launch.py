@@ -1,15 +1,17 @@
-"""What the endpoint handlers share: `ApiContext` (the served model, the sampling defaults,
-the engine bridge, the stream context), `with_tools` (a request's tools in the served
-template's format, their grammar asked for: chat and Responses alike), `chat_prompt` (the
-template rendered, the answer's thinking split decided) and
+"""What the endpoint handlers share: `ApiContext` (the served models, the stream context,
+the off-loop pool), `ModelContext` (a request's context once its body named the model:
+that model's `EngineClient` and sampling defaults, chosen once), `with_tools` (a request's
+tools in the served template's format, their grammar asked for: chat and Responses
+alike), `chat_prompt` (the template rendered, the answer's thinking split decided) and
 `launch_generation`, the one way a chat, completion or Responses request becomes engine
 requests and a `GenerationStream`.
 
-    worker thread:  priority header -> logit_bias ids -> grammar (compiled once, shared by
+    off the loop:   priority header -> logit_bias ids -> grammar (compiled once, shared by
                     every choice) -> the prediction's token ids (once) -> one GenRequest per
                     choice (the context and KV rules of server/text/served.py) => a `Launch`
-    loop thread:    the Launch: admission (a slot per choice in the bridge's queue, or 429;
-                    all or none) -> GenerationStream with the renderer the endpoint chose
+    loop thread:    the Launch: `client.generate` (admission: a slot per choice in the
+                    engine's queue, or 429; all or none) -> GenerationStream with the
+                    renderer the endpoint chose
 
 The endpoint chooses its renderer (server/api/chat/render.py, completions.py,
 responses/render.py) and hands it in as `render(header)`: the shell never chooses.
@@ -21,7 +23,7 @@ import json
 import time
 from dataclasses import dataclass, field, replace
 from contextlib import contextmanager
-from functools import partial
+from functools import cached_property, partial
 from typing import Callable, Iterator, Mapping
 
 from engine.api import KIND_CHAT, KIND_EMBEDDING, GenRequest, Grammar
@@ -30,13 +32,16 @@ from server.door.routes import Params
 from server.api.defaults import SamplingDefaults
 from server.api.generation import DEFAULT_MAX_STOP_STRINGS, GenSpec, parse_priority
 from server.api.offloop import OffLoop
-from server.api.streams import Echo, GenerationStream, Renderer, StreamContext
+from server.api.streams import GenerationStream, Renderer, StreamContext
 from server.api.structured import Structured, compile_structured
 from server.api.thinking import after_thinking
 from server.api.tools import call_grammar_spec, check_tools_compile, with_format
 from server.errors import ApiError, bad
 from server.replies import Headers
 from server.http.protocol import Request, Stream
+from server.text.client import EngineClient
+from server.text.gentext import Echo
+from server.text.generation import CallRules, TextRules
 from server.text.served import ServedModel
 from server.worker.bridge import EngineBridge
 from server.worker.encoder_worker import EncoderWorker
@@ -65,23 +70,22 @@ class Endpoint:
 
 @dataclass(frozen=True)
 class ChatModel:
-    """One served chat model as the API sees it: its text layer, its engine thread and its
-    server-side sampling defaults."""
+    """One served chat model as the server assembles it: its text layer, its engine thread
+    and its server-side sampling defaults; the API reaches the engine through `client`."""
     served: ServedModel
     bridge: EngineBridge
     defaults: SamplingDefaults = SamplingDefaults()
 
+    @cached_property
+    def client(self) -> EngineClient:
+        return EngineClient(self.served, self.bridge)
+
 
 @dataclass(frozen=True)
 class ApiContext:
-    """What every endpoint handler is given (no globals): the chat models by id (each its
-    text layer, engine bridge and defaults) and the sentence-embedding models by id (each
-    its own encoder worker). `served`, `bridge`, `defaults` and `stream_ctx` are one chat
-    model's: the first's in the server's context, the request's own in the context
-    `serving` yields (`for_model`); None in a server of embedding models only."""
-    served: ServedModel | None
-    defaults: SamplingDefaults                  # server-side sampling defaults
-    bridge: EngineBridge | None
+    """What every endpoint handler is given (no globals): the chat models by id and the
+    sentence-embedding models by id (each its own encoder worker), in configuration order.
+    A handler names its model once, with `serving`, and works in that `ModelContext`."""
     stream_ctx: StreamContext
     offloop: OffLoop
     count_request: Callable[..., None]          # (route, status, model=) -> the request counter
@@ -109,41 +113,67 @@ class ApiContext:
                                f"{kind} model: it serves {', '.join(TASK_ROUTES[t] for t in tasks)}"
                                f", not {TASK_ROUTES[task]}.")
 
-    def for_model(self, model: str) -> ApiContext:
-        """This context as served model `model` sees it: a chat model's text layer, engine
-        and defaults; its requests counted under its id (an embedding model keeps the
-        rest)."""
-        chat = self.chats.get(model)
-        own = {} if chat is None else {
-            "served": chat.served, "bridge": chat.bridge, "defaults": chat.defaults,
-            "stream_ctx": replace(self.stream_ctx, bridge=chat.bridge,
-                                  tokenizer=chat.served.tokenizer,
-                                  on_status=partial(self.stream_ctx.on_status, model=model))}
-        return replace(self, count_request=partial(self.count_request, model=model), **own)
-
     def defaults_for(self, body: bytes) -> SamplingDefaults:
         """The sampling defaults of the chat model `body` names, before it is parsed: the
         first chat model's when every chat model has the same (one parse), else the
         named one's (unknown or absent: the first's; the parse then refuses it)."""
-        if all(chat.defaults == self.defaults for chat in self.chats.values()):
-            return self.defaults
+        first = next(iter(self.chats.values()), None)
+        first_defaults = first.defaults if first is not None else SamplingDefaults()
+        if all(chat.defaults == first_defaults for chat in self.chats.values()):
+            return first_defaults
         try:
             named = json.loads(body).get("model")
         except (ValueError, AttributeError):
-            return self.defaults
+            return first_defaults
         chat = self.chats.get(named) if isinstance(named, str) else None
-        return chat.defaults if chat is not None else self.defaults
+        return chat.defaults if chat is not None else first_defaults
 
     @contextmanager
-    def serving(self, model: str, task: str = TASK_GENERATE) -> Iterator[ApiContext]:
+    def serving(self, model: str, task: str = TASK_GENERATE) -> Iterator[ModelContext]:
         """The request's body parsed and named `model`: check it can do `task`, yield the
-        context of that model (`for_model`), and note every error raised from here on as
-        about that model (the access log's `model`)."""
+        request's context with that model chosen, and note every error raised from here on
+        as about that model (the access log's `model`)."""
         try:
             self.check_model(model, task)
-            yield self.for_model(model)
+            yield ModelContext(self, model)
         except ApiError as err:
             raise err.about(model)
+
+
+@dataclass(frozen=True)
+class ModelContext:
+    """A request's context once its body has named a served model: the server's context
+    and that one model (a chat model's client, or an encoder), chosen once here."""
+    api: ApiContext
+    model: str
+
+    @property
+    def chat(self) -> ChatModel:
+        return self.api.chats[self.model]
+
+    @property
+    def client(self) -> EngineClient:
+        return self.chat.client
+
+    @property
+    def served(self) -> ServedModel:
+        return self.chat.served
+
+    @property
+    def defaults(self) -> SamplingDefaults:
+        return self.chat.defaults
+
+    @property
+    def encoder(self) -> EncoderWorker | None:
+        """The sentence-embedding model's worker; None for a chat model."""
+        return self.api.encoders.get(self.model)
+
+    @property
+    def offloop(self) -> OffLoop:
+        return self.api.offloop
+
+    def count_request(self, route: str, status: int) -> None:
+        self.api.count_request(route, status, model=self.model)
 
 
 def choice_seed(seed: int | None, choice: int) -> int | None:
@@ -165,11 +195,11 @@ def priority_of(request: Request) -> int:
     return parse_priority(request.header("x-tl-priority"))
 
 
-def launch_generation(ctx: ApiContext, request: Request, spec: GenSpec,
+def launch_generation(ctx: ModelContext, request: Request, spec: GenSpec,
                       prompts: list[list[int]], endpoint: Endpoint, extra: Headers,
                       render: RenderFor, echoes: list[Echo] | None = None) -> Launch:
     """One engine request per choice (`n` per prompt; choice index = prompt * n + j, as
-    OpenAI numbers them), prepared here (worker thread: the grammar, the context rule);
+    OpenAI numbers them), prepared here (off the loop: the grammar, the context rule);
     the launch admits them on the loop thread."""
     priority = priority_of(request)
     ctx.served.check_token_ids(tuple(t for t, _ in spec.params.logit_bias), "logit_bias")
@@ -185,25 +215,30 @@ def launch_generation(ctx: ApiContext, request: Request, spec: GenSpec,
                    echoes, render, request.request_id)
 
 
-def _launch(ctx: ApiContext, requests: list[GenRequest], spec: GenSpec, prompt_tokens: int,
+def text_rules(spec: GenSpec) -> TextRules:
+    """The request's text-side settings for the text layer: stops, logprobs, thinking, and
+    the tools' call syntax when tools are offered."""
+    tools = spec.tools
+    calls = (CallRules(tools.fmt, tools.parallel, tools.forced)
+             if tools is not None and tools.offered else None)
+    return TextRules(stop=spec.stop, logprobs=spec.logprobs, top_logprobs=spec.top_logprobs,
+                     thinking=spec.thinking, calls=calls)
+
+
+def _launch(ctx: ModelContext, requests: list[GenRequest], spec: GenSpec, prompt_tokens: int,
             endpoint: Endpoint, extra: Headers, echoes: list[Echo] | None,
             render: RenderFor, request_id: str) -> GenerationStream:
-    """Admission, on the loop thread: the whole answer or none of it: a refusal or a 429
-    on a later choice aborts the earlier ones."""
-    now = ctx.clock()
-    tickets = []
+    """Admission, on the loop thread: the whole answer or none of it."""
+    now = ctx.api.clock()
     try:
-        for gen in requests:        # admission: a slot each in the bridge's queue, or 429
-            tickets.append(ctx.bridge.submit(gen, request_id=request_id))
+        generation = ctx.client.generate(requests, text_rules(spec), request_id=request_id,
+                                         echoes=echoes)
     except ApiError as err:
-        for ticket in tickets:
-            ctx.bridge.abort(ticket)
         raise err.about(spec.model)
     header = docs.Header.new(endpoint.id_prefix, ctx.served.id)
-    return GenerationStream(ctx=ctx.stream_ctx, tickets=tickets, spec=spec, header=header,
-                            prompt_tokens=prompt_tokens, route=endpoint.route,
-                            headers=extra, arrival_s=now, echoes=echoes,
-                            renderer=render(header))
+    return GenerationStream(ctx=ctx.api.stream_ctx, generation=generation, spec=spec,
+                            header=header, prompt_tokens=prompt_tokens, route=endpoint.route,
+                            headers=extra, arrival_s=now, renderer=render(header))
 
 
 def _gen_request(served: ServedModel, spec: GenSpec, prompt: list[int], prompt_param: str,
@@ -220,7 +255,7 @@ def _gen_request(served: ServedModel, spec: GenSpec, prompt: list[int], prompt_p
                       wait_for_prefix=choice > 0, grammar=grammar, prediction=predicted)
 
 
-def chat_prompt(ctx: ApiContext, spec: GenSpec,
+def chat_prompt(ctx: ModelContext, spec: GenSpec,
                 offered: tuple[dict, ...]) -> tuple[GenSpec, list[int]]:
     """The conversation through the chat template (with the request's template variables)
     -> the prompt's ids, and the spec with the split its answer gets (`thinking`)."""
@@ -229,7 +264,7 @@ def chat_prompt(ctx: ApiContext, spec: GenSpec,
     return replace(spec, thinking=ctx.served.thinking_for(text, variables)), ctx.served.encode(text)
 
 
-def with_tools(ctx: ApiContext, spec: GenSpec) -> tuple[GenSpec, tuple[dict, ...]]:
+def with_tools(ctx: ModelContext, spec: GenSpec) -> tuple[GenSpec, tuple[dict, ...]]:
     """Tools validated, compiled, in the template's format, their grammar asked for; and
     the tools the template is offered (chat and Responses alike)."""
     if spec.tools is None:

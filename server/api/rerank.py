@@ -111,14 +111,14 @@ def cosines(vectors: list, left: int) -> np.ndarray:
     return (b @ a[0]) if left == 1 else np.einsum("rh,rh->r", a, b)
 
 
-def rerank(ctx: ApiContext, request: Request, params: Params, extra: Headers) -> Launch:
+def rerank(api: ApiContext, request: Request, params: Params, extra: Headers) -> Launch:
     spec = parse_rerank(request.body)
-    with ctx.serving(spec.model, TASK_RERANK) as ctx:
+    with api.serving(spec.model, TASK_RERANK) as ctx:
         texts = (spec.query,) + spec.documents
-        rows = encoder_rows(ctx.encoders[spec.model].encoder, texts, None,
+        rows = encoder_rows(ctx.encoder.encoder, texts, None,
                             lambda i: ("query", "The query") if i == 0 else
                             ("documents", f"Document {i - 1}"))
-        return partial(launch_embedding, ctx, ctx.encoders[spec.model], spec.model, rows,
+        return partial(launch_embedding, ctx, ctx.encoder, spec.model, rows,
                        ENCODING_VECTORS, extra, request.request_id, "rerank",
                        partial(_rerank_document, spec))
 
@@ -134,14 +134,14 @@ def _rerank_document(spec: RerankSpec, vectors: list, prompt_tokens: int) -> dic
             "results": results}
 
 
-def score(ctx: ApiContext, request: Request, params: Params, extra: Headers) -> Launch:
+def score(api: ApiContext, request: Request, params: Params, extra: Headers) -> Launch:
     spec = parse_score(request.body)
-    with ctx.serving(spec.model, TASK_SCORE) as ctx:
+    with api.serving(spec.model, TASK_SCORE) as ctx:
         n_left = len(spec.left)
-        rows = encoder_rows(ctx.encoders[spec.model].encoder, spec.left + spec.right, None,
+        rows = encoder_rows(ctx.encoder.encoder, spec.left + spec.right, None,
                             lambda i: ("text_1", f"text_1[{i}]") if i < n_left else
                             ("text_2", f"text_2[{i - n_left}]"))
-        return partial(launch_embedding, ctx, ctx.encoders[spec.model], spec.model, rows,
+        return partial(launch_embedding, ctx, ctx.encoder, spec.model, rows,
                        ENCODING_VECTORS, extra, request.request_id, "score",
                        partial(_score_document, spec))
 

@@ -2,18 +2,19 @@
 
 A generation is three small parts, read top to bottom:
 
-1. `GenerationText` (server/text/gentext.py) — engine events in, text `Piece`s out: UTF-8,
-   stop strings, logprob entries, the finish reason; a refusal comes out as its `ApiError`.
+1. The `Generation` (server/text/generation.py, returned by the model's `EngineClient`) —
+   its choices' text as `Piece`s, made on the engine thread right after each step: UTF-8,
+   stop strings, logprob entries, reasoning and tool calls apart, the finish reason; a
+   refusal comes out as its `ApiError`. A stop string or a repeated tool call ends its
+   engine request there (the engine thread aborts it); the shell only renders.
 2. A renderer per output shape, each in its endpoint's module (server/api/chat/render.py,
    server/api/completions.py, server/api/responses/render.py), all with the `Renderer`
    interface: `piece(Piece) -> bytes`, `finish(usage) -> bytes`, `error(ApiError) -> bytes`.
    Streamed ones return SSE bytes from every call (`SseRenderer`); whole ones collect and
    return one JSON document from `finish` (`WholeRenderer`). The endpoint chooses its
-   renderer and hands it in; the shell never chooses. A renderer may end a choice itself
-   (its `cut`: a tool call repeating an earlier one): the shell aborts that engine request
-   and hands it the finish.
-3. `GenerationStream` — the thin `server.http.protocol.Stream` shell the loop polls whenever the
-   engine thread wakes it, and at `next_deadline_s()` (SSE pings). It does head timing,
+   renderer and hands it in; the shell never chooses.
+3. `GenerationStream` — the thin `server.http.protocol.Stream` shell the loop polls when the
+   engine thread has given it pieces (`has_output`), and at `next_deadline_s()` (SSE pings). It does head timing,
    pings and metrics; a large whole document (many logprobs) is built off the loop
    (server/api/offloop.py) and sent when ready. A streamed answer sends its `200` head with
    its first bytes, and only once the engine has scheduled it (its first token); pings
@@ -26,13 +27,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Callable, Collection, Protocol
+from typing import Callable, Protocol
 
-from engine.api import FINISH_STOP, Tokenizer
 from server.api import documents as docs
-from server.worker.bridge import EngineBridge, Ticket
 from server.errors import ApiError
-from server.text.gentext import Echo, GenerationText, Piece, TokenLogprob
+from server.text.gentext import FinishReason, Piece, TokenLogprob
+from server.text.generation import Generation
 from server.api.generation import GenSpec
 from server.api.prediction import prediction_usage
 from server.replies import JSON_CONTENT_TYPE, json_bytes, json_bytes_piecewise
@@ -50,11 +50,9 @@ INLINE_DOCUMENT_MAX_ENTRIES = 512
 
 @dataclass(frozen=True, kw_only=True)
 class StreamContext:
-    """What a stream needs from the server, injected (no globals)."""
-    bridge: EngineBridge
-    tokenizer: Tokenizer
+    """What a stream needs from the server, injected (no globals); one for the server."""
     ping_interval_s: float
-    on_status: Callable[[str, int], None]     # (route, status) -> request counter
+    on_status: Callable[..., None]            # (route, status, model=) -> request counter
     on_finish: Callable[[FinishedRequest], None]   # ServerMetrics.observe_generation
     offloop: OffLoop = Inline()               # where a large whole document is built
 
@@ -63,7 +61,6 @@ class StreamContext:
 
 class Renderer(Protocol):
     streamed: bool                # SSE bytes from every call, or one document at the end
-    cut: Collection[int]          # choices the renderer ended itself (a repeated tool call)
 
     def piece(self, piece: Piece) -> bytes: ...
 
@@ -75,7 +72,7 @@ class Renderer(Protocol):
 class SseRenderer:
     """Chunks as SSE events, each naming its choice's `index`; the usage chunk when asked;
     `[DONE]` at the end. Choices interleave in the order their tokens arrive."""
-    streamed, cut = True, frozenset()
+    streamed = True
 
     def __init__(self, header: docs.Header, spec: GenSpec):
         self.header, self.include_usage = header, spec.include_usage
@@ -106,12 +103,12 @@ class Collected:
     parts: list[str] = field(default_factory=list)
     reasoning: list[str] = field(default_factory=list)      # when the answer thinks
     entries: list[TokenLogprob] = field(default_factory=list)
-    finish: str = FINISH_STOP
+    finish: FinishReason = FinishReason.STOP
 
 
 class WholeRenderer:
     """Collects each choice's pieces; `finish` returns the one JSON document."""
-    streamed, cut = False, frozenset()
+    streamed = False
 
     def __init__(self, header: docs.Header, spec: GenSpec):
         self.header, self.logprobs = header, spec.logprobs
@@ -143,29 +140,19 @@ class WholeRenderer:
 
 # ---- 3. the shell: head timing, pings, metrics ----------------------------------------------
 
-@dataclass
-class Choice:
-    """One choice of a generation: its engine request and its text."""
-    ticket: Ticket
-    text: GenerationText
-    done: bool = False
-
-
 class GenerationStream:
     """One chat or completion request (one or more choices), from admission to its last byte."""
 
-    def __init__(self, *, ctx: StreamContext, tickets: list[Ticket], spec: GenSpec,
+    def __init__(self, *, ctx: StreamContext, generation: Generation, spec: GenSpec,
                  header: docs.Header, prompt_tokens: int, route: str,
                  headers: tuple[tuple[str, str], ...], arrival_s: float,
-                 renderer: Renderer, echoes: list[Echo | None] | None = None):
+                 renderer: Renderer):
         self.ctx = ctx
+        self.generation = generation
         self.prompt_tokens, self.route, self.headers = prompt_tokens, route, headers
         self.arrival_s = arrival_s
-        self.choices = [Choice(ticket, self._text(spec, ticket, index,
-                                                  echoes[index] if echoes else None))
-                        for index, ticket in enumerate(tickets)]
-        self.ticket = tickets[0]                # the timings of the first choice are observed
         self.render = renderer                  # the endpoint's choice (server/api/launch.py)
+        self.choices_left = len(generation.choices)
         self.entries_per_token = 1 + spec.top_logprobs if spec.logprobs else 0
         self.echoed_tokens = prompt_tokens * spec.n if spec.echo and spec.logprobs else 0
         self.tail: Stream | None = None         # the whole document, being built off the loop
@@ -177,18 +164,17 @@ class GenerationStream:
 
     def access_fields(self) -> dict:
         """What the access log (server/door/access.py) records of this generation."""
-        first = self.ticket.first_token_s
+        first = self.generation.first.first_token_s
         return {"model": self.model_id, "prompt_tokens": self.prompt_tokens,
                 "completion_tokens": self.completion_tokens,
                 "finish_reason": self.finish_reason, "error": self.error_message,
                 "ttft_ms": None if first is None else round((first - self.arrival_s) * 1000, 1)}
 
-    def _text(self, spec: GenSpec, ticket: Ticket, index: int,
-              echo: Echo | None) -> GenerationText:
-        return GenerationText(tokenizer=self.ctx.tokenizer, stop=spec.stop,
-                              logprobs=spec.logprobs, top_logprobs=spec.top_logprobs,
-                              on_stop=lambda: self.ctx.bridge.abort(ticket), index=index,
-                              echo=echo, thinking=spec.thinking)
+    def has_output(self) -> bool:
+        """Pieces to render, or a built document to send: the loop polls us on a wake."""
+        if self.tail is not None:
+            return self.tail.has_output()
+        return self.done or self.generation.has_output()
 
     def poll(self, now_s: float) -> StreamPoll:
         if self.tail is not None:
@@ -197,7 +183,7 @@ class GenerationStream:
         if self.done:
             out.done = True
             return out
-        ending = self._take_events()
+        ending = self._render_pieces()
         if isinstance(ending, ApiError):
             self._fail(out, ending)
         elif ending:
@@ -223,49 +209,36 @@ class GenerationStream:
         return self._is_scheduled() and now_s - self.last_send_s >= self.ctx.ping_interval_s
 
     def cancel(self) -> None:
-        self._abort_all()
+        self.generation.cancel()
         if self.tail is not None:
             self.tail.cancel()
         self.done = True
 
-    def _abort_all(self) -> None:
-        for choice in self.choices:
-            self.ctx.bridge.abort(choice.ticket)
-
-    def _take_events(self) -> bool | ApiError:
-        """Render the events that arrived; True when every choice has finished, or the
+    def _render_pieces(self) -> bool | ApiError:
+        """Render the pieces that arrived; True when every choice has finished, or the
         error that ends the whole answer."""
-        for choice in self.choices:
-            events = choice.ticket.events
-            while events and not choice.done:
-                result = choice.text.feed(events.popleft())
-                if isinstance(result, ApiError):
-                    return result
-                if result is None:
-                    continue
-                data = self.render.piece(result)
-                if result.finish is None and result.index in self.render.cut:
-                    self.ctx.bridge.abort(choice.ticket)    # the renderer ended the answer
-                    result = Piece("", finish=FINISH_STOP, index=result.index)
-                    data += self.render.piece(result)
-                if data:
-                    self.pending.append(data)
-                if result.finish is not None:
-                    choice.done, self.finish_reason = True, result.finish
-        return all(choice.done for choice in self.choices)
+        for piece in self.generation.take():
+            if isinstance(piece, ApiError):
+                return piece
+            data = self.render.piece(piece)
+            if data:
+                self.pending.append(data)
+            if piece.finish is not None:
+                self.choices_left -= 1
+                self.finish_reason = piece.finish
+        return self.choices_left == 0
 
     @property
     def completion_tokens(self) -> int:
-        return sum(choice.text.completion_tokens for choice in self.choices)
+        return self.generation.completion_tokens
 
     def _usage(self) -> dict:
         """The answer's usage; with a prediction, its accepted and rejected tokens summed
         over the choices (each from its engine request's finish)."""
         details = None
         if self.predicted:
-            details = prediction_usage(
-                sum(c.text.accepted_prediction_tokens for c in self.choices),
-                sum(c.text.rejected_prediction_tokens for c in self.choices))
+            details = prediction_usage(self.generation.accepted_prediction_tokens,
+                                       self.generation.rejected_prediction_tokens)
         return docs.usage(self.prompt_tokens, self.completion_tokens, details)
 
     def _finish(self, out: StreamPoll, now_s: float) -> None:
@@ -289,7 +262,7 @@ class GenerationStream:
     def _document_built(self, now_s: float, body: Outcome) -> Response:
         """Back on the loop thread with the whole document built off it."""
         self.head_sent = self.done = True
-        self.ctx.on_status(self.route, 200)
+        self._count(200)
         self._observe(now_s)
         return Response(status=200, headers=(JSON_CONTENT_TYPE,) + self.headers,
                         body=body.get())
@@ -301,7 +274,7 @@ class GenerationStream:
             out.chunks, self.pending = self.pending, []
         else:                                   # a proper status response
             self._whole(out, err.status, json_bytes(err.document()), err.headers)
-        self._abort_all()
+        self.generation.cancel()
         out.done = self.done = True
 
     def _whole(self, out: StreamPoll, status: int, body: bytes,
@@ -310,19 +283,22 @@ class GenerationStream:
                                 content_length=len(body))
         out.chunks = [body]
         self.head_sent = True
-        self.ctx.on_status(self.route, status)
+        self._count(status)
 
     def _send_sse(self, out: StreamPoll, now_s: float) -> None:
         if not self.head_sent:
             out.head = ResponseHead(status=200, headers=SSE_HEADERS + self.headers)
             self.head_sent = True
-            self.ctx.on_status(self.route, 200)
+            self._count(200)
         out.chunks, self.pending = self.pending, []
         self.last_send_s = now_s
 
+    def _count(self, status: int) -> None:
+        self.ctx.on_status(self.route, status, model=self.model_id)
+
     def _observe(self, now_s: float) -> None:
         """The finished generation's timings (its first choice's), for /metrics."""
-        t = self.ticket
+        t = self.generation.first
         last_s = t.last_token_s or now_s
         self.ctx.on_finish(FinishedRequest(
             model=self.model_id, prompt_tokens=self.prompt_tokens,

@@ -63,10 +63,10 @@ def parse_detokenize(body: bytes) -> DetokenizeSpec:
     return DetokenizeSpec(model=model_name(doc), tokens=token_ids(doc.get("tokens"), "tokens"))
 
 
-def tokenize(ctx: ApiContext, request: Request, params: Params, extra: Headers) -> Response:
+def tokenize(api: ApiContext, request: Request, params: Params, extra: Headers) -> Response:
     spec = parse_tokenize(request.body)
-    with ctx.serving(spec.model, TASK_TOKENIZE) as ctx:
-        worker = ctx.encoders.get(spec.model)
+    with api.serving(spec.model, TASK_TOKENIZE) as ctx:
+        worker = ctx.encoder
         if worker is not None:              # WordPiece ids, [CLS] ... [SEP] as it embeds them
             if spec.messages:
                 raise bad("messages", f"The model '{spec.model}' is an embedding model: it "
@@ -86,10 +86,10 @@ def tokenize(ctx: ApiContext, request: Request, params: Params, extra: Headers) 
             docs.tokenized(tokens, limit)), notes=(("model", spec.model),))
 
 
-def detokenize(ctx: ApiContext, request: Request, params: Params, extra: Headers) -> Response:
+def detokenize(api: ApiContext, request: Request, params: Params, extra: Headers) -> Response:
     spec = parse_detokenize(request.body)
-    with ctx.serving(spec.model, TASK_TOKENIZE) as ctx:
-        worker = ctx.encoders.get(spec.model)
+    with api.serving(spec.model, TASK_TOKENIZE) as ctx:
+        worker = ctx.encoder
         tokenizer = worker.encoder.tokenizer if worker is not None else ctx.served.tokenizer
         check_token_ids(spec.tokens, tokenizer.vocab_size, "tokens")
         answer = replies.json_response(200, docs.detokenized(tokenizer.decode(

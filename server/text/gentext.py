@@ -1,24 +1,33 @@
 """Engine events in, text `Piece`s out: the text of one generation, for every output shape.
 
-`GenerationText` owns the `TextStream` (incremental UTF-8, stop strings), aborts the engine
-request when a stop string ends it, never sends the EOS token's text, makes the logprob
-entries (`TokenLogprob`), counts completion tokens and names the finish reason. A
-refusal, failure or expiry comes out as its `ApiError`. When the answer thinks (`Thinking`,
+`GenerationText` owns the `TextStream` (incremental UTF-8, stop strings), says when a stop
+string has ended the answer (`stopped`: the caller ends the engine request), never sends
+the EOS token's text, makes the logprob entries (`TokenLogprob`), counts completion tokens
+and names the finish reason (`FinishReason`, the wire's). A refusal, failure or expiry
+comes out as its `ApiError`. When the answer thinks (`Thinking`,
 server/text/reasoning.py) its text runs through a `ReasoningSplitter`: each piece carries
 the reasoning and the answer apart, so what reads `Piece.text` (tool calls, JSON) sees the
-answer only. The renderers and the stream shell
-of server/api/streams.py consume its `Piece`s; `Echo` is what `echo: true` sends first.
+answer only. server/text/generation.py runs it for each choice on the engine thread; the
+renderers of server/api/ consume its `Piece`s; `Echo` is what `echo: true` sends first.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from enum import StrEnum
 
-from engine.api import FINISH_LENGTH, FINISH_STOP, PromptLogprobs, TokenOut, Tokenizer
+from engine.api import Finish, PromptLogprobs, TokenOut, Tokenizer
 from server.worker.events import Event
 from server.errors import ApiError
 from server.text.reasoning import Thinking
+from server.text.toolparse import CallOut, CallState
 from sse import TextStream
+
+
+class FinishReason(StrEnum):
+    """A choice's `finish_reason` on the wire (a str: it serialises as its value)."""
+    STOP = "stop"               # EOS, a stop id or a stop string
+    LENGTH = "length"           # max_tokens or the context
+    TOOL_CALLS = "tool_calls"   # the answer's calls are complete (chat documents)
 
 
 @dataclass(frozen=True)
@@ -35,13 +44,17 @@ class TokenLogprob:
 class Piece:
     """Text that is safe to send, for one engine event; `finish` is set on the last piece.
     `index` is the choice's; `prompt` holds an echoed prompt's scored tokens; `reasoning`
-    the thinking text of the piece when the answer is split (`text` is then the answer's)."""
+    the thinking text of the piece when the answer is split (`text` is then the answer's).
+    With tools offered, `parts` is `text` split into content (str) and the calls it
+    completes, in order, and `calls` how far the answer's calls have come."""
     text: str
     logprob: TokenLogprob | None = None
-    finish: str | None = None
+    finish: FinishReason | None = None
     index: int = 0
     prompt: tuple[TokenLogprob, ...] = ()
     reasoning: str = ""
+    parts: tuple[str | CallOut, ...] = ()
+    calls: CallState | None = None
 
 
 @dataclass(frozen=True)
@@ -52,20 +65,19 @@ class Echo:
     scored: bool                                # the engine scores the prompt (PromptLogprobs)
 
 
-def _finish_reason(engine_finish: str | None) -> str:
-    return FINISH_LENGTH if engine_finish == FINISH_LENGTH else FINISH_STOP
+def _finish_reason(engine_finish: Finish | None) -> FinishReason:
+    return FinishReason.LENGTH if engine_finish == Finish.LENGTH else FinishReason.STOP
 
 
 class GenerationText:
     """The text of one generation (one choice), one engine event at a time."""
 
     def __init__(self, *, tokenizer: Tokenizer, stop: tuple[str, ...], logprobs: bool,
-                 top_logprobs: int, on_stop: Callable[[], None], index: int = 0,
-                 echo: Echo | None = None, thinking: Thinking | None = None):
+                 top_logprobs: int, index: int = 0, echo: Echo | None = None,
+                 thinking: Thinking | None = None):
         self._tokenizer = tokenizer
         self._text = TextStream(stop)
         self._logprobs, self._top_logprobs = logprobs, top_logprobs
-        self._on_stop = on_stop                 # a stop string ends the request in the engine
         self.index = index
         self._echo = echo                       # sent once, before the first completion text
         self._prompt: list[TokenLogprob] = []
@@ -88,19 +100,23 @@ class GenerationText:
         if ev.token is None:                    # the finish alone (length, stop)
             return self._piece(self._text.finish(), None, _finish_reason(ev.finish))
         self.completion_tokens += 1
-        is_stop_token = ev.finish == FINISH_STOP    # EOS / a stop id: its text is never sent
+        is_stop_token = ev.finish == Finish.STOP    # EOS / a stop id: its text is never sent
         raw = b"" if is_stop_token else self._tokenizer.token_bytes(ev.token)
         text = self._text.push(raw)
         finish = None
         if self._text.stopped():
-            finish = FINISH_STOP
-            self._on_stop()
+            finish = FinishReason.STOP          # the caller ends the engine request
         elif ev.finish is not None:
             text += self._text.finish()
             finish = _finish_reason(ev.finish)
         entry = None if (is_stop_token or not self._logprobs) else self._logprob(
             raw, ev.logprob, ev.top_logprobs)
         return self._piece(text, entry, finish)
+
+    @property
+    def stopped(self) -> bool:
+        """A stop string has ended the answer (the engine request must end too)."""
+        return self._text.stopped()
 
     def _piece(self, text: str, entry: TokenLogprob | None, finish: str | None) -> Piece:
         if self._split is None:

@@ -118,6 +118,14 @@ class CallOut:
         return json.dumps(self.arguments, ensure_ascii=False)
 
 
+@dataclass(frozen=True)
+class CallState:
+    """How far a streamed answer's calls have come, as of one piece: the calls sent so far,
+    and whether the answer has reached its call syntax (an unfinished call included)."""
+    sent: int
+    in_calls: bool
+
+
 class CallSplitter:
     """One answer's text in; out, in order: its content text (str) and each call (CallOut)
     once its JSON object is complete. `cut`: a call repeated an earlier one (`kept_calls`),

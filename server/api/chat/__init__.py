@@ -16,9 +16,9 @@ from server.http.protocol import Request
 CHAT = Endpoint(route="chat", id_prefix="chatcmpl", prompt_param="messages")
 
 
-def chat(ctx: ApiContext, request: Request, params: Params, extra: Headers) -> Launch:
-    spec = parse_chat(request.body, ctx.defaults_for(request.body), ctx.max_stop_strings)
-    with ctx.serving(spec.model) as ctx:
+def chat(api: ApiContext, request: Request, params: Params, extra: Headers) -> Launch:
+    spec = parse_chat(request.body, api.defaults_for(request.body), api.max_stop_strings)
+    with api.serving(spec.model) as ctx:
         spec, offered = with_tools(ctx, spec)
         spec, prompt = chat_prompt(ctx, spec, offered)
         return launch_generation(ctx, request, spec, [prompt], CHAT, extra,

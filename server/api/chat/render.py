@@ -2,16 +2,18 @@
 (streamed), plain or with tool calls, and `renderer(spec, header)`, the chat family's one
 choice among them.
 
-With tools offered, the model's call text is split into content and calls by
-server/text/toolparse.py (`CallSplitter`, `split_calls`). Whole answers: `ToolChatDocument`
+With tools offered, the model's call text is split into content and calls by the text
+layer: streamed, each piece arrives with its `parts` (server/text/generation.py runs the
+`CallSplitter` of server/text/toolparse.py as the tokens come); whole, `split_calls` reads
+the complete answer. Whole answers: `ToolChatDocument`
 puts `message.tool_calls` (ids from `new_call_id`; `function.arguments` as JSON text) and
 `finish_reason: "tool_calls"` (a token limit keeps `length`: its complete calls are returned,
 an unfinished one is dropped, and call syntax is never content). Streams: `ToolChatChunks` sends content as it comes, held-back
 text once it cannot start a trigger, and each call once its JSON object is complete: first
 `{index, id, type, function: {name, arguments: ""}}`, then the arguments in fragments
 (server/api/tools.py `argument_fragments`). Per-token logprobs are not sent in tool-call
-streams. A call repeating an earlier one ends the answer: the renderer names the choice in
-its `cut`, and the stream shell (server/api/streams.py) aborts the engine request.
+streams. A call repeating an earlier one ends the answer: the text layer ends its engine
+request and its last piece is a stop.
 
 When the answer thinks (`spec.thinking`), pieces carry the reasoning apart
 (server/text/gentext.py): it goes out as `delta.reasoning_content` (vLLM's name) and, whole,
@@ -22,18 +24,15 @@ from __future__ import annotations
 
 import json
 
-from engine.api import FINISH_STOP
 from server.api import documents as docs
 from server.api.generation import GenSpec
 from server.api.streams import Collected, Renderer, SseRenderer, WholeRenderer
 from server.replies import json_bytes
 from server.api.tools import argument_fragments
-from server.text.gentext import Piece, TokenLogprob
+from server.text.gentext import FinishReason, Piece, TokenLogprob
 from server.text.toolformats import ToolCallFormat
-from server.text.toolparse import Call, CallOut, CallSplitter, new_call_id, split_calls
+from server.text.toolparse import Call, CallOut, new_call_id, split_calls
 from sse import event
-
-FINISH_TOOL_CALLS = "tool_calls"
 
 
 def _chat_entry(lp: TokenLogprob) -> dict:
@@ -103,72 +102,33 @@ def chat_deltas(outs: list[str | CallOut], fmt: ToolCallFormat) -> list[dict]:
     return deltas
 
 
-class CallScanner:
-    """One choice's stream: text in, chat deltas out (content, then tool-call parts)."""
-
-    def __init__(self, fmt: ToolCallFormat, parallel: bool, forced: bool = False):
-        self.split = CallSplitter(fmt, parallel, forced)
-
-    @property
-    def sent(self) -> int:
-        return self.split.sent
-
-    @property
-    def cut(self) -> bool:
-        return self.split.cut
-
-    def push(self, text: str) -> list[dict]:
-        return chat_deltas(self.split.push(text), self.split.fmt)
-
-    def finish(self) -> list[dict]:
-        return chat_deltas(self.split.finish(), self.split.fmt)
-
-
 class ToolChatChunks(ChatChunks):
     """chat.completion.chunk events with `delta.tool_calls`; finish_reason "tool_calls"."""
 
     def __init__(self, header: docs.Header, spec: GenSpec):
         super().__init__(header, spec)
-        self.tools = spec.tools
-        self._scanners: dict[int, CallScanner] = {}
-        self.cut: set[int] = set()
+        self.fmt = spec.tools.fmt
 
     def piece(self, piece: Piece) -> bytes:
-        tools = self.tools
-        scanner = self._scanners.setdefault(piece.index, CallScanner(tools.fmt, tools.parallel,
-                                                                     tools.forced))
         deltas = ([{"reasoning_content": piece.reasoning}] if piece.reasoning else []) \
-            + scanner.push(piece.text)
-        if scanner.cut:
-            self.cut.add(piece.index)
-        if piece.finish is not None:
-            deltas += scanner.finish()
+            + chat_deltas(list(piece.parts), self.fmt)
         out = b"".join(self._frame(docs.chat_chunk(self.header, d, index=piece.index), piece.index)
                        for d in deltas)
         if piece.finish is not None:
-            finish = FINISH_TOOL_CALLS if scanner.sent and piece.finish == FINISH_STOP else piece.finish
+            finish = piece.finish
+            if piece.calls is not None and piece.calls.sent and finish == FinishReason.STOP:
+                finish = FinishReason.TOOL_CALLS
             out += self._frame(docs.chat_chunk(self.header, {}, finish, index=piece.index), piece.index)
         return out
 
 
 class ToolChatDocument(ChatDocument):
-    """chat.completion with `message.tool_calls` when the answer holds calls; each choice's
-    text also runs through a `CallSplitter` as it comes, to see a repeated call (`cut`)."""
+    """chat.completion with `message.tool_calls` when the answer holds calls, read from
+    each choice's complete text."""
 
     def __init__(self, header: docs.Header, spec: GenSpec):
         super().__init__(header, spec)
         self.tools = spec.tools
-        self._splitters: dict[int, CallSplitter] = {}
-        self.cut: set[int] = set()
-
-    def piece(self, piece: Piece) -> bytes:
-        tools = self.tools
-        splitter = self._splitters.setdefault(piece.index, CallSplitter(tools.fmt, tools.parallel,
-                                                                        tools.forced))
-        splitter.push(piece.text)
-        if splitter.cut:
-            self.cut.add(piece.index)
-        return super().piece(piece)
 
     def _document(self, index: int, text: str, choice, usage: dict) -> dict:
         document = super()._document(index, text, choice, usage)
@@ -178,8 +138,8 @@ class ToolChatDocument(ChatDocument):
         out["message"]["content"] = content          # None: the answer was call syntax only
         if calls:
             out["message"]["tool_calls"] = [call_document(c, new_call_id(tools.fmt)) for c in calls]
-            if out["finish_reason"] == FINISH_STOP:
-                out["finish_reason"] = FINISH_TOOL_CALLS
+            if out["finish_reason"] == FinishReason.STOP:
+                out["finish_reason"] = FinishReason.TOOL_CALLS
         return document
 
 

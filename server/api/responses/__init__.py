@@ -42,10 +42,10 @@ __all__ = ["RESPONSES", "ResponsesSpec", "parse_responses", "renderer", "respons
 RESPONSES = Endpoint(route="responses", id_prefix="resp", prompt_param="input")
 
 
-def responses(ctx: ApiContext, request: Request, params: Params, extra: Headers) -> Launch:
+def responses(api: ApiContext, request: Request, params: Params, extra: Headers) -> Launch:
     """The handler: the chat path (tools, template, tokens), the Responses renderer."""
-    spec = parse_responses(request.body, ctx.defaults_for(request.body))
-    with ctx.serving(spec.gen.model) as ctx:
+    spec = parse_responses(request.body, api.defaults_for(request.body))
+    with api.serving(spec.gen.model) as ctx:
         gen, offered = with_tools(ctx, spec.gen)
         gen, prompt = chat_prompt(ctx, gen, offered)
         spec = replace(spec, gen=gen)

@@ -7,8 +7,8 @@ typed SSE events, each `event: <type>` + `data: <json>` with a `sequence_number`
     response.output_text.done, response.content_part.done, response.output_item.done,
     response.completed | response.incomplete (max_output_tokens cut it) | response.failed
 
-With tools offered, the text runs through a `CallSplitter` (server/text/toolparse.py): the
-answer's calls become `function_call` output items after the message item (left out when
+With tools offered, each piece comes split into content and calls (its `parts`: the text
+layer's `CallSplitter`, server/text/generation.py): the answer's calls become `function_call` output items after the message item (left out when
 the answer is calls only), their events from server/api/responses/tools.py.
 
 When the answer thinks (server/text/reasoning.py), its reasoning is a `reasoning` item
@@ -23,14 +23,12 @@ import os
 import time
 from dataclasses import dataclass
 
-from engine.api import FINISH_LENGTH
 from server.api import documents as docs
 from server import replies
 from server.api.responses.parse import ResponsesSpec
 from server.api.responses.tools import FunctionCall, call_events, function_call_item, tools_echo
 from server.errors import ApiError
-from server.text.gentext import Piece
-from server.text.toolparse import CallSplitter
+from server.text.gentext import FinishReason, Piece
 from sse import event
 
 STATUS_COMPLETED, STATUS_INCOMPLETE, STATUS_FAILED = "completed", "incomplete", "failed"
@@ -78,16 +76,15 @@ class Thought:
 
 
 class _Answer:
-    """What both renderers share: the ids, the request's echo, the text and calls so far.
-    With tools offered, the text runs through a `CallSplitter` (server/text/toolparse.py)."""
+    """What both renderers share: the ids, the request's echo, the text and calls so far."""
 
     def __init__(self, header: docs.Header, spec: ResponsesSpec):
         self.id, self.item_id, self.reasoning_id = new_id("resp"), new_id("msg"), new_id("rs")
         self.created_at, self.model, self.spec = header.created, header.model, spec
         tools = spec.gen.tools
         self.thinks = spec.gen.thinking is not None     # empty answer text waits for real text
-        self.splitter = (CallSplitter(tools.fmt, tools.parallel, tools.forced)
-                         if tools is not None and tools.offered else None)
+        self.fmt = tools.fmt if tools is not None and tools.offered else None
+        self.in_calls = False                   # the answer has reached its call syntax
         self.parts: list[str] = []
         self.thoughts: list[str] = []
         self.calls: list[FunctionCall] = []
@@ -97,24 +94,18 @@ class _Answer:
         """The piece's reasoning, content text and the calls it completes, in order."""
         thought = [Thought(piece.reasoning)] if piece.reasoning else []
         self.thoughts.append(piece.reasoning)
-        if self.splitter is None:
+        if self.fmt is None:
             outs: list = [piece.text] if piece.text or not self.thinks else []
-        else:
-            outs = self.splitter.push(piece.text)
-            if piece.finish is not None:
-                outs += self.splitter.finish()
+        else:                                   # split by the text layer as it came
+            outs = list(piece.parts)
+            self.in_calls = piece.calls is not None and piece.calls.in_calls
         if piece.finish is not None:
             self.finish = piece.finish
-        taken = [out if isinstance(out, str) else FunctionCall.of(out, self.splitter.fmt)
+        taken = [out if isinstance(out, str) else FunctionCall.of(out, self.fmt)
                  for out in outs]
         for out in taken:
             (self.parts if isinstance(out, str) else self.calls).append(out)
         return thought + taken
-
-    @property
-    def cut(self) -> bool:
-        """A call repeated an earlier one: the answer ended there (server/text/toolparse.py)."""
-        return self.splitter is not None and self.splitter.cut
 
     @property
     def text(self) -> str:
@@ -128,11 +119,10 @@ class _Answer:
     def has_message(self) -> bool:
         """An answer of calls only (an unfinished one too) has no message item; any other
         answer has one."""
-        in_calls = self.splitter is not None and self.splitter.in_calls
-        return any(self.parts) or not (self.calls or in_calls)
+        return any(self.parts) or not (self.calls or self.in_calls)
 
     def status(self) -> str:
-        return STATUS_INCOMPLETE if self.finish == FINISH_LENGTH else STATUS_COMPLETED
+        return STATUS_INCOMPLETE if self.finish == FinishReason.LENGTH else STATUS_COMPLETED
 
     def item(self, status: str) -> dict:
         return message_item(self.item_id, status, [output_text(self.text)])
@@ -173,10 +163,6 @@ class ResponseDocument:
 
     def __init__(self, header: docs.Header, spec: ResponsesSpec):
         self.answer = _Answer(header, spec)
-
-    @property
-    def cut(self) -> frozenset[int]:
-        return frozenset({0}) if self.answer.cut else frozenset()
 
     def piece(self, piece: Piece) -> bytes:
         self.answer.take(piece)

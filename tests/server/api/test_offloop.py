@@ -27,7 +27,8 @@ from server.api.offloop import (CollectorPause, Inline, OffLoopStream, Outcome, 
 from server.api.chat.render import renderer as chat_renderer
 from server.api.generation import GenSpec
 from server.api.streams import INLINE_DOCUMENT_MAX_ENTRIES, GenerationStream, StreamContext
-from tests.fakes import FakeTokenizer, IdleBridge, RecordingBridge, tok
+from tests.fakes import FakeTokenizer, IdleBridge, tok
+from tests.server.api.stream_helpers import generation_stream
 
 WAIT_S = 10.0
 
@@ -104,25 +105,19 @@ def test_the_answer_comes_only_after_the_work_and_is_made_on_the_polling_thread(
 
 def test_a_stream_answer_takes_over_poll_deadline_and_cancel():
     offloop = ManualOffLoop()
-    bridge = RecordingBridge()
-    ticket = Ticket(GenRequest(prompt=(1,)), None)
-    ctx = StreamContext(bridge=bridge, tokenizer=FakeTokenizer(), ping_interval_s=15.0,
-                        on_status=lambda *_: None, on_finish=lambda done: None)
-    made = []
+    spec, header = GenSpec(kind="chat", model="m", stream=True), docs.Header("i", 0, "m")
+    made, (ticket,), bridge = generation_stream(spec, header, chat_renderer(spec, header),
+                                                prompt_tokens=1, route="chat")
 
-    def then(outcome):                          # the continuation creates the ticket's stream
-        spec, header = GenSpec(kind="chat", model="m", stream=True), docs.Header("i", 0, "m")
-        made.append(GenerationStream(ctx=ctx, tickets=[ticket], spec=spec, header=header,
-                                     prompt_tokens=1, route="chat", headers=(), arrival_s=0.0,
-                                     renderer=chat_renderer(spec, header)))
-        return made[0]
+    def then(outcome):                          # the continuation hands over the stream
+        return made
 
     stream = offloop.run(lambda: None, then)
     offloop.finish_all()
-    ticket.events.append(tok(1))
+    bridge.feed(ticket, tok(1))
     first = stream.poll(1.0)
     assert first.head.status == 200 and first.chunks and not first.done
-    assert stream.next_deadline_s() == made[0].next_deadline_s() == 16.0
+    assert stream.next_deadline_s() == made.next_deadline_s() == 16.0
     stream.cancel()                             # tickets exist: they are aborted
     assert bridge.aborted == [ticket]
 
@@ -241,7 +236,7 @@ def test_an_unexpected_prepare_failure_is_a_logged_500(app, caplog, monkeypatch)
     def broken(text):
         raise RuntimeError("tokenizer bug")
 
-    monkeypatch.setattr(api.served, "encode", broken)
+    monkeypatch.setattr(api.ctx.chats["succ"].served, "encode", broken)
     body = json.dumps({"model": "succ", "input": "ab"}).encode()
     out = answer(post(api, "/v1/embeddings", body, rid="rid-500"), woken)
     assert out.head.status == 500
@@ -309,19 +304,15 @@ def test_an_error_after_the_body_parsed_is_noted_with_its_model(app, path, body,
 
 def test_a_large_whole_document_is_built_off_the_loop_then_counted():
     offloop, statuses, finished = ManualOffLoop(), [], []
-    ctx = StreamContext(bridge=RecordingBridge(), tokenizer=FakeTokenizer(),
-                        ping_interval_s=15.0, on_status=lambda route, s: statuses.append(s),
-                        on_finish=finished.append, offloop=offloop)
-    ticket = Ticket(GenRequest(prompt=(1,)), None)
     spec = GenSpec(kind="chat", model="m", logprobs=True, top_logprobs=2)
     header = docs.Header("i", 0, "m")
-    stream = GenerationStream(ctx=ctx, tickets=[ticket], spec=spec,
-                              header=header, prompt_tokens=1, route="chat",
-                              headers=(), arrival_s=0.0, renderer=chat_renderer(spec, header))
+    stream, (ticket,), bridge = generation_stream(
+        spec, header, chat_renderer(spec, header), prompt_tokens=1, route="chat",
+        statuses=statuses, finished=finished, offloop=offloop)
     tokens = INLINE_DOCUMENT_MAX_ENTRIES // 3 + 1          # 3 entries a token: just over
     for _ in range(tokens - 1):
-        ticket.events.append(tok(1, top=((1, -0.1), (2, -0.2))))
-    ticket.events.append(tok(2, finish="length", top=((1, -0.1), (2, -0.2))))
+        bridge.feed(ticket, tok(1, top=((1, -0.1), (2, -0.2))))
+    bridge.feed(ticket, tok(2, finish="length", top=((1, -0.1), (2, -0.2))))
     waiting = stream.poll(1.0)
     assert waiting.head is None and not waiting.done and len(offloop.jobs) == 1
     assert statuses == [] and finished == []

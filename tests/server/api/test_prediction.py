@@ -16,7 +16,8 @@ from server.api.generation import GenSpec
 from server.api.streams import GenerationStream, StreamContext
 from server.errors import ApiError
 from server.worker.bridge import Ticket
-from tests.fakes import FakeTokenizer, RecordingBridge
+from tests.fakes import FakeTokenizer
+from tests.server.api.stream_helpers import generation_stream
 
 HI = [{"role": "user", "content": "hi"}]
 PREDICTED = {"type": "content", "content": "def f():\n    return 1\n"}
@@ -100,15 +101,12 @@ def answer(spec: GenSpec, *finishes: TokenOut) -> bytes:
 
 def answer_events(spec: GenSpec, *events: list[TokenOut]) -> bytes:
     """The bytes a stream shell sends for one choice per list of engine events."""
-    ctx = StreamContext(bridge=RecordingBridge(), tokenizer=FakeTokenizer(), ping_interval_s=15.0,
-                        on_status=lambda route, status: None, on_finish=lambda done: None)
-    tickets = [Ticket(GenRequest(prompt=(1,)), None) for _ in events]
-    for ticket, choice_events in zip(tickets, events):
-        ticket.events.extend(choice_events)
     header = docs.Header("chatcmpl-1", 0, "m")
-    stream = GenerationStream(ctx=ctx, tickets=tickets, spec=spec, header=header,
-                              prompt_tokens=3, route="chat", headers=(), arrival_s=0.0,
-                              renderer=chat_renderer(spec, header))
+    stream, tickets, bridge = generation_stream(spec, header, chat_renderer(spec, header),
+                                                choices=len(events), prompt_tokens=3,
+                                                route="chat")
+    for ticket, choice_events in zip(tickets, events):
+        bridge.feed(ticket, *choice_events)
     out = stream.poll(0.0)
     assert out.done
     return b"".join(out.chunks)

@@ -17,7 +17,8 @@ from server.errors import ApiError
 from server.api.responses import parse_responses, renderer
 from server.text.messages import Message, TextPart
 from server.api.streams import GenerationStream, StreamContext
-from tests.fakes import FakeTokenizer, RecordingBridge, tok
+from tests.fakes import tok
+from tests.server.api.stream_helpers import recorded_stream
 from tests.server.api.stream_helpers import named_events
 
 TABLE = {1: b"he", 2: b"llo", 9: b"</s>"}           # 9 is the EOS: its text is never sent
@@ -126,19 +127,13 @@ def test_bad_fields_are_400_naming_the_field(fields, param):
 
 def shell(stream: bool, **fields):
     spec = parse(input="x", stream=stream, **fields)
-    ctx = StreamContext(bridge=RecordingBridge(), tokenizer=FakeTokenizer(TABLE), ping_interval_s=15.0,
-                        on_status=lambda route, status: None, on_finish=lambda done: None)
-    ticket = Ticket(GenRequest(prompt=(1,)), None)
     header = docs.Header("resp", 1700000000, "m")
-    out = GenerationStream(ctx=ctx, tickets=[ticket], spec=spec.gen, header=header,
-                           prompt_tokens=2, route="responses", headers=(), arrival_s=0.0,
-                           renderer=renderer(spec, header))
-    return out, ticket
+    return recorded_stream(spec.gen, header, renderer(spec, header), TABLE)
 
 
 def test_whole_answer_is_a_completed_response_object():
-    stream_, ticket = shell(False, instructions="be brief", metadata={"k": "v"})
-    ticket.events.extend([tok(1), tok(2), tok(9, finish=FINISH_STOP)])
+    stream_, ticket, bridge = shell(False, instructions="be brief", metadata={"k": "v"})
+    bridge.feed(ticket, tok(1), tok(2), tok(9, finish=FINISH_STOP))
     out = stream_.poll(0.0)
     assert out.done and out.head.status == 200
     doc = json.loads(out.chunks[0])
@@ -153,8 +148,8 @@ def test_whole_answer_is_a_completed_response_object():
 
 
 def test_a_length_cut_whole_answer_is_incomplete_with_the_reason():
-    stream_, ticket = shell(False, max_output_tokens=2)
-    ticket.events.extend([tok(1), tok(2, finish=FINISH_LENGTH)])
+    stream_, ticket, bridge = shell(False, max_output_tokens=2)
+    bridge.feed(ticket, tok(1), tok(2, finish=FINISH_LENGTH))
     response = Response.model_validate(json.loads(stream_.poll(0.0).chunks[0]))
     assert response.status == "incomplete" and response.output[0].status == "incomplete"
     assert response.incomplete_details.reason == "max_output_tokens"
@@ -162,11 +157,11 @@ def test_a_length_cut_whole_answer_is_incomplete_with_the_reason():
 
 
 def test_streamed_answer_is_the_typed_event_sequence_numbered_from_zero():
-    stream_, ticket = shell(True)
-    ticket.events.append(tok(1))
+    stream_, ticket, bridge = shell(True)
+    bridge.feed(ticket, tok(1))
     first = stream_.poll(0.0)
     assert first.head.status == 200
-    ticket.events.extend([tok(2), tok(9, finish=FINISH_STOP)])
+    bridge.feed(ticket, tok(2), tok(9, finish=FINISH_STOP))
     last = stream_.poll(0.1)
     assert last.done
     events = named_events(b"".join(first.chunks + last.chunks))
@@ -182,8 +177,8 @@ def test_streamed_answer_is_the_typed_event_sequence_numbered_from_zero():
 
 
 def test_a_length_cut_stream_ends_with_response_incomplete():
-    stream_, ticket = shell(True, max_output_tokens=2)
-    ticket.events.extend([tok(1), tok(2, finish=FINISH_LENGTH)])
+    stream_, ticket, bridge = shell(True, max_output_tokens=2)
+    bridge.feed(ticket, tok(1), tok(2, finish=FINISH_LENGTH))
     events = named_events(b"".join(stream_.poll(0.0).chunks))
     assert events[-1].type == "response.incomplete"
     assert events[-1].response.incomplete_details.reason == "max_output_tokens"
@@ -191,10 +186,10 @@ def test_a_length_cut_stream_ends_with_response_incomplete():
 
 
 def test_an_error_after_the_head_is_response_failed_and_the_stream_ends():
-    stream_, ticket = shell(True)
-    ticket.events.append(tok(1))
+    stream_, ticket, bridge = shell(True)
+    bridge.feed(ticket, tok(1))
     assert stream_.poll(0.0).head.status == 200
-    ticket.events.append(Failed("engine step failed"))
+    bridge.feed(ticket, Failed("engine step failed"))
     out = stream_.poll(0.1)
     assert out.done and out.head is None
     events = named_events(b"".join(out.chunks))
@@ -205,8 +200,8 @@ def test_an_error_after_the_head_is_response_failed_and_the_stream_ends():
 
 
 def test_an_error_before_the_head_is_an_openai_error_response():
-    stream_, ticket = shell(True)
-    ticket.events.append(Failed("engine step failed"))
+    stream_, ticket, bridge = shell(True)
+    bridge.feed(ticket, Failed("engine step failed"))
     out = stream_.poll(0.0)
     assert out.done and out.head.status == 500
     assert json.loads(b"".join(out.chunks))["error"]["type"] == "server_error"

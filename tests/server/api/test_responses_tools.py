@@ -133,8 +133,8 @@ def shell(stream: bool, **fields):
 
 
 def test_whole_answer_has_the_message_then_function_call_items():
-    stream_, ticket, _ = shell(False)
-    ticket.events.extend([tok(1), tok(2), tok(9, finish=FINISH_STOP)])
+    stream_, ticket, bridge = shell(False)
+    bridge.feed(ticket, tok(1), tok(2), tok(9, finish=FINISH_STOP))
     doc = json.loads(stream_.poll(0.0).chunks[0])
     response = Response.model_validate(doc)
     assert response.status == "completed" and response.output_text == "Let me look. "
@@ -147,8 +147,8 @@ def test_whole_answer_has_the_message_then_function_call_items():
 
 
 def test_an_answer_of_calls_only_has_no_message_item():
-    stream_, ticket, _ = shell(False, tool_choice="required")
-    ticket.events.extend([tok(2), tok(3), tok(9, finish=FINISH_STOP)])
+    stream_, ticket, bridge = shell(False, tool_choice="required")
+    bridge.feed(ticket, tok(2), tok(3), tok(9, finish=FINISH_STOP))
     response = Response.model_validate(json.loads(stream_.poll(0.0).chunks[0]))
     assert [item.type for item in response.output] == ["function_call", "function_call"]
     assert [json.loads(item.arguments)["city"] for item in response.output] == ["Oslo", "Lima"]
@@ -156,8 +156,8 @@ def test_an_answer_of_calls_only_has_no_message_item():
 
 
 def test_streamed_text_then_call_events_in_order_with_their_shapes():
-    stream_, ticket, _ = shell(True)
-    ticket.events.extend([tok(1), tok(2), tok(9, finish=FINISH_STOP)])
+    stream_, ticket, bridge = shell(True)
+    bridge.feed(ticket, tok(1), tok(2), tok(9, finish=FINISH_STOP))
     events = named_events(b"".join(stream_.poll(0.0).chunks))
     assert [e.type for e in events] == [
         "response.created", "response.in_progress",
@@ -181,8 +181,8 @@ def test_streamed_text_then_call_events_in_order_with_their_shapes():
 
 
 def test_a_streamed_answer_of_calls_only_numbers_its_items_from_zero():
-    stream_, ticket, _ = shell(True, tool_choice="required")
-    ticket.events.extend([tok(2), tok(3), tok(9, finish=FINISH_STOP)])
+    stream_, ticket, bridge = shell(True, tool_choice="required")
+    bridge.feed(ticket, tok(2), tok(3), tok(9, finish=FINISH_STOP))
     events = named_events(b"".join(stream_.poll(0.0).chunks))
     added = [e for e in events if e.type == "response.output_item.added"]
     assert [(e.output_index, e.item.type) for e in added] == [(0, "function_call"),
@@ -193,22 +193,22 @@ def test_a_streamed_answer_of_calls_only_numbers_its_items_from_zero():
 
 def test_a_repeated_call_ends_the_answer_and_aborts_the_engine_request():
     stream_, ticket, bridge = shell(True, tool_choice="required")
-    ticket.events.extend([tok(2), tok(3), tok(2), tok(3), tok(2)])
+    bridge.feed(ticket, tok(2), tok(3), tok(2), tok(3), tok(2))
     out = stream_.poll(0.0)
     assert out.done and bridge.aborted == [ticket]
     final = named_events(b"".join(out.chunks))[-1]
     assert final.type == "response.completed" and final.response.status == "completed"
     assert [json.loads(i.arguments)["city"] for i in final.response.output] == ["Oslo", "Lima"]
     whole, ticket, bridge = shell(False, tool_choice="required")
-    ticket.events.extend([tok(2), tok(2), tok(3)])
+    bridge.feed(ticket, tok(2), tok(2), tok(3))
     out = whole.poll(0.0)
     assert out.done and bridge.aborted == [ticket]
     assert len(Response.model_validate(json.loads(out.chunks[0])).output) == 1
 
 
 def test_a_length_cut_answer_with_a_call_is_incomplete_and_keeps_the_call():
-    stream_, ticket, _ = shell(True)
-    ticket.events.extend([tok(2), tok(1, finish=FINISH_LENGTH)])
+    stream_, ticket, bridge = shell(True)
+    bridge.feed(ticket, tok(2), tok(1, finish=FINISH_LENGTH))
     events = named_events(b"".join(stream_.poll(0.0).chunks))
     final = events[-1]
     assert final.type == "response.incomplete"

@@ -6,7 +6,6 @@ import json
 
 from engine.api import FINISH_LENGTH, FINISH_STOP, GenRequest, TokenOut
 from server.api import documents as docs
-from server.worker.bridge import Ticket
 from server.worker.events import Expired, Failed, Invalid, TooLong
 from server.errors import ApiError
 from server.api.chat.render import ChatChunks, ChatDocument
@@ -14,28 +13,18 @@ from server.api.chat.render import renderer as chat_renderer
 from server.api.completions import CompletionChunks, CompletionDocument
 from server.api.completions import renderer as completion_renderer
 from server.api.generation import GenSpec
-from server.api.streams import (GenerationStream, GenerationText, Piece, StreamContext,
-                                TokenLogprob)
+from server.text.gentext import GenerationText, Piece, TokenLogprob
 from sse import PING
-from tests.fakes import FakeTokenizer, RecordingBridge, tok
-
-
-def make_stream(ticket: Ticket) -> GenerationStream:
-    statuses = []
-    ctx = StreamContext(bridge=RecordingBridge(), tokenizer=None, ping_interval_s=15.0,
-                        on_status=lambda route, status: statuses.append(status),
-                        on_finish=lambda done: None)
-    spec, header = GenSpec(kind="completion", model="m"), docs.Header("cmpl-1", 0, "m")
-    return GenerationStream(ctx=ctx, tickets=[ticket], spec=spec, header=header,
-                            prompt_tokens=1, route="completions", headers=(), arrival_s=0.0,
-                            renderer=completion_renderer(spec, header))
+from tests.fakes import FakeTokenizer, tok
+from tests.server.api.stream_helpers import generation_stream
 
 
 def _answer(event) -> tuple[int, dict]:
-    ticket = Ticket(GenRequest(prompt=(1,)), None)
-    ticket.events.append(event)
-    ticket.is_finished = True                     # as the bridge leaves a refused ticket
-    out = make_stream(ticket).poll(0.0)
+    spec, header = GenSpec(kind="completion", model="m"), docs.Header("cmpl-1", 0, "m")
+    stream, (ticket,), bridge = generation_stream(spec, header, completion_renderer(spec, header),
+                                                  prompt_tokens=1, route="completions")
+    bridge.feed(ticket, event)
+    out = stream.poll(0.0)
     assert out.done
     return out.head.status, json.loads(b"".join(out.chunks))["error"]
 
@@ -52,10 +41,8 @@ def test_engine_refusals_are_400s_of_their_kind_and_failures_are_500s():
 # ---- helpers for the unit tests below -----------------------------------------------------
 
 def text_unit(stop=(), logprobs=False, top_logprobs=0):
-    stops = []
-    unit = GenerationText(tokenizer=FakeTokenizer(), stop=stop, logprobs=logprobs,
-                          top_logprobs=top_logprobs, on_stop=lambda: stops.append(1))
-    return unit, stops
+    return GenerationText(tokenizer=FakeTokenizer(), stop=stop, logprobs=logprobs,
+                          top_logprobs=top_logprobs)
 
 
 def sse_events(raw: bytes) -> list:
@@ -77,33 +64,33 @@ USAGE = docs.usage(2, 3)
 # ---- 1. the text unit -------------------------------------------------------------------------
 
 def test_text_unit_turns_tokens_into_pieces_and_counts_them():
-    unit, _ = text_unit()
+    unit = text_unit()
     assert unit.feed(tok(1)) == Piece("he")
     assert unit.feed(tok(2, finish=FINISH_LENGTH)) == Piece("llo", finish="length")
     assert unit.completion_tokens == 2
 
 
 def test_text_unit_holds_a_split_character_until_it_is_whole():
-    unit, _ = text_unit()
+    unit = text_unit()
     assert unit.feed(tok(3)).text == ""
     assert unit.feed(tok(4)).text == "😀"
 
 
 def test_text_unit_stop_string_ends_the_request_in_the_engine():
-    unit, stops = text_unit(stop=("ll",))
-    assert unit.feed(tok(1)) == Piece("he")
+    unit = text_unit(stop=("ll",))
+    assert unit.feed(tok(1)) == Piece("he") and not unit.stopped
     assert unit.feed(tok(2)) == Piece("", finish="stop")
-    assert stops == [1]
+    assert unit.stopped                              # the caller ends the engine request
 
 
 def test_text_unit_never_sends_the_eos_text_nor_its_logprob():
-    unit, stops = text_unit(logprobs=True)
+    unit = text_unit(logprobs=True)
     assert unit.feed(tok(9, finish=FINISH_STOP, logprob=-0.1)) == Piece("", None, "stop")
-    assert unit.completion_tokens == 1 and stops == []
+    assert unit.completion_tokens == 1 and not unit.stopped
 
 
 def test_text_unit_finish_without_a_token_flushes_held_text():
-    unit, _ = text_unit(stop=("hex",))
+    unit = text_unit(stop=("hex",))
     assert unit.feed(tok(1)) == Piece("")                    # "he" may start "hex": held
     assert unit.feed(TokenOut(id=0, token=None, finish=FINISH_LENGTH)) == Piece("he",
                                                                                finish="length")
@@ -111,13 +98,13 @@ def test_text_unit_finish_without_a_token_flushes_held_text():
 
 
 def test_text_unit_makes_logprob_entries_with_the_asked_top():
-    unit, _ = text_unit(logprobs=True, top_logprobs=1)
+    unit = text_unit(logprobs=True, top_logprobs=1)
     piece = unit.feed(tok(1, logprob=-0.5, top=((1, -0.5), (2, -1.0))))
     assert piece.logprob == TokenLogprob("he", b"he", -0.5, (("he", b"he", -0.5),))
 
 
 def test_text_unit_turns_ending_events_into_their_errors():
-    unit, _ = text_unit()
+    unit = text_unit()
     cases = [(TooLong("m"), 400, "context_length_exceeded"), (Invalid("m"), 400, None),
              (Failed("m"), 500, "internal_error"), (Expired("m"), 503, "no_capacity")]
     for ev, status, code in cases:
@@ -202,29 +189,24 @@ def test_renderers_are_chosen_by_kind_and_stream():
 
 def shell(kind="chat", stream=True, ping_interval_s=15.0):
     statuses, finished = [], []
-    bridge = RecordingBridge()
-    ctx = StreamContext(bridge=bridge, tokenizer=FakeTokenizer(), ping_interval_s=ping_interval_s,
-                        on_status=lambda route, status: statuses.append(status),
-                        on_finish=finished.append)
-    ticket = Ticket(GenRequest(prompt=(1,)), None)
     spec = GenSpec(kind=kind, model="m", stream=stream)
     choose = chat_renderer if kind == "chat" else completion_renderer
-    stream_ = GenerationStream(ctx=ctx, tickets=[ticket], spec=spec,
-                               header=HEADER, prompt_tokens=1, route=kind, headers=(),
-                               arrival_s=0.0, renderer=choose(spec, HEADER))
+    stream_, (ticket,), bridge = generation_stream(
+        spec, HEADER, choose(spec, HEADER), prompt_tokens=1, statuses=statuses,
+        finished=finished, ping_interval_s=ping_interval_s)
     return stream_, ticket, bridge, statuses, finished
 
 
 def test_no_head_and_no_ping_until_the_engine_schedules_the_request():
     """A queued request sends nothing (so a queue deadline can still be a 503 status);
     after its first token the head goes out and quiet periods get a ping."""
-    stream_, ticket, _, statuses, _ = shell()
+    stream_, ticket, bridge, statuses, _ = shell()
     idle = stream_.poll(1.0)
     assert idle.head is None and idle.chunks == [] and not idle.done
     assert stream_.next_deadline_s() is None
     waiting = stream_.poll(100.0)                           # long past the ping interval
     assert waiting.head is None and waiting.chunks == [] and statuses == []
-    ticket.events.append(tok(1))
+    bridge.feed(ticket, tok(1))
     first = stream_.poll(101.0)
     assert first.head.status == 200 and statuses == [200]
     assert ("Content-Type", "text/event-stream; charset=utf-8") in first.head.headers
@@ -236,11 +218,11 @@ def test_no_head_and_no_ping_until_the_engine_schedules_the_request():
 
 
 def test_streamed_answer_sends_head_with_the_first_bytes_then_finishes():
-    stream_, ticket, _, statuses, finished = shell()
-    ticket.events.append(tok(1))
+    stream_, ticket, bridge, statuses, finished = shell()
+    bridge.feed(ticket, tok(1))
     first = stream_.poll(0.5)
     assert first.head.status == 200 and len(sse_events(b"".join(first.chunks))) == 2
-    ticket.events.append(tok(2, finish=FINISH_LENGTH))
+    bridge.feed(ticket, tok(2, finish=FINISH_LENGTH))
     last = stream_.poll(0.6)
     assert last.head is None and last.done and sse_events(b"".join(last.chunks))[-1] == "[DONE]"
     assert statuses == [200] and finished[0].completion_tokens == 2
@@ -249,30 +231,30 @@ def test_streamed_answer_sends_head_with_the_first_bytes_then_finishes():
 
 def test_error_before_the_head_is_a_status_response():
     stream_, ticket, bridge, statuses, _ = shell()
-    ticket.events.append(Expired("waited too long"))
+    bridge.feed(ticket, Expired("waited too long"))
     out = stream_.poll(0.5)
     assert out.done and out.head.status == 503 and statuses == [503]
     assert ("Content-Type", "application/json") in out.head.headers
     assert json.loads(b"".join(out.chunks))["error"]["code"] == "no_capacity"
-    assert bridge.aborted == [ticket]
+    assert bridge.aborted == []             # the engine ended it itself: nothing to abort
 
 
 def test_error_after_the_head_is_an_sse_error_event_then_done():
     stream_, ticket, bridge, statuses, finished = shell(kind="completion")
-    ticket.events.append(tok(1))
+    bridge.feed(ticket, tok(1))
     assert stream_.poll(0.5).head.status == 200
-    ticket.events.append(Failed("engine step failed"))
+    bridge.feed(ticket, Failed("engine step failed"))
     out = stream_.poll(0.6)
     assert out.head is None and out.done
     events = sse_events(b"".join(out.chunks))
     assert events[0]["error"]["type"] == "server_error" and events[1] == "[DONE]"
-    assert statuses == [200] and bridge.aborted == [ticket] and finished == []
+    assert statuses == [200] and bridge.aborted == [] and finished == []
 
 
 def test_whole_answer_is_one_document_and_never_pings():
-    stream_, ticket, _, statuses, finished = shell(kind="completion", stream=False)
+    stream_, ticket, bridge, statuses, finished = shell(kind="completion", stream=False)
     assert stream_.next_deadline_s() is None and stream_.poll(100.0).head is None
-    ticket.events.extend([tok(1), tok(2), tok(9, finish=FINISH_STOP)])
+    bridge.feed(ticket, tok(1), tok(2), tok(9, finish=FINISH_STOP))
     out = stream_.poll(100.5)
     assert out.done and out.head.status == 200 and out.head.content_length == len(out.chunks[0])
     doc = json.loads(out.chunks[0])
@@ -284,3 +266,29 @@ def test_cancel_aborts_the_engine_request():
     stream_, ticket, bridge, _, _ = shell()
     stream_.cancel()
     assert bridge.aborted == [ticket] and stream_.poll(1.0).done
+
+
+def test_an_error_in_one_choice_ends_the_others():
+    spec = GenSpec(kind="chat", model="m", stream=True, n=2)
+    stream_, tickets, bridge = generation_stream(spec, HEADER, chat_renderer(spec, HEADER),
+                                                 choices=2)
+    bridge.feed(tickets[0], tok(1))
+    bridge.feed(tickets[1], tok(1))
+    assert stream_.poll(0.5).head.status == 200
+    bridge.feed(tickets[0], Failed("engine refused the request: bug"))
+    out = stream_.poll(0.6)
+    assert out.done and sse_events(b"".join(out.chunks))[-1] == "[DONE]"
+    assert bridge.aborted == [tickets[1]]   # the failed one had ended; its sibling is ended
+
+
+def test_a_stop_string_ends_the_engine_request_at_the_step_it_matched():
+    """The abort is the output's answer to the step's events, before any stream polls."""
+    spec = GenSpec(kind="completion", model="m", stream=True, stop=("ll",))
+    stream_, (ticket,), bridge = generation_stream(spec, HEADER, completion_renderer(spec, HEADER))
+    bridge.feed(ticket, tok(1))
+    assert bridge.aborted == [] and stream_.has_output()
+    bridge.feed(ticket, tok(2))
+    assert bridge.aborted == [ticket]
+    out = stream_.poll(0.5)
+    assert out.done and [e["choices"][0]["text"] for e in sse_events(b"".join(out.chunks))[:-1]] \
+        == ["he", ""]

@@ -122,8 +122,8 @@ def deltas(raw: bytes) -> list[dict]:
 
 
 def test_a_whole_chat_answer_carries_reasoning_content_and_a_clean_content():
-    stream, ticket, _ = chat_shell(replace(chat(), thinking=Thinking()))
-    ticket.events.extend([tok(1), tok(2), tok(3), tok(4), tok(5), tok(9, finish=FINISH_STOP)])
+    stream, ticket, bridge = chat_shell(replace(chat(), thinking=Thinking()))
+    bridge.feed(ticket, tok(1), tok(2), tok(3), tok(4), tok(5), tok(9, finish=FINISH_STOP))
     doc = json.loads(stream.poll(0.0).chunks[0])
     message = ChatCompletion.model_validate(doc).choices[0].message
     assert message.content == "It is sunny."
@@ -131,8 +131,8 @@ def test_a_whole_chat_answer_carries_reasoning_content_and_a_clean_content():
 
 
 def test_a_streamed_chat_sends_reasoning_deltas_then_content():
-    stream, ticket, _ = chat_shell(replace(chat(stream=True), thinking=Thinking()))
-    ticket.events.extend([tok(1), tok(2), tok(3), tok(4), tok(5), tok(9, finish=FINISH_STOP)])
+    stream, ticket, bridge = chat_shell(replace(chat(stream=True), thinking=Thinking()))
+    bridge.feed(ticket, tok(1), tok(2), tok(3), tok(4), tok(5), tok(9, finish=FINISH_STOP))
     sent = deltas(b"".join(stream.poll(0.0).chunks))
     reasoning = [d["reasoning_content"] for d in sent if "reasoning_content" in d]
     content = [d["content"] for d in sent[1:] if "content" in d]
@@ -143,23 +143,23 @@ def test_a_streamed_chat_sends_reasoning_deltas_then_content():
 
 
 def test_a_max_tokens_cut_inside_the_reasoning_keeps_it_as_reasoning():
-    stream, ticket, _ = chat_shell(replace(chat(), thinking=Thinking()))
-    ticket.events.extend([tok(1), tok(2, finish=FINISH_LENGTH)])
+    stream, ticket, bridge = chat_shell(replace(chat(), thinking=Thinking()))
+    bridge.feed(ticket, tok(1), tok(2, finish=FINISH_LENGTH))
     message = json.loads(stream.poll(0.0).chunks[0])["choices"][0]["message"]
     assert message == {"role": "assistant", "content": "", "reasoning_content": "I could call "}
 
 
 def test_without_thinking_the_answer_is_the_text_as_generated():
-    stream, ticket, _ = chat_shell(chat())
-    ticket.events.extend([tok(1), tok(2), tok(5), tok(9, finish=FINISH_STOP)])
+    stream, ticket, bridge = chat_shell(chat())
+    bridge.feed(ticket, tok(1), tok(2), tok(5), tok(9, finish=FINISH_STOP))
     message = json.loads(stream.poll(0.0).chunks[0])["choices"][0]["message"]
     assert message == {"role": "assistant", "content": "<think>\nI could call ink>\n\nIt is sunny."}
 
 
 def test_tool_calls_are_parsed_from_the_answer_not_the_reasoning():
     spec = replace(chat(tools=[TOOL]), thinking=Thinking())
-    stream, ticket, _ = chat_shell(spec)
-    ticket.events.extend([tok(1), tok(2), tok(3), tok(4), tok(5), tok(6), tok(9, finish=FINISH_STOP)])
+    stream, ticket, bridge = chat_shell(spec)
+    bridge.feed(ticket, tok(1), tok(2), tok(3), tok(4), tok(5), tok(6), tok(9, finish=FINISH_STOP))
     choice = json.loads(stream.poll(0.0).chunks[0])["choices"][0]
     calls = choice["message"]["tool_calls"]
     assert [json.loads(c["function"]["arguments"]) for c in calls] == [{"city": "Oslo"}]
@@ -169,8 +169,8 @@ def test_tool_calls_are_parsed_from_the_answer_not_the_reasoning():
 
 def test_streamed_tool_calls_come_from_the_answer_after_the_reasoning():
     spec = replace(chat(tools=[TOOL], stream=True), thinking=Thinking())
-    stream, ticket, _ = chat_shell(spec)
-    ticket.events.extend([tok(1), tok(2), tok(3), tok(4), tok(5), tok(6), tok(9, finish=FINISH_STOP)])
+    stream, ticket, bridge = chat_shell(spec)
+    bridge.feed(ticket, tok(1), tok(2), tok(3), tok(4), tok(5), tok(6), tok(9, finish=FINISH_STOP))
     sent = deltas(b"".join(stream.poll(0.0).chunks))
     names = [d["tool_calls"][0]["function"].get("name") for d in sent if "tool_calls" in d]
     arguments = "".join(d["tool_calls"][0]["function"]["arguments"] for d in sent if "tool_calls" in d)
@@ -187,8 +187,8 @@ def responses_shell(spec):
 
 
 def test_a_whole_response_has_the_reasoning_item_before_the_message():
-    stream, ticket, _ = responses_shell(responses())
-    ticket.events.extend([tok(1), tok(2), tok(3), tok(4), tok(5), tok(9, finish=FINISH_STOP)])
+    stream, ticket, bridge = responses_shell(responses())
+    bridge.feed(ticket, tok(1), tok(2), tok(3), tok(4), tok(5), tok(9, finish=FINISH_STOP))
     doc = json.loads(stream.poll(0.0).chunks[0])
     response = Response.model_validate(doc)
     reasoning, message = response.output
@@ -199,8 +199,8 @@ def test_a_whole_response_has_the_reasoning_item_before_the_message():
 
 
 def test_a_streamed_response_sends_reasoning_text_events_then_the_message():
-    stream, ticket, _ = responses_shell(responses(stream=True))
-    ticket.events.extend([tok(1), tok(2), tok(3), tok(4), tok(5), tok(9, finish=FINISH_STOP)])
+    stream, ticket, bridge = responses_shell(responses(stream=True))
+    bridge.feed(ticket, tok(1), tok(2), tok(3), tok(4), tok(5), tok(9, finish=FINISH_STOP))
     events = named_events(b"".join(stream.poll(0.0).chunks))
     kinds = [e.type for e in events]
     assert kinds[:5] == ["response.created", "response.in_progress", "response.output_item.added",

@@ -19,7 +19,7 @@ from server.api.responses.render import ResponseDocument, ResponseEvents
 from server.api.tools import with_format
 from server.text.gentext import Piece
 from server.text.toolformats import GRANITE, HERMES, LLAMA3_JSON, MISTRAL
-from tests.server.api.stream_helpers import named_events
+from tests.server.api.stream_helpers import named_events, split_for_tools
 
 PARAMS = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 CHAT_TOOL = {"type": "function", "function": {"name": "booking", "parameters": PARAMS}}
@@ -72,17 +72,24 @@ def pieces(text: str) -> list[Piece]:
     return [Piece(p) for p in parts[:-1]] + [Piece(parts[-1], finish="length")]
 
 
+def split(pieces_: list[Piece], spec) -> list[Piece]:
+    """The pieces as the text layer hands them when tools are offered (content and calls)."""
+    return split_for_tools(pieces_, spec.tools)
+
+
 def chat_whole(fmt, text: str, choice) -> dict:
-    render = chat_renderer(chat_spec(fmt, False, choice), docs.Header.new("chatcmpl", "m"))
-    for piece in pieces(text):
+    spec = chat_spec(fmt, False, choice)
+    render = chat_renderer(spec, docs.Header.new("chatcmpl", "m"))
+    for piece in split(pieces(text), spec):
         render.piece(piece)
     return json.loads(render.finish(docs.usage(1, 9)))["choices"][0]
 
 
 def chat_streamed(fmt, text: str, choice) -> tuple[str, list[dict], str]:
     """(the content deltas joined, the calls assembled from their deltas, the finish reason)."""
-    render = chat_renderer(chat_spec(fmt, True, choice), docs.Header.new("chatcmpl", "m"))
-    raw = b"".join(render.piece(p) for p in pieces(text)) + render.finish(docs.usage(1, 9))
+    spec = chat_spec(fmt, True, choice)
+    render = chat_renderer(spec, docs.Header.new("chatcmpl", "m"))
+    raw = b"".join(render.piece(p) for p in split(pieces(text), spec)) + render.finish(docs.usage(1, 9))
     chunks = [json.loads(line[6:]) for line in raw.decode().split("\n\n")
               if line.startswith("data: {")]
     content, calls, finishes = "", {}, []
@@ -101,15 +108,17 @@ def chat_streamed(fmt, text: str, choice) -> tuple[str, list[dict], str]:
 
 
 def responses_whole(fmt, text: str, choice) -> dict:
-    render = ResponseDocument(docs.Header.new("resp", "m"), responses_spec(fmt, False, choice))
-    for piece in pieces(text):
+    spec = responses_spec(fmt, False, choice)
+    render = ResponseDocument(docs.Header.new("resp", "m"), spec)
+    for piece in split(pieces(text), spec.gen):
         render.piece(piece)
     return json.loads(render.finish(docs.usage(1, 9)))
 
 
 def responses_streamed(fmt, text: str, choice) -> tuple[list, dict]:
-    render = ResponseEvents(docs.Header.new("resp", "m"), responses_spec(fmt, True, choice))
-    raw = b"".join(render.piece(p) for p in pieces(text)) + render.finish(docs.usage(1, 9))
+    spec = responses_spec(fmt, True, choice)
+    render = ResponseEvents(docs.Header.new("resp", "m"), spec)
+    raw = b"".join(render.piece(p) for p in split(pieces(text), spec.gen)) + render.finish(docs.usage(1, 9))
     events = named_events(raw)
     return events, events[-1].response.model_dump()
 

@@ -20,14 +20,14 @@ from server.api.chat.parse import parse_chat
 from server.api.completions import parse_completion
 from server.text.gentext import Piece
 from server.api.streams import GenerationStream, StreamContext
-from server.api.chat.render import CallScanner, ToolChatChunks, ToolChatDocument
+from server.api.chat.render import ToolChatChunks, ToolChatDocument, chat_deltas
 from server.api.chat.render import renderer as chat_renderer
 from server.api.tools import call_grammar_spec, check_tools_compile, parse_tools
 from server.text.toolformats import GRANITE, HERMES, LLAMA3_JSON, MISTRAL, tool_format
 from server.text.toolparse import CallSplitter, kept_calls, split_calls
 from template import Template
 from tests.oracle import read_jsonl
-from tests.server.api.stream_helpers import recorded_stream
+from tests.server.api.stream_helpers import recorded_stream, split_for_tools
 
 FN = {"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
@@ -198,25 +198,27 @@ def test_whole_document_has_tool_calls():
 
 # --- streaming ---------------------------------------------------------------------------------
 
-def test_scanner_holds_back_a_possible_marker_and_sends_name_then_fragments():
-    scanner = CallScanner(HERMES, parallel=True)
-    assert scanner.push("Hi <tool") == [{"content": "Hi "}]
-    assert scanner.push("_ca") == []
-    deltas = scanner.push('ll>{"name": "f", "arguments": {"text": "' + "x" * 50 + '"}}</tool_call>')
-    first = deltas[0]["tool_calls"][0]
+def test_splitter_holds_back_a_possible_marker_and_sends_name_then_fragments():
+    splitter = CallSplitter(HERMES, parallel=True)
+    deltas = lambda outs: chat_deltas(outs, HERMES)
+    assert deltas(splitter.push("Hi <tool")) == [{"content": "Hi "}]
+    assert deltas(splitter.push("_ca")) == []
+    out = deltas(splitter.push('ll>{"name": "f", "arguments": {"text": "' + "x" * 50 + '"}}</tool_call>'))
+    first = out[0]["tool_calls"][0]
     assert first["index"] == 0 and first["id"].startswith("call_") and first["function"] == {"name": "f", "arguments": ""}
-    fragments = [d["tool_calls"][0]["function"]["arguments"] for d in deltas[1:]]
+    fragments = [d["tool_calls"][0]["function"]["arguments"] for d in out[1:]]
     assert len(fragments) > 1 and json.loads("".join(fragments)) == {"text": "x" * 50}
-    assert scanner.finish() == [] and scanner.sent == 1
-    plain = CallScanner(HERMES, parallel=True)
-    assert plain.push("a <") == [{"content": "a "}] and plain.finish() == [{"content": "<"}]
+    assert splitter.finish() == [] and splitter.sent == 1
+    plain = CallSplitter(HERMES, parallel=True)
+    assert deltas(plain.push("a <")) == [{"content": "a "}] and deltas(plain.finish()) == [{"content": "<"}]
 
 
 def test_stream_chunks_end_with_tool_calls_finish():
     spec = parse_chat(chat(tools=[FN], stream=True))
     render = ToolChatChunks(docs.Header.new("chatcmpl", "m"), spec)
-    data = render.piece(Piece('<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo"}}</tool_call>',
-                              finish="stop"))
+    piece, = split_for_tools([Piece('<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo"}}</tool_call>',
+                                    finish="stop")], spec.tools)
+    data = render.piece(piece)
     chunks = [json.loads(line[6:]) for line in data.decode().split("\n\n") if line.startswith("data: {")]
     assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
     assert chunks[1]["choices"][0]["delta"]["tool_calls"][0]["function"]["name"] == "get_weather"
@@ -244,7 +246,7 @@ def call_token(token: int) -> TokenOut:
 
 def test_a_streamed_call_repeating_an_earlier_one_ends_the_answer_and_aborts_the_request():
     stream_, ticket, bridge = tool_shell(True)
-    ticket.events.extend([call_token(1), call_token(2), call_token(1), call_token(2)])
+    bridge.feed(ticket, call_token(1), call_token(2), call_token(1), call_token(2))
     out = stream_.poll(0.0)
     assert out.done and bridge.aborted == [ticket]       # at the repeat, not at max_tokens
     events = [line[6:] for line in b"".join(out.chunks).decode().split("\n\n") if line]
@@ -262,7 +264,7 @@ def test_a_streamed_call_repeating_an_earlier_one_ends_the_answer_and_aborts_the
 
 def test_a_whole_answer_repeating_a_call_ends_there_with_the_repeat_dropped():
     stream_, ticket, bridge = tool_shell(False)
-    ticket.events.extend([call_token(1), call_token(2), call_token(2)])
+    bridge.feed(ticket, call_token(1), call_token(2), call_token(2))
     out = stream_.poll(0.0)
     assert out.done and bridge.aborted == [ticket]
     choice = json.loads(out.chunks[0])["choices"][0]
