@@ -83,8 +83,7 @@ def generate_text(served: ServedModel, prompt_text: str, *, max_tokens: int,
     engine = engine_for(served, len(ids) + budget_tokens)
     request_id = engine.add_request(GenRequest(prompt=tuple(ids), params=params, seed=seed,
                                                max_tokens=budget_tokens))
-    text = GenerationText(tokenizer=served.tokenizer, stop=stop, logprobs=False,
-                          top_logprobs=0, on_stop=lambda: engine.abort(request_id))
+    text = GenerationText(tokenizer=served.tokenizer, stop=stop, logprobs=False, top_logprobs=0)
     while engine.has_work():
         for event in engine.step():
             piece = text.feed(event)
@@ -92,6 +91,8 @@ def generate_text(served: ServedModel, prompt_text: str, *, max_tokens: int,
                 raise piece
             if piece is None:
                 continue
+            if text.stopped:                    # a stop string: the engine request ends too
+                engine.abort(request_id)
             if piece.text:
                 yield piece.text
             if piece.finish is not None:
