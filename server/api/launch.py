@@ -41,7 +41,7 @@ from server.replies import Headers
 from server.http.protocol import Request, Stream
 from server.text.client import EngineClient
 from server.text.gentext import Echo
-from server.text.generation import CallRules, TextRules
+from server.text.client import CallRules, TextRules
 from server.text.served import ServedModel
 from server.worker.bridge import EngineBridge
 from server.worker.encoder_worker import EncoderWorker

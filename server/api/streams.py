@@ -2,7 +2,7 @@
 
 A generation is three small parts, read top to bottom:
 
-1. The `Generation` (server/text/generation.py, returned by the model's `EngineClient`) —
+1. The `Generation` (server/text/client.py, returned by the model's `EngineClient`) —
    its choices' text as `Piece`s, made on the engine thread right after each step: UTF-8,
    stop strings, logprob entries, reasoning and tool calls apart, the finish reason; a
    refusal comes out as its `ApiError`. A stop string or a repeated tool call ends its
@@ -32,7 +32,7 @@ from typing import Callable, Protocol
 from server.api import documents as docs
 from server.errors import ApiError
 from server.text.gentext import FinishReason, Piece, TokenLogprob
-from server.text.generation import Generation
+from server.text.client import Generation
 from server.api.generation import GenSpec
 from server.api.prediction import prediction_usage
 from server.replies import JSON_CONTENT_TYPE, json_bytes, json_bytes_piecewise

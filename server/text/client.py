@@ -1,4 +1,4 @@
-"""The API's one way to a chat model's engine: `EngineClient`, one per served chat model.
+"""The API's one way to a chat model's engine: `EngineClient`, and the `Generation` it returns.
 
     client.generate(requests, rules, ...) -> Generation     chat, completions, Responses
     client.embed(inputs, encoding_format, ...) -> EmbedTicket   embeddings of a chat model
@@ -6,22 +6,179 @@
                                                              tokenizer, length rules)
 
 `generate` admits every choice's engine request or none of them (a 429 on a later choice
-aborts the earlier ones) and gives each ticket its `ChoiceOutput`, so the engine thread
-turns the request's tokens into text pieces right after each step
-(server/text/generation.py). The API never touches a ticket, the bridge or an event: it
-renders the `Generation`'s pieces and cancels it when its client leaves.
+aborts the earlier ones) and gives each ticket its `ChoiceOutput`. On the engine thread,
+right after every step, the bridge hands each ticket's events to `ChoiceOutput.take`
+(server/worker/bridge.py):
+
+    engine events -> GenerationText (UTF-8, stop strings, logprobs, reasoning split:
+                     server/text/gentext.py) -> `AnswerCalls` when tools are offered
+                     (content and calls apart: server/text/toolparse.py) -> Piece
+                     -> the choice's `pieces` deque                       (engine thread)
+    the stream takes the pieces (`Generation.take`) and renders them      (loop thread)
+
+`take` answers True when the request must end now: a stop string matched, or a tool call
+repeated an earlier one; the bridge aborts it before the next step, and nothing calls
+back into the API. A refusal, failure or expiry arrives as the choice's `ApiError` and
+ends the whole answer. `Generation.cancel` ends every choice (the client left, an error).
+The API never touches a ticket, the bridge or an event: it renders pieces.
+
+Each deque has one producer (the engine thread) and one consumer (the loop thread);
+append and popleft are atomic under the GIL, and the counters are plain ints read after.
 """
 from __future__ import annotations
 
+from collections import deque
+from dataclasses import dataclass, replace
 from typing import Sequence
 
-from engine.api import GenRequest
+from engine.api import GenRequest, Tokenizer
 from server.errors import ApiError
-from server.text.gentext import Echo
-from server.text.generation import Generation, TextRules, choice_outputs
+from server.text.gentext import Echo, FinishReason, GenerationText, Piece
+from server.text.reasoning import Thinking
+from server.text.toolformats import ToolCallFormat
+from server.text.toolparse import CallSplitter, CallState
 from server.text.served import ServedModel
 from server.worker.bridge import EngineBridge
 from server.worker.embedding_jobs import EmbedTicket
+from server.worker.events import Event
+from server.worker.tickets import Ticket
+
+
+@dataclass(frozen=True)
+class CallRules:
+    """Tools offered to the answer: the model's call syntax, whether calls may be several,
+    whether the answer must be calls (`tool_choice` required or a named function)."""
+    fmt: ToolCallFormat
+    parallel: bool
+    forced: bool = False
+
+
+@dataclass(frozen=True)
+class TextRules:
+    """How a generation's tokens become text: the request's text-side settings."""
+    stop: tuple[str, ...] = ()
+    logprobs: bool = False
+    top_logprobs: int = 0
+    thinking: Thinking | None = None
+    calls: CallRules | None = None          # tools offered: the answer is split into calls
+
+
+class AnswerCalls:
+    """A choice's answer split into content and calls as its pieces come (tools offered)."""
+
+    def __init__(self, rules: CallRules, index: int = 0):
+        self.index = index
+        self.splitter = CallSplitter(rules.fmt, rules.parallel, rules.forced)
+
+    def split(self, piece: Piece) -> tuple[Piece, bool]:
+        """The piece with its answer split into `parts`; whether a call repeated an earlier
+        one (the answer ends there: `ending` is its last piece)."""
+        parts = self.splitter.push(piece.text)
+        cut = self.splitter.cut and piece.finish is None
+        if piece.finish is not None:
+            parts += self.splitter.finish()
+        return replace(piece, parts=tuple(parts), calls=self._state()), cut
+
+    def ending(self) -> Piece:
+        """The last piece of an answer a repeated call ended: a stop."""
+        parts = self.splitter.push("") + self.splitter.finish()
+        return Piece("", finish=FinishReason.STOP, index=self.index, parts=tuple(parts),
+                     calls=self._state())
+
+    def _state(self) -> CallState:
+        return CallState(sent=self.splitter.sent, in_calls=self.splitter.in_calls)
+
+
+class ChoiceOutput:
+    """One choice's text, fed on the engine thread, taken on the loop thread."""
+
+    def __init__(self, tokenizer: Tokenizer, rules: TextRules, index: int,
+                 echo: Echo | None = None):
+        self.index = index
+        self.text = GenerationText(tokenizer=tokenizer, stop=rules.stop,
+                                   logprobs=rules.logprobs, top_logprobs=rules.top_logprobs,
+                                   index=index, echo=echo, thinking=rules.thinking)
+        self.calls = None if rules.calls is None else AnswerCalls(rules.calls, index)
+        self.pieces: deque[Piece | ApiError] = deque()
+        self.is_done = False                    # its last piece (or its error) is queued
+        self.ticket: Ticket | None = None       # set by the client when it is admitted
+
+    def take(self, events: deque[Event]) -> bool:
+        """The engine thread's turn: events -> pieces; True: end the request now."""
+        ends = False
+        while events:
+            event = events.popleft()
+            if self.is_done:
+                continue                        # after a stop string: the engine's leftovers
+            result = self.text.feed(event)
+            if isinstance(result, ApiError):
+                self.pieces.append(result)
+                self.is_done = True
+                return True
+            if result is None:
+                continue
+            if self.calls is not None:
+                result, cut = self.calls.split(result)
+                if cut:                         # a repeated call: the answer ends here
+                    self.pieces.append(result)
+                    result, ends = self.calls.ending(), True
+            ends = ends or self.text.stopped
+            self.pieces.append(result)
+            if result.finish is not None:
+                self.is_done = True
+        return ends
+
+
+class Generation:
+    """The choices of one request, their pieces, and the way to end them."""
+
+    def __init__(self, choices: list[ChoiceOutput], bridge: EngineBridge):
+        self.choices = choices
+        self._bridge = bridge
+
+    @property
+    def tickets(self) -> list[Ticket]:
+        return [choice.ticket for choice in self.choices]
+
+    @property
+    def first(self) -> Ticket:
+        """The first choice's ticket: its timings are the request's (metrics, access log)."""
+        return self.choices[0].ticket
+
+    def has_output(self) -> bool:
+        return any(choice.pieces for choice in self.choices)
+
+    def take(self) -> list[Piece | ApiError]:
+        """Every piece queued so far, choice by choice (loop thread)."""
+        out: list[Piece | ApiError] = []
+        for choice in self.choices:
+            pieces = choice.pieces
+            while pieces:
+                out.append(pieces.popleft())
+        return out
+
+    def cancel(self) -> None:
+        """End every choice in the engine (a no-op for those already ended)."""
+        for choice in self.choices:
+            self._bridge.abort(choice.ticket)
+
+    @property
+    def completion_tokens(self) -> int:
+        return sum(choice.text.completion_tokens for choice in self.choices)
+
+    @property
+    def accepted_prediction_tokens(self) -> int:
+        return sum(choice.text.accepted_prediction_tokens for choice in self.choices)
+
+    @property
+    def rejected_prediction_tokens(self) -> int:
+        return sum(choice.text.rejected_prediction_tokens for choice in self.choices)
+
+
+def choice_outputs(tokenizer: Tokenizer, rules: TextRules, count: int,
+                   echoes: Sequence[Echo | None] | None = None) -> list[ChoiceOutput]:
+    return [ChoiceOutput(tokenizer, rules, index, echoes[index] if echoes else None)
+            for index in range(count)]
 
 
 class EngineClient:

@@ -7,7 +7,7 @@ and names the finish reason (`FinishReason`, the wire's). A refusal, failure or 
 comes out as its `ApiError`. When the answer thinks (`Thinking`,
 server/text/reasoning.py) its text runs through a `ReasoningSplitter`: each piece carries
 the reasoning and the answer apart, so what reads `Piece.text` (tool calls, JSON) sees the
-answer only. server/text/generation.py runs it for each choice on the engine thread; the
+answer only. server/text/client.py runs it for each choice on the engine thread; the
 renderers of server/api/ consume its `Piece`s; `Echo` is what `echo: true` sends first.
 """
 from __future__ import annotations

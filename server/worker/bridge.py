@@ -28,7 +28,7 @@ request still unscheduled `QueuePolicy.deadline_ms` after admission is expired b
 Each outcome crosses the thread boundary as its own event type (server/worker/events.py).
 The step trace and the engine view are observers passed in (server/worker/observers.py).
 The engine thread formats no documents: the outputs it calls turn tokens into text pieces
-(server/text/generation.py); the loop thread renders them. Embeddings are engine jobs
+(server/text/client.py); the loop thread renders them. Embeddings are engine jobs
 packed into the steps; server/worker/embedding_jobs.py hands their vectors back as Python
 floats or base64 bytes, so the loop thread never touches numpy.
 """

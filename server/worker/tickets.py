@@ -3,7 +3,7 @@
 A `Ticket` is one generation request as both threads see it: the engine thread appends the
 request's `Event`s (server/worker/events.py) to `ticket.events` and keeps its timings; the
 loop thread reads them. When the ticket has an `output` (the text layer's side of it,
-server/text/generation.py), the engine thread hands it the events once per engine step,
+server/text/client.py), the engine thread hands it the events once per engine step,
 right after the step, and the output says whether the request must end now (a stop
 string matched, a repeated tool call): that abort comes back as data and the engine
 thread applies it before its next step. A ticket without an output (the CLI, tests) keeps

@@ -3,7 +3,7 @@
 choice among them.
 
 With tools offered, the model's call text is split into content and calls by the text
-layer: streamed, each piece arrives with its `parts` (server/text/generation.py runs the
+layer: streamed, each piece arrives with its `parts` (server/text/client.py runs the
 `CallSplitter` of server/text/toolparse.py as the tokens come); whole, `split_calls` reads
 the complete answer. Whole answers: `ToolChatDocument`
 puts `message.tool_calls` (ids from `new_call_id`; `function.arguments` as JSON text) and

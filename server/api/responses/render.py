@@ -8,7 +8,7 @@ typed SSE events, each `event: <type>` + `data: <json>` with a `sequence_number`
     response.completed | response.incomplete (max_output_tokens cut it) | response.failed
 
 With tools offered, each piece comes split into content and calls (its `parts`: the text
-layer's `CallSplitter`, server/text/generation.py): the answer's calls become `function_call` output items after the message item (left out when
+layer's `CallSplitter`, server/text/client.py): the answer's calls become `function_call` output items after the message item (left out when
 the answer is calls only), their events from server/api/responses/tools.py.
 
 When the answer thinks (server/text/reasoning.py), its reasoning is a `reasoning` item

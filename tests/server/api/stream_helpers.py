@@ -13,7 +13,7 @@ from server.api import documents as docs
 from server.api.launch import text_rules
 from server.api.streams import GenerationStream, StreamContext
 from server.text.client import EngineClient
-from server.text.generation import AnswerCalls, CallRules
+from server.text.client import AnswerCalls, CallRules
 from tests.fakes import FakeServed, FakeTokenizer, FeedingBridge
 
 EVENT = pydantic.TypeAdapter(ResponseStreamEvent)
@@ -61,6 +61,6 @@ def named_events(raw: bytes) -> list:
 
 def split_for_tools(pieces, tools) -> list:
     """Pieces as the text layer hands them to a renderer when tools are offered: each one
-    split into content and calls by the real splitter (server/text/generation.py)."""
+    split into content and calls by the real splitter (server/text/client.py)."""
     calls = AnswerCalls(CallRules(tools.fmt, tools.parallel, tools.forced))
     return [calls.split(piece)[0] for piece in pieces]
