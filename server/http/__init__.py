@@ -6,6 +6,7 @@
     signals.py    SIGTERM/SIGINT wired to the loop's wake-up socket
     http11.py     sans-IO HTTP/1.1: bytes -> Request / HttpError events; responses -> bytes
     head.py       the request head's RFC 9112 rules (request line, fields, framing)
+    bodies.py     the body readers, one per framing (none, Content-Length, chunked)
     limits.py     the named HTTP limits (header bytes, body bytes, timeouts)
     protocol.py   the seam to the application: Request, Response, Stream, App
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 
 from server.http.connstate import ConnState, cancel_stream
-from server.http.http11 import CLOSING, HANDLING, IDLE, HttpError, Interim
+from server.http.http11 import HANDLING, IDLE, NEED_DATA, PAUSED, HttpError, Interim
 from server.http.protocol import AppFailure, Request, Response
 
 log = logging.getLogger("tlserve.http")
@@ -31,13 +31,15 @@ class RequestCycle:
     def _answer(self, conn: ConnState) -> None:
         """Answer buffered requests in order until one needs more bytes or time."""
         for _ in range(self.limits.max_pipelined_requests):
-            if conn.is_closed or conn.stream is not None or conn.http.state == CLOSING:
+            if conn.is_closed:
                 break
             if len(conn.outbuf) > self.limits.max_send_buffer_bytes:
                 break                                   # the client is not reading: wait
             event = conn.http.next_event()
-            if event is None:
-                break
+            if event is NEED_DATA:
+                break                                   # _on_readable comes back with more
+            if event is PAUSED:
+                break                                   # a stream's end comes back (_answer_soon)
             if isinstance(event, HttpError):
                 self._fail(conn, event)
                 break
