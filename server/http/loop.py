@@ -8,10 +8,11 @@ but their file descriptors and one timer each.
 
 Per connection the loop only moves bytes: `server/http/http11.Connection` turns them into
 `Request`s and turns `Response`s / stream chunks back into bytes. The application (`App`)
-answers a Request with a `Response` (sent at once) or a `Stream` (polled on every wake and
-at its own deadline, until done). While a stream is active the socket stays registered for
-reading, so a client that goes away is noticed at once and the stream is `cancel()`ed — not
-at the next token write (the trap of servers that only notice on write).
+answers a Request with a `Response` (sent at once) or a `Stream` (polled on a wake when it
+has output, and at its own deadline, until done). While a stream is active the socket
+stays registered for reading, so a client that goes away is noticed at once and the stream
+is `cancel()`ed — not at the next token write (the trap of servers that only notice on
+write).
 
 Bounds (`server/http/limits.py`): a stream whose client does not read is not polled while its
 send buffer is over `max_send_buffer_bytes`, and is dropped after `send_timeout_s` without
@@ -22,6 +23,10 @@ Drain (first SIGTERM or `request_drain()`): close the listeners marked `closes_o
 call `on_drain()` once, keep serving open connections and the health listener, and return
 from `run()` when no stream or unsent response of a draining listener is left, or after
 `drain_timeout_s` (the rest are cancelled). A second signal (or `stop()`) returns at once.
+
+A wake polls only the streams that say they have something to hand over
+(`Stream.has_output`): with many streams open, a wake for one of them costs one poll, not
+one per stream. A stream is also polled at its own deadline and when its socket drains.
 
 The socket-free bookkeeping — each connection's deadline, the timer heap, what to read,
 the drain's flags — lives in `server/http/connstate.py`. `stall` (a `StallMeter`): the
@@ -45,7 +50,7 @@ from typing import Callable
 
 from server.http.connstate import (BindError, ConnState, Drain, Listener, ListenerState, TimerHeap,
                                    cancel_stream, connection_deadline, parse_address,
-                                   StallMeter, select_timeout, wants_read)
+                                   StallMeter, select_timeout, stream_has_output, wants_read)
 from server.http.http11 import (CLOSING, HANDLING, IDLE, NEED_DATA, PAUSED, Connection,
                                 HttpError, Interim)
 from server.http.limits import HttpLimits
@@ -121,7 +126,8 @@ class EventLoop:
         return host, port
 
     def wake(self) -> None:
-        """Make run() poll every active stream soon. Cheap and safe from any thread."""
+        """Make run() poll the active streams that have output, soon. Cheap and safe from
+        any thread."""
         if self._wake_pending:
             return
         self._wake_pending = True
@@ -309,7 +315,8 @@ class EventLoop:
         self._wake_pending = False
         now = self._clock()
         for conn in list(self._streaming):
-            if conn.stream is not None and not conn.is_closed:
+            if (conn.stream is not None and not conn.is_closed
+                    and stream_has_output(conn.stream)):
                 self._poll_stream(conn, now)
 
     # ---- requests and streams: what the loop does with a connection's parsed input -----
