@@ -2,9 +2,9 @@
 
 A request's head says how its body is framed (RFC 9112 6.3): no body at all, exactly
 `Content-Length` bytes, or `Transfer-Encoding: chunked` (chunks, a last empty chunk, then
-trailer fields). `reader_for(head)` picks the reader from `READERS`, a table keyed by that
-framing; the `Connection` (server/http/http11.py) then hands the reader its input buffer
-after every `receive_data` until the reader returns the whole body.
+trailer fields). `reader_for(head, limits)` picks the reader from `READERS`, a table keyed
+by the framing; the `Connection` (server/http/http11.py) then hands the reader its input
+buffer on each `next_event` until the reader returns the whole body.
 
 Each reader takes what it can from the front of the buffer and leaves the rest (a
 pipelined request's bytes stay for the next head). `read(buf)` returns the decoded body

@@ -20,9 +20,10 @@ statuses. The loop has the application render it (`App.error`, through the one t
 (RFC 9112 9.6: a server that cannot parse a request cannot find the next one).
 
 The request head's rules (request line, fields, Content-Length, Transfer-Encoding, Expect,
-keep-alive) are pure functions in `server/http/head.py`; the body readers (none, Content-Length,
-chunked) are one object per framing in `server/http/bodies.py`; this module finds where a
-head ends, hands the body to the reader its head chose, and writes responses.
+keep-alive) are pure functions in `server/http/head.py`; the body readers (none,
+Content-Length, chunked) are one object per framing in `server/http/bodies.py`; this
+module finds where a head ends, hands the body to the reader its head chose, and writes
+responses.
 
 What is deliberately out: trailers are parsed and dropped, transfer codings other than
 `chunked` are 501, `Upgrade` is ignored, and a request's framing is the only thing checked
@@ -69,8 +70,9 @@ class Interim:
 
 
 class Wait(Enum):
-    """`next_event`'s two ways of saying "no event now" (h11's sentinels), which the loop
-    answers differently."""
+    """`next_event`'s two ways of saying "no event now". They wait for different things:
+    NEED_DATA for the socket to bring more bytes, PAUSED for the loop to finish sending the
+    current answer (the next pipelined request waits in the buffer until then)."""
     NEED_DATA = "need_data"   # the request is not complete: read more bytes from the socket
     PAUSED = "paused"         # a request is being answered (or the connection is ending):
                               # nothing more is parsed until its response has been sent
@@ -85,9 +87,8 @@ class Connection:
     """The HTTP/1.1 state of one connection. Feed `receive_data`, pull `next_event`."""
 
     __slots__ = ("limits", "peer", "state", "_buf", "_scan_from", "_head", "_body_reader",
-                 "_keep_alive",
-                 "_is_head_request", "_is_11", "_is_chunked_out", "_out_left", "_close_requested",
-                 "is_eof", "num_requests")
+                 "_keep_alive", "_is_head_request", "_is_11", "_is_chunked_out", "_out_left",
+                 "_close_requested", "is_eof", "num_requests")
 
     def __init__(self, *, limits: HttpLimits = HttpLimits(), peer: str = ""):
         self.limits = limits
@@ -96,7 +97,7 @@ class Connection:
         self._buf = bytearray()        # received, not yet consumed (del from the front is O(1))
         self._scan_from = 0            # where the search for the end of the head resumes
         self._head: RequestHead | None = None
-        self._body_reader: BodyReader | None = None   # the current request's (server/http/bodies.py)
+        self._body_reader: BodyReader | None = None   # the current request's body, read
         self._keep_alive = True
         self._is_head_request = False
         self._is_11 = True
