@@ -1,7 +1,7 @@
 """The v1 server: the only package that knows sockets, HTTP and OpenAI JSON, in rooms.
 
     http/     the transport: `loop.py` (selectors, the one module doing socket I/O),
-              `cycle.py`, `connstate.py`, `signals.py`, `http11.py` (sans-IO), `head.py`,
+              `connstate.py`, `signals.py`, `http11.py` (sans-IO), `head.py`, `bodies.py`,
               `limits.py`, `protocol.py` (the seam to the application)
     door/     what every API route passes first: request id, API key, CORS, access log,
               the route table (`routes.py`), the loading state

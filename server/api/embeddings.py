@@ -215,6 +215,13 @@ class EmbedStream:
         self.on_status(self.route, status)
         return Response(status=status, headers=(JSON_CONTENT_TYPE,) + self.headers, body=body)
 
+    def has_output(self) -> bool:
+        """The engine has run the inputs (it sets `ticket.done` before it wakes the loop),
+        or the answer built from them has output, or the end is due."""
+        if self.tail is not None:
+            return self.tail.has_output()
+        return self.done or self.ticket.done
+
     def next_deadline_s(self) -> float | None:
         return None if self.tail is None else self.tail.next_deadline_s()
 

@@ -107,6 +107,9 @@ class ResponseStream:
                                             content_length=len(r.body)),
                           chunks=[r.body] if r.body else [], done=True)
 
+    def has_output(self) -> bool:
+        return True                             # the whole answer, or its end, is ready
+
     def next_deadline_s(self) -> float | None:
         return None
 
@@ -144,6 +147,13 @@ class OffLoopStream:
             self._then = None                   # runs once, on the loop thread
             self.delegate = as_stream(then(outcome))
         return self.delegate.poll(now_s)
+
+    def has_output(self) -> bool:
+        """The worker's outcome has arrived (or the real answer has output), or the
+        cancel's end is due; while the work runs, a wake has nothing to fetch here."""
+        if self.delegate is not None:
+            return self.delegate.has_output()
+        return self.is_cancelled or self._outcome is not None
 
     def next_deadline_s(self) -> float | None:
         return None if self.delegate is None else self.delegate.next_deadline_s()

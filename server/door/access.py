@@ -136,6 +136,9 @@ class LoggedStream:
             self._log({})
         return out
 
+    def has_output(self) -> bool:
+        return self.inner.has_output()
+
     def next_deadline_s(self) -> float | None:
         return self.inner.next_deadline_s()
 

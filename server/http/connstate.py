@@ -212,6 +212,16 @@ def stream_deadline(conn: ConnState) -> float | None:
         return None
 
 
+def stream_has_output(stream: Stream) -> bool:
+    """Whether a wake should poll `stream`; one that cannot say is polled (its poll reports
+    the failure the usual way)."""
+    try:
+        return stream.has_output()
+    except Exception:
+        log.exception("stream.has_output failed")
+        return True
+
+
 def cancel_stream(stream: Stream) -> None:
     """The client went away or the stream failed: a failing cancel must not stop the loop."""
     try:

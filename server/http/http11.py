@@ -20,8 +20,10 @@ statuses. The loop has the application render it (`App.error`, through the one t
 (RFC 9112 9.6: a server that cannot parse a request cannot find the next one).
 
 The request head's rules (request line, fields, Content-Length, Transfer-Encoding, Expect,
-keep-alive) are pure functions in `server/http/head.py`; this module finds where a head
-ends, reads bodies (Content-Length or chunked) and writes responses.
+keep-alive) are pure functions in `server/http/head.py`; the body readers (none,
+Content-Length, chunked) are one object per framing in `server/http/bodies.py`; this
+module finds where a head ends, hands the body to the reader its head chose, and writes
+responses.
 
 What is deliberately out: trailers are parsed and dropped, transfer codings other than
 `chunked` are 501, `Upgrade` is ignored, and a request's framing is the only thing checked
@@ -31,14 +33,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from enum import Enum
 from http import HTTPStatus
 
-from server.http.head import FIELD_LINE, Rejected, RequestHead, asks_close, interpret_head
+from server.http.bodies import BodyReader, Framing, framing_of, reader_for
+from server.http.head import Rejected, RequestHead, asks_close, interpret_head
 from server.http.limits import HttpLimits
 from server.http.protocol import Request, Response, ResponseHead, StreamPoll
 
-# RFC 9112 7.1: chunk-size = 1*HEXDIG, then optional BWS and extensions after ';'.
-_CHUNK_SIZE = re.compile(rb"([0-9A-Fa-f]{1,16})[ \t]*(?:;.*)?")
 _HEAD_END = re.compile(rb"\r?\n\r?\n")
 
 CONTINUE_BYTES = b"HTTP/1.1 100 Continue\r\n\r\n"
@@ -67,16 +69,26 @@ class Interim:
     data: bytes
 
 
+class Wait(Enum):
+    """`next_event`'s two ways of saying "no event now". They wait for different things:
+    NEED_DATA for the socket to bring more bytes, PAUSED for the loop to finish sending the
+    current answer (the next pipelined request waits in the buffer until then)."""
+    NEED_DATA = "need_data"   # the request is not complete: read more bytes from the socket
+    PAUSED = "paused"         # a request is being answered (or the connection is ending):
+                              # nothing more is parsed until its response has been sent
+
+
+NEED_DATA, PAUSED = Wait.NEED_DATA, Wait.PAUSED
+
 IDLE, BODY, HANDLING, STREAMING, CLOSING = "IDLE", "BODY", "HANDLING", "STREAMING", "CLOSING"
 
 
 class Connection:
     """The HTTP/1.1 state of one connection. Feed `receive_data`, pull `next_event`."""
 
-    __slots__ = ("limits", "peer", "state", "_buf", "_scan_from", "_head", "_body",
-                 "_chunk_left", "_chunk_phase", "_trailer_bytes", "_keep_alive",
-                 "_is_head_request", "_is_11", "_is_chunked_out", "_out_left", "_close_requested",
-                 "is_eof", "num_requests")
+    __slots__ = ("limits", "peer", "state", "_buf", "_scan_from", "_head", "_body_reader",
+                 "_keep_alive", "_is_head_request", "_is_11", "_is_chunked_out", "_out_left",
+                 "_close_requested", "is_eof", "num_requests")
 
     def __init__(self, *, limits: HttpLimits = HttpLimits(), peer: str = ""):
         self.limits = limits
@@ -85,10 +97,7 @@ class Connection:
         self._buf = bytearray()        # received, not yet consumed (del from the front is O(1))
         self._scan_from = 0            # where the search for the end of the head resumes
         self._head: RequestHead | None = None
-        self._body = bytearray()
-        self._chunk_left = 0           # data bytes left in the current chunk
-        self._chunk_phase = "size"     # "size" | "data" | "crlf" | "trailers"
-        self._trailer_bytes = 0
+        self._body_reader: BodyReader | None = None   # the current request's body, read
         self._keep_alive = True
         self._is_head_request = False
         self._is_11 = True
@@ -116,32 +125,34 @@ class Connection:
         """A request has started arriving but is not complete (the timeouts care)."""
         return self.state == BODY or (self.state == IDLE and len(self._buf) > 0)
 
-    def next_event(self) -> Request | Interim | HttpError | None:
+    def next_event(self) -> Request | Interim | HttpError | Wait:
         """The next complete request, an `Interim` to send, an `HttpError` for a request that
-        can never be accepted (answer it with `send_error`), or None (need more bytes / busy)."""
+        can never be accepted (answer it with `send_error`), `NEED_DATA` (feed more bytes) or
+        `PAUSED` (send the current response first)."""
         try:
             return self._next_event()
         except Rejected as exc:
             return HttpError(*exc.args)
 
-    def _next_event(self) -> Request | Interim | None:
+    def _next_event(self) -> Request | Interim | Wait:
         if self.state == IDLE:
             head = self._parse_head()
             if head is None:
                 if self.is_eof and self._buf:
                     raise Rejected("malformed_http", "connection closed inside a request head")
-                return None
+                return NEED_DATA
             self._start_body(head)
-            if head.expects_continue and not self._buf and self._body_expected(head):
+            if (head.expects_continue and not self._buf
+                    and framing_of(head) is not Framing.NONE):
                 return Interim(CONTINUE_BYTES)
         if self.state == BODY:
-            body = self._read_body()
+            body = self._body_reader.read(self._buf)
             if body is None:
                 if self.is_eof:
                     raise Rejected("malformed_http", "connection closed inside a request body")
-                return None
+                return NEED_DATA
             return self._finish_request(body)
-        return None
+        return PAUSED                       # HANDLING, STREAMING or CLOSING
 
     # ---- the head ---------------------------------------------------------------------
 
@@ -169,91 +180,12 @@ class Connection:
         if head.content_length is not None and head.content_length > limit:
             raise Rejected("body_too_large", f"request body exceeds {limit} bytes")
         self._head = head
-        self._body = bytearray()
-        self._chunk_phase, self._chunk_left, self._trailer_bytes = "size", 0, 0
+        self._body_reader = reader_for(head, self.limits)
         self.state = BODY
-
-    @staticmethod
-    def _body_expected(head: RequestHead) -> bool:
-        return head.is_chunked or bool(head.content_length)
-
-    # ---- the body ---------------------------------------------------------------------
-
-    def _read_body(self) -> bytes | None:
-        head = self._head
-        if head.is_chunked:
-            return self._read_chunked()
-        size = head.content_length or 0
-        if len(self._buf) < size:
-            return None
-        body = bytes(self._buf[:size])
-        del self._buf[:size]
-        return body
-
-    def _read_chunked(self) -> bytes | None:
-        """RFC 9112 7.1: chunk = size [ext] CRLF data CRLF ... last-chunk trailers CRLF."""
-        buf = self._buf
-        while True:
-            if self._chunk_phase == "size":
-                line = self._take_line(self.limits.max_chunk_line_bytes, "chunk size line")
-                if line is None:
-                    return None
-                match = _CHUNK_SIZE.fullmatch(line)
-                if match is None:
-                    raise Rejected("malformed_http", "invalid chunk size line")
-                self._chunk_left = int(match.group(1), 16)
-                if len(self._body) + self._chunk_left > self.limits.max_body_bytes:
-                    raise Rejected("body_too_large",
-                                    f"request body exceeds {self.limits.max_body_bytes} bytes")
-                self._chunk_phase = "data" if self._chunk_left else "trailers"
-            elif self._chunk_phase == "data":
-                take = min(self._chunk_left, len(buf))
-                if take == 0:
-                    return None
-                self._body += buf[:take]
-                del buf[:take]
-                self._chunk_left -= take
-                if self._chunk_left == 0:
-                    self._chunk_phase = "crlf"
-            elif self._chunk_phase == "crlf":
-                if len(buf) < 2:
-                    if buf[:1] not in (b"", b"\r"):
-                        raise Rejected("malformed_http", "chunk data not followed by CRLF")
-                    return None
-                if buf[:2] != b"\r\n":
-                    raise Rejected("malformed_http", "chunk data not followed by CRLF")
-                del buf[:2]
-                self._chunk_phase = "size"
-            else:
-                return self._read_trailers()
-
-    def _read_trailers(self) -> bytes | None:
-        while True:
-            line = self._take_line(self.limits.max_header_bytes, "trailer field")
-            if line is None:
-                return None
-            if not line:
-                return bytes(self._body)
-            self._trailer_bytes += len(line) + 2
-            if self._trailer_bytes > self.limits.max_header_bytes:
-                raise Rejected("headers_too_large", "trailer section too large")
-            if FIELD_LINE.fullmatch(line) is None:
-                raise Rejected("malformed_http", "invalid trailer field")
-
-    def _take_line(self, max_bytes: int, what: str) -> bytes | None:
-        end = self._buf.find(b"\n", 0, max_bytes + 2)
-        if end < 0:
-            if len(self._buf) > max_bytes + 1:
-                raise Rejected("malformed_http", f"{what} too long")
-            return None
-        line = bytes(self._buf[:end])
-        del self._buf[:end + 1]
-        return line[:-1] if line.endswith(b"\r") else line
 
     def _finish_request(self, body: bytes) -> Request:
         head = self._head
-        self._head = None
-        self._body = bytearray()
+        self._head, self._body_reader = None, None
         self._keep_alive = head.keep_alive and not self._close_requested
         self._is_head_request = head.method == "HEAD"
         self._is_11 = head.version == "HTTP/1.1"

@@ -8,10 +8,11 @@ but their file descriptors and one timer each.
 
 Per connection the loop only moves bytes: `server/http/http11.Connection` turns them into
 `Request`s and turns `Response`s / stream chunks back into bytes. The application (`App`)
-answers a Request with a `Response` (sent at once) or a `Stream` (polled on every wake and
-at its own deadline, until done). While a stream is active the socket stays registered for
-reading, so a client that goes away is noticed at once and the stream is `cancel()`ed — not
-at the next token write (the trap of servers that only notice on write).
+answers a Request with a `Response` (sent at once) or a `Stream` (polled on a wake when it
+has output, and at its own deadline, until done). While a stream is active the socket
+stays registered for reading, so a client that goes away is noticed at once and the stream
+is `cancel()`ed — not at the next token write (the trap of servers that only notice on
+write).
 
 Bounds (`server/http/limits.py`): a stream whose client does not read is not polled while its
 send buffer is over `max_send_buffer_bytes`, and is dropped after `send_timeout_s` without
@@ -23,11 +24,21 @@ call `on_drain()` once, keep serving open connections and the health listener, a
 from `run()` when no stream or unsent response of a draining listener is left, or after
 `drain_timeout_s` (the rest are cancelled). A second signal (or `stop()`) returns at once.
 
+A wake polls only the streams that say they have something to hand over
+(`Stream.has_output`): with many streams open, a wake for one of them costs one poll, not
+one per stream. A stream is also polled at its own deadline and when its socket drains.
+
 The socket-free bookkeeping — each connection's deadline, the timer heap, what to read,
-how a stream's poll becomes bytes, the drain's flags — lives in `server/http/connstate.py`;
-what happens to a parsed request, a stream's poll and a due timer in `server/http/cycle.py`.
-`stall` (a `StallMeter`): the longest one iteration spent in its callbacks (select's return
-to the next select), wall and CPU, since start: how well the app keeps "never block".
+the drain's flags — lives in `server/http/connstate.py`. `stall` (a `StallMeter`): the
+longest one iteration spent in its callbacks (select's return to the next select), wall
+and CPU, since start: how well the app keeps "never block".
+
+Size: one concept, over the 400-line default. The socket work (accept, recv, send,
+register, close) and the HTTP decisions it serves (answer requests in order, poll a
+stream, answer a framing error, act on a due timer) call each other on every event: a
+request read leads to an answer sent, a send that drains leads to the next poll, a due
+timer to a close. Split in two files, each half reached into the other's state; here one
+class reads top to bottom as one connection's life.
 """
 from __future__ import annotations
 
@@ -39,10 +50,11 @@ from typing import Callable
 
 from server.http.connstate import (BindError, ConnState, Drain, Listener, ListenerState, TimerHeap,
                                    cancel_stream, connection_deadline, parse_address,
-                                   StallMeter, select_timeout, wants_read)
-from server.http.cycle import RequestCycle
-from server.http.http11 import CLOSING, IDLE, Connection
+                                   StallMeter, select_timeout, stream_has_output, wants_read)
+from server.http.http11 import (CLOSING, HANDLING, IDLE, NEED_DATA, PAUSED, Connection,
+                                HttpError, Interim)
 from server.http.limits import HttpLimits
+from server.http.protocol import AppFailure, Request, Response
 from server.http.signals import install_stop_signals
 
 log = logging.getLogger("tlserve.http")
@@ -52,6 +64,7 @@ LISTEN_BACKLOG = 1024
 # accept() failing (EMFILE: out of file descriptors) leaves the listener readable: retrying
 # at once would spin. Pause accepting for this long, or until a connection closes.
 ACCEPT_RETRY_S = 0.5
+INTERNAL_ERROR = "internal_error"     # the error kind an App renders when it raised itself
 
 
 def _bind(address: str) -> socket.socket:
@@ -72,11 +85,9 @@ def _bind(address: str) -> socket.socket:
     return sock
 
 
-class EventLoop(RequestCycle):
+class EventLoop:
     """Serves `listeners` until drained or stopped. Only `wake`, `request_drain` and `stop`
-    may be called from other threads (or signal handlers). The HTTP decisions (answer,
-    poll, fail, time out) come from `RequestCycle` (server/http/cycle.py); this class does
-    the socket and selector work they ask for."""
+    may be called from other threads (or signal handlers)."""
 
     def __init__(self, listeners: list[Listener], *, limits: HttpLimits = HttpLimits(),
                  handle_signals: bool = False, drain_timeout_s: float = 30.0,
@@ -115,7 +126,8 @@ class EventLoop(RequestCycle):
         return host, port
 
     def wake(self) -> None:
-        """Make run() poll every active stream soon. Cheap and safe from any thread."""
+        """Make run() poll the active streams that have output, soon. Cheap and safe from
+        any thread."""
         if self._wake_pending:
             return
         self._wake_pending = True
@@ -303,10 +315,131 @@ class EventLoop(RequestCycle):
         self._wake_pending = False
         now = self._clock()
         for conn in list(self._streaming):
-            if conn.stream is not None and not conn.is_closed:
+            if (conn.stream is not None and not conn.is_closed
+                    and stream_has_output(conn.stream)):
                 self._poll_stream(conn, now)
 
+    # ---- requests and streams: what the loop does with a connection's parsed input -----
+
+    def _answer(self, conn: ConnState) -> None:
+        """Answer buffered requests in order until one needs more bytes or time."""
+        for _ in range(self.limits.max_pipelined_requests):
+            if conn.is_closed:
+                break
+            if len(conn.outbuf) > self.limits.max_send_buffer_bytes:
+                break                                   # the client is not reading: wait
+            event = conn.http.next_event()
+            if event is NEED_DATA:
+                break                                   # _on_readable comes back with more
+            if event is PAUSED:
+                break                                   # a stream's end comes back (_answer_soon)
+            if isinstance(event, HttpError):
+                self._fail(conn, event)
+                break
+            if isinstance(event, Interim):
+                self._send(conn, event.data)
+                continue
+            self._handle(conn, event)
+        else:
+            self._answer_soon(conn)                    # more may be buffered: others first
+        self._update(conn)
+
+    def _answer_soon(self, conn: ConnState) -> None:
+        """Answer `conn`'s buffered requests in the next loop iteration (select timeout 0)."""
+        if not conn.in_ready and conn.http.buffered_bytes:
+            conn.in_ready = True
+            self._ready.append(conn)
+
+    def _answer_ready(self) -> None:
+        ready, self._ready = self._ready, []
+        for conn in ready:
+            conn.in_ready = False
+            if not conn.is_closed:
+                self._answer(conn)
+
+    def _handle(self, conn: ConnState, request: Request) -> None:
+        try:
+            result = conn.listener.spec.app.handle(request)
+        except Exception as exc:
+            if not isinstance(exc, AppFailure):         # AppFailure: already logged
+                log.exception("app.handle failed for %s %s", request.method, request.path)
+            result = conn.listener.spec.app.error(INTERNAL_ERROR, "Internal server error.")
+        if isinstance(result, Response):
+            self._send(conn, conn.http.send_response(result))
+            conn.phase_started_s = self._clock()
+            return
+        conn.stream = result
+        self._streaming.add(conn)
+        self._poll_stream(conn, self._clock())
+
+    def _poll_stream(self, conn: ConnState, now: float) -> None:
+        stream = conn.stream
+        if len(conn.outbuf) > self.limits.max_send_buffer_bytes:
+            return self._update(conn)            # backpressure: resumes when writable
+        try:
+            poll = stream.poll(now)
+            self._send(conn, conn.http.send_poll(poll))  # one write per poll: one packet
+        except Exception as exc:
+            if not isinstance(exc, AppFailure):         # AppFailure: already logged
+                log.exception("stream poll failed")
+            return self._stream_failed(conn, now)
+        if conn.is_closed:
+            return
+        if poll.done:
+            self._end_stream(conn)
+            conn.phase_started_s = now
+            self._answer_soon(conn)                    # a pipelined request may be waiting
+        self._update(conn)
+
+    def _stream_failed(self, conn: ConnState, now: float) -> None:
+        stream, head_sent = conn.stream, conn.http.state != HANDLING
+        self._end_stream(conn)
+        cancel_stream(stream)
+        if head_sent or conn.is_closed:
+            self._close(conn)                          # mid-body: only a close can tell
+            return
+        response = conn.listener.spec.app.error(INTERNAL_ERROR, "Internal server error.")
+        self._send(conn, conn.http.send_response(response))
+        self._answer_soon(conn)
+        self._update(conn)
+
+    def _end_stream(self, conn: ConnState) -> None:
+        conn.stream = None
+        self._streaming.discard(conn)
+
+    def _fail(self, conn: ConnState, err: HttpError) -> None:
+        """Answer a framing error, then stop reading requests and close (RFC 9112 9.6)."""
+        log.info("%s from %s: %s", err.kind, conn.http.peer, err.message)
+        self._send(conn, conn.http.send_error(conn.listener.spec.app.error(err.kind, err.message)))
+        self._linger(conn)
+
+    def _linger(self, conn: ConnState) -> None:
+        if conn.is_closed:
+            return
+        conn.is_lingering = True
+        conn.phase_started_s = self._clock()
+        self._update(conn)
+
     # ---- timers -----------------------------------------------------------------------
+
+    def _run_timers(self, now: float) -> None:
+        for conn in self._timers.due(now):
+            self._on_timer(conn, now)
+
+    def _on_timer(self, conn: ConnState, now: float) -> None:
+        limits, http = self.limits, conn.http
+        if conn.is_lingering:
+            return self._close(conn)
+        if conn.outbuf and now >= conn.last_send_s + limits.send_timeout_s:
+            log.info("send timeout for %s", http.peer)
+            return self._close(conn)                   # the client stopped reading
+        if conn.stream is not None:
+            return self._poll_stream(conn, now)
+        if http.has_partial_request:
+            return self._fail(conn, HttpError("request_timeout", "request not received in time"))
+        if http.state == IDLE and not conn.outbuf:
+            return self._close(conn)                   # keep-alive idle timeout: silently
+        self._update(conn)
 
     def _update(self, conn: ConnState) -> None:
         """Re-register interest and re-arm the timer after anything happened to `conn`."""

@@ -5,9 +5,10 @@ values and one protocol:
 
 * `Request`  — one parsed HTTP request, body complete;
 * `Response` — a whole answer, known at once (the loop frames it with Content-Length);
-* `Stream`   — an answer produced over time (a generation): the loop polls it whenever the
-  engine thread wakes the loop, or at the deadline the stream asks for (pings, queue
-  timeouts), and calls `cancel()` as soon as the client goes away;
+* `Stream`   — an answer produced over time (a generation): when the engine thread wakes the
+  loop, the loop polls it if it says it has output (`has_output`); it polls it too at the
+  deadline the stream asks for (pings, queue timeouts), and calls `cancel()` as soon as
+  the client goes away;
 * `StreamPoll` / `ResponseHead` — what a poll found ready.
 
 An `App` turns a `Request` into a `Response` or a `Stream`, and renders the errors the
@@ -72,6 +73,10 @@ class Stream(Protocol):
 
     def poll(self, now_s: float) -> StreamPoll:
         """Non-blocking: return what is ready now (possibly nothing)."""
+
+    def has_output(self) -> bool:
+        """Poll me on a wake: I have bytes or an end to hand over. False lets a wake skip
+        this stream (its deadline still polls it); True when unsure costs one idle poll."""
 
     def next_deadline_s(self) -> float | None:
         """Monotonic time at which the loop must poll again even without a wake, or None."""

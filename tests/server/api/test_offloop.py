@@ -341,3 +341,21 @@ def test_a_large_embeddings_document_is_built_off_the_loop_a_small_one_at_once()
     out = large.poll(1.0)
     assert out.head.status == 200 and out.done and statuses == [200, 200]
     assert len(json.loads(b"".join(out.chunks))["data"]) == len(values)
+
+
+def test_a_wake_finds_output_only_once_the_work_or_the_engine_is_done():
+    offloop, statuses = ManualOffLoop(), []
+    stream = offloop.run(lambda: b"built", lambda outcome: Response(status=200, body=outcome.get()))
+    assert not stream.has_output()              # the work runs: a wake has nothing to fetch
+    offloop.finish_all()
+    assert stream.has_output()
+    assert stream.poll(0.0).chunks == [b"built"]
+    cancelled = offloop.run(lambda: None, lambda outcome: Response(status=200))
+    cancelled.cancel()
+    assert cancelled.has_output()               # its end is due
+    ticket = EmbedTicket([[1]], "float")
+    embed = EmbedStream(ticket=ticket, model_id="m", prompt_tokens=1, headers=(),
+                        on_status=lambda route, s: statuses.append(s), offloop=offloop)
+    assert not embed.has_output()               # the engine has not run the input yet
+    ticket.result, ticket.done = [[0.5]], True
+    assert embed.has_output() and embed.poll(0.0).done and statuses == [200]

@@ -45,6 +45,9 @@ class FakeStream:
     def poll(self, now_s):
         return self.polls.pop(0)
 
+    def has_output(self):
+        return bool(self.polls)
+
     def next_deadline_s(self):
         return None
 
@@ -158,6 +161,15 @@ def test_access_log_one_json_line_per_request():
                    "bytes_sent": len(b"data: 1\n\n") + len(b"data: [DONE]\n\n")}
     stream.cancel()
     assert len(lines) == 2                                     # logged once
+
+
+def test_a_logged_stream_has_output_when_its_inner_stream_has():
+    access = AccessLog(None)
+    inner = FakeStream()
+    stream = LoggedStream(inner, access.begin(req()), access)
+    assert stream.has_output()
+    inner.polls.clear()
+    assert not stream.has_output()
 
 
 def test_access_log_cancelled_stream_and_off():

@@ -68,6 +68,9 @@ def test_a_stream_line_carries_the_request_id_without_reading_its_head():
         def poll(self, now_s):
             return StreamPoll(head=ResponseHead(status=200), chunks=[b"x"], done=True)
 
+        def has_output(self):
+            return True
+
         def next_deadline_s(self):
             return None
 

@@ -71,6 +71,9 @@ class ScriptedStream:
             result.chunks.append(item)
         return result
 
+    def has_output(self):
+        return True              # polled on every wake: the tests that count polls rely on it
+
     def next_deadline_s(self):
         return None if self.deadline_step_s is None else time.monotonic() + self.deadline_step_s
 

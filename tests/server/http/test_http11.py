@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from server.http.http11 import (CLOSING, CONTINUE_BYTES, HANDLING, IDLE, Connection, HttpError,
-                           Interim, ProtocolMisuse)
+from server.http.http11 import (CLOSING, CONTINUE_BYTES, HANDLING, IDLE, NEED_DATA, PAUSED,
+                                Connection, HttpError, Interim, ProtocolMisuse, Wait)
 from server.errors import ApiError, error_response
 from server.http.limits import HttpLimits
 from server.http.protocol import Request, Response, ResponseHead
@@ -24,7 +24,7 @@ def events_from(pieces, conn=None):
     found = []
     for piece in pieces:
         conn.receive_data(piece)
-        while (event := conn.next_event()) is not None:
+        while not isinstance(event := conn.next_event(), Wait):
             found.append(event)
             if isinstance(event, HttpError):          # the connection ends after an error
                 return conn, found
@@ -138,10 +138,10 @@ def test_pipelined_requests_are_released_one_response_at_a_time():
     conn.receive_data(GET + POST_CL + GET)
     first = conn.next_event()
     assert first.method == "GET"
-    assert conn.next_event() is None                 # busy until the response is sent
+    assert conn.next_event() is PAUSED               # busy until the response is sent
     conn.send_response(Response(status=200, body=b"1"))
     assert conn.next_event().body == b"hello world"
-    assert conn.next_event() is None
+    assert conn.next_event() is PAUSED
     conn.send_response(Response(status=200))
     assert conn.next_event().method == "GET"
     assert conn.num_requests == 3
@@ -362,14 +362,14 @@ def test_eof_inside_a_request_is_malformed_but_between_requests_is_quiet():
     error_event(conn)
     conn = Connection()
     conn.receive_data(b"")
-    assert conn.next_event() is None and conn.is_eof
+    assert conn.next_event() is NEED_DATA and conn.is_eof
 
 
 def test_partial_request_is_reported_for_timeouts():
     conn = Connection()
     assert not conn.has_partial_request
     conn.receive_data(b"GET / HTTP/1.1\r\n")
-    assert conn.next_event() is None and conn.has_partial_request
+    assert conn.next_event() is NEED_DATA and conn.has_partial_request
     conn.receive_data(b"\r\n")
     assert isinstance(conn.next_event(), Request) and not conn.has_partial_request
 

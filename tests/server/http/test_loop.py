@@ -74,6 +74,40 @@ def test_pipelined_requests_are_answered_in_order_even_behind_a_stream():
         assert client.read_response()[2] == b"POST /d hi"
 
 
+class OutputStream(ScriptedStream):
+    """Says it has output only when a chunk or its end is pushed (a stream of a generation
+    whose request got no token this step says False)."""
+
+    def has_output(self):
+        return bool(self.pending)
+
+
+def test_a_wake_polls_only_the_streams_with_output():
+    busy, quiet = OutputStream(), OutputStream()
+    with serving(EchoApp({"busy": busy, "quiet": quiet})) as (loop, _):
+        busy_client, quiet_client = Client(loop.bound_address("api")), Client(loop.bound_address("api"))
+        busy_client.send(request(path="/stream/busy"))
+        quiet_client.send(request(path="/stream/quiet"))
+        busy_client.read_head()                  # each head: that stream's first poll is done
+        quiet_client.read_head()
+        assert (busy.num_polls, quiet.num_polls) == (1, 1)
+        busy.push(b"token")
+        loop.wake()
+        assert busy_client.read_chunk() == b"token"
+        # A request sent after the chunk arrived is answered in a later iteration than the
+        # wake's: by its answer, the wake's polls are all done.
+        other = Client(loop.bound_address("api"))
+        other.send(request(path="/after"))
+        assert other.read_response()[0] == 200
+        assert (busy.num_polls, quiet.num_polls) == (2, 1)
+        quiet.finish()
+        loop.wake()
+        assert quiet_client.read_chunk() == b""  # once it has its end, the wake polls it
+        busy.finish()
+        loop.wake()
+        assert busy_client.read_chunk() == b""
+
+
 def test_many_pipelined_requests_in_one_write_all_answered():
     with serving(limits=HttpLimits(max_pipelined_requests=4)) as (loop, _):
         client = Client(loop.bound_address("api"))

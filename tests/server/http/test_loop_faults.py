@@ -53,6 +53,9 @@ class Firehose:
         return StreamPoll(head=ResponseHead(status=200) if self.produced_bytes == 65536 else None,
                           chunks=[b"z" * 65536])
 
+    def has_output(self):
+        return True
+
     def next_deadline_s(self):
         return self.clock()                           # always due: polled as fast as allowed
 
@@ -102,11 +105,35 @@ class FailingStream:
             return StreamPoll(head=ResponseHead(status=200), chunks=[b"partial"])
         raise RuntimeError("stream bug")
 
+    def has_output(self):
+        return True
+
     def next_deadline_s(self):
         return time.monotonic() + 0.01
 
     def cancel(self):
         self.cancelled.set()
+
+
+class UnsureStream(ScriptedStream):
+    """A stream whose has_output raises: the wake must still reach it, and the loop go on."""
+
+    def has_output(self):
+        raise RuntimeError("has_output bug")
+
+
+def test_a_stream_whose_has_output_raises_is_polled_and_the_loop_goes_on():
+    stream = UnsureStream()
+    with serving(EchoApp({"s": stream})) as (loop, _):
+        client = Client(loop.bound_address("api"))
+        client.send(request(path="/stream/s"))
+        client.read_head()
+        stream.push(b"still here")
+        loop.wake()
+        assert client.read_chunk() == b"still here"
+        stream.finish()
+        loop.wake()
+        assert client.read_chunk() == b""
 
 
 def test_stream_failure_before_head_is_500_and_after_head_closes():
@@ -180,6 +207,7 @@ SIGNAL_SCRIPT = textwrap.dedent("""
 
     class Forever:
         def poll(self, now_s): return StreamPoll(head=ResponseHead(status=200))
+        def has_output(self): return True
         def next_deadline_s(self): return None
         def cancel(self): print("cancelled", flush=True)
 
