@@ -9,7 +9,8 @@ from server.door.auth import ApiKeyCheck, bearer_token, needs_key
 from server.door.cors import CorsPolicy
 from server.door.gateway import GatewayApp, LoadingApp
 from server.http.protocol import Request, Response, ResponseHead, StreamPoll
-from server.door.routes import API_ROUTES, HEALTH_ROUTES
+from server.api.routes import API_ROUTES
+from server.observe.health import HEALTH_ROUTES
 
 KEY = "sk-test-0123456789"
 
