@@ -43,8 +43,6 @@ from server.replies import Headers
 from server.state import ServerState
 from server.http.protocol import Request, Response, Stream
 from server.observe.static import StaticFiles, WebFile
-from server.text.served import ServedModel
-from server.worker.bridge import EngineBridge
 from server.worker.encoder_worker import EncoderWorker
 
 __all__ = ["ApiApp"]
@@ -54,17 +52,13 @@ log = logging.getLogger("tlserve.app")
 class ApiApp:
     """The OpenAI v1 API listener."""
 
-    def __init__(self, *, served: ServedModel | None = None, bridge: EngineBridge | None = None,
-                 state: ServerState, ping_interval_s: float,
-                 clock: Callable[[], float] = time.monotonic, web: StaticFiles | None = None,
-                 defaults: SamplingDefaults = SamplingDefaults(), offloop: OffLoop = Inline(),
+    def __init__(self, *, chats: Mapping[str, ChatModel], state: ServerState,
+                 ping_interval_s: float, clock: Callable[[], float] = time.monotonic,
+                 web: StaticFiles | None = None, offloop: OffLoop = Inline(),
                  encoders: Mapping[str, EncoderWorker] | None = None,
-                 chats: Mapping[str, ChatModel] | None = None,
                  max_stop_strings: int = DEFAULT_MAX_STOP_STRINGS):
-        """`chats`: every chat model by id, the first answering where one is needed before
-        a request names its model; or one chat model as `served`, `bridge`, `defaults`."""
-        if chats is None:
-            chats = {served.id: ChatModel(served, bridge, defaults)} if served is not None else {}
+        """`chats`: every chat model by id (none in a server of embedding models only),
+        the first answering where one is needed before a request names its model."""
         first = next(iter(chats.values()), None)
         self.served = first.served if first else None      # the first chat model's
         self.bridge = first.bridge if first else None
@@ -78,7 +72,7 @@ class ApiApp:
             on_status=metrics.count_request,
             on_finish=metrics.observe_generation, offloop=offloop)
         self.ctx = ApiContext(served=self.served,
-                              defaults=first.defaults if first else defaults,
+                              defaults=first.defaults if first else SamplingDefaults(),
                               bridge=self.bridge,
                               stream_ctx=self.stream_ctx, offloop=offloop,
                               count_request=metrics.count_request, clock=clock,
