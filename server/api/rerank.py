@@ -119,8 +119,7 @@ def rerank(ctx: ApiContext, request: Request, params: Params, extra: Headers) ->
         rows = encoder_rows(ctx.encoders[spec.model].encoder, texts, None,
                             lambda i: ("query", "The query") if i == 0 else
                             ("documents", f"Document {i - 1}"))
-        worker = ctx.encoders[spec.model]
-        return Launch(partial(launch_embedding, ctx, worker, spec.model, rows,
+        return Launch(partial(launch_embedding, ctx, ctx.encoders[spec.model], spec.model, rows,
                               ENCODING_VECTORS, extra, request.request_id, "rerank",
                               partial(_rerank_document, spec)))
 
@@ -143,8 +142,7 @@ def score(ctx: ApiContext, request: Request, params: Params, extra: Headers) -> 
         rows = encoder_rows(ctx.encoders[spec.model].encoder, spec.left + spec.right, None,
                             lambda i: ("text_1", f"text_1[{i}]") if i < n_left else
                             ("text_2", f"text_2[{i - n_left}]"))
-        worker = ctx.encoders[spec.model]
-        return Launch(partial(launch_embedding, ctx, worker, spec.model, rows,
+        return Launch(partial(launch_embedding, ctx, ctx.encoders[spec.model], spec.model, rows,
                               ENCODING_VECTORS, extra, request.request_id, "score",
                               partial(_score_document, spec)))
 
