@@ -4,9 +4,10 @@
               `connstate.py`, `signals.py`, `http11.py` (sans-IO), `head.py`, `bodies.py`,
               `limits.py`, `protocol.py` (the seam to the application)
     door/     what every API route passes first: request id, API key, CORS, access log,
-              the route table (`routes.py`), the loading state
-    api/      the OpenAI API, one module or package per endpoint family; `app.py` the
-              dispatcher, `launch.py` a generation's launch, `streams.py` the stream shell,
+              the router (`routes.py`), the loading state
+    api/      the OpenAI API, one module or package per endpoint family; `routes.py` the
+              route table, `app.py` the dispatcher, `prepared.py` what a handler hands
+              back, `launch.py` a generation's launch, `streams.py` the stream shell,
               `offloop.py` the workers for heavy preparation
     text/     between JSON and token ids: the served model, typed messages, detokenising,
               tool-call formats, the thinking split

@@ -35,6 +35,7 @@ from pathlib import Path
 from engine.api import model_name, tune_malloc
 from server.door.access import AccessLog, open_access_log
 from server.api.app import ApiApp
+from server.api.routes import API_ROUTES
 from server.state import ServerState
 from server.door.auth import ApiKeyCheck
 from server.worker.bridge import EngineBridge
@@ -43,11 +44,10 @@ from server.config import (REASONING_MODES, ConfigError, ServeConfig,
 from server.door.cors import CorsPolicy
 from server.door.gateway import GatewayApp, LoadingApp, Switch
 from server.door.request_id import StampedApp
-from server.observe.health import HealthApp
+from server.observe.health import HEALTH_ROUTES, HealthApp
 from server.http.connstate import BindError
 from server.http.loop import EventLoop, Listener
 from server.api.offloop import WorkerPool
-from server.door.routes import API_ROUTES, HEALTH_ROUTES
 from server.loading import (NO_TEMPLATE_WARNING, EngineWrapper, LoadedModels, StartupError,
                             fetch_hint, load_models, model_entries)
 
@@ -123,6 +123,7 @@ def bind(cfg: ServeConfig) -> ServerHandle:
     """Bind both listeners and answer in the loading state; the model is not loaded yet."""
     check_model_path(cfg)
     state = ServerState()
+    # While loading, the door answers from the route tables of the apps swapped in later.
     api = GatewayApp(LoadingApp(API_ROUTES), auth=ApiKeyCheck(cfg.api_key),
                      cors=CorsPolicy.parse(cfg.cors_allow_origins),
                      access=AccessLog(open_access_log(cfg.access_log)))

@@ -2,17 +2,19 @@
 
 `ApiApp.handle(request)` is the thin dispatcher: it answers an API request in two halves.
 
-    loop thread:   route table -> draining? -> hand the endpoint's handler to the off-loop pool
-    worker thread: the endpoint parses, checks and prepares: a `Launch` (or a whole Response,
-                   e.g. /tokenize). One module or package per endpoint family:
+    loop thread:   route table (server/api/routes.py) -> draining? -> the row's handler,
+                   handed to the off-loop pool when the row says so
+    worker thread: the endpoint parses, checks and prepares: a `Prepared` value
+                   (server/api/prepared.py), a `Launch` or a whole Response (e.g.
+                   /tokenize). One module or package per endpoint family:
                    chat/, completions.py, responses/, embeddings.py, rerank.py (and
                    score), tokenize.py, models.py
                    (generations share server/api/launch.py)
-    loop thread:   launch: client.generate (admission: 429 now if the queue is full)
-                   -> GenerationStream; count the status, add X-Request-Id
+    loop thread:   a Launch is started: client.generate (admission: 429 now if the queue
+                   is full) -> GenerationStream; count the status, add X-Request-Id
 
-The heavy, pure half of chat, completions, responses, embeddings and tokenize
-(`OFFLOOP_ROUTES`) runs on a worker of `server/api/offloop.py` (the one seam), so the loop
+The heavy, pure half of chat, completions, responses, embeddings and tokenize (the rows
+marked `off_loop`) runs on a worker of `server/api/offloop.py` (the one seam), so the loop
 never blocks on a grammar compile or a long history; admission, metrics and tickets stay
 on the loop thread. Small routes (models, detokenize, healthz) answer at once. Every
 response, errors and 404s included, carries `X-Request-Id` (echoed when the client sent a
@@ -27,58 +29,38 @@ from dataclasses import replace
 from functools import partial
 from typing import Callable, Mapping
 
-from server.api.chat import chat
-from server.api.completions import completions
 from server.api.defaults import SamplingDefaults
 from server.api.generation import DEFAULT_MAX_STOP_STRINGS
-from server.replies import json_response
-from server.api.embeddings import embeddings
 from server.api.launch import ApiContext, ChatModel
-from server.api.models import model, models
 from server.api.offloop import Inline, OffLoop, Outcome, outcome_of
-from server.api.rerank import rerank, score
-from server.api.responses import responses
+from server.api.prepared import Launch, Prepared
+from server.api.routes import API_ROUTES, ApiHandler
 from server.api.streams import StreamContext
-from server.api.tokenize import detokenize, tokenize
 from server.door.request_id import id_header
-from server.door.routes import API_ROUTES, Params, health_ok, resolve
+from server.door.routes import LIVENESS, Params, Route, resolve
 from server.errors import ApiError, error_response, kind_response
 from server.replies import Headers
 from server.state import ServerState
 from server.http.protocol import Request, Response, Stream
-from server.observe.static import CHAT_PAGE, FAVICON, StaticFiles
-from server.text.served import ServedModel
-from server.worker.bridge import EngineBridge
+from server.observe.static import StaticFiles, WebFile
 from server.worker.encoder_worker import EncoderWorker
 
-__all__ = ["ApiApp", "OFFLOOP_ROUTES"]
+__all__ = ["ApiApp"]
 log = logging.getLogger("tlserve.app")
-
-
-# The routes whose handler is the heavy, pure half, run off the loop (server/api/offloop.py):
-# it returns a `Launch` for the loop thread, or a whole Response.
-OFFLOOP_ROUTES = frozenset({"chat", "completions", "responses", "embeddings", "tokenize",
-                            "rerank", "score"})
-
-
 
 
 class ApiApp:
     """The OpenAI v1 API listener."""
 
-    def __init__(self, *, served: ServedModel | None = None, bridge: EngineBridge | None = None,
-                 state: ServerState, ping_interval_s: float,
-                 clock: Callable[[], float] = time.monotonic, web: StaticFiles | None = None,
-                 defaults: SamplingDefaults = SamplingDefaults(), offloop: OffLoop = Inline(),
+    def __init__(self, *, chats: Mapping[str, ChatModel], state: ServerState,
+                 ping_interval_s: float, clock: Callable[[], float] = time.monotonic,
+                 web: StaticFiles | None = None, offloop: OffLoop = Inline(),
                  encoders: Mapping[str, EncoderWorker] | None = None,
-                 chats: Mapping[str, ChatModel] | None = None,
                  max_stop_strings: int = DEFAULT_MAX_STOP_STRINGS):
-        """`chats`: every chat model by id, the first answering where one is needed before
-        a request names its model; or one chat model as `served`, `bridge`, `defaults`."""
-        if chats is None:
-            chats = {served.id: ChatModel(served, bridge, defaults)} if served is not None else {}
+        """`chats`: every chat model by id (none in a server of embedding models only),
+        the first answering where one is needed before a request names its model."""
         self.state = state
-        self.offloop = offloop                   # where OFFLOOP_ROUTES are prepared
+        self.offloop = offloop                   # where the off-loop rows are prepared
         self.web = web or StaticFiles.load()
         metrics = state.metrics
         self.stream_ctx = StreamContext(
@@ -88,15 +70,6 @@ class ApiApp:
                               count_request=metrics.count_request, clock=clock,
                               encoders=dict(encoders or {}), chats=dict(chats),
                               max_stop_strings=max_stop_strings)
-        endpoints = {"chat": chat, "completions": completions, "responses": responses,
-                     "embeddings": embeddings, "tokenize": tokenize, "detokenize": detokenize,
-                     "models": models, "model": model, "rerank": rerank, "score": score}
-        self.handlers = {label: partial(handler, self.ctx) for label, handler in endpoints.items()}
-        self.handlers.update({
-            "healthz": health_ok,
-            "page": lambda *_: self.web.response(CHAT_PAGE),
-            "favicon": lambda *_: self.web.response(FAVICON),
-            "static": lambda _, params, __: self.web.response(params["name"])})
 
     error = staticmethod(kind_response)  # App.error: the document of an error the transport found
 
@@ -106,24 +79,35 @@ class ApiApp:
             route, params = resolve(API_ROUTES, request.method, request.path)
         except ApiError as err:
             return self._answer("unmatched", request, extra, Outcome(error=err))
-        label = route.handler
-        if self.state.is_draining and label != "healthz":
+        label = route.name
+        if self.state.is_draining and label != LIVENESS:
             refusal = ApiError("shutting_down", "The server is shutting down; retry elsewhere.")
             return self._answer(label, request, extra, Outcome(error=refusal))
-        handler = partial(self.handlers[label], request, params, extra)
-        if label in OFFLOOP_ROUTES:     # prepared on a worker; launched back on the loop thread
-            return self.offloop.run(handler, partial(self._answer, label, request, extra))
-        return self._answer(label, request, extra, outcome_of(handler))
+        prepare = self._preparation(route, request, params, extra)
+        if route.off_loop:      # prepared on a worker; launched back on the loop thread
+            return self.offloop.run(prepare, partial(self._answer, label, request, extra))
+        return self._answer(label, request, extra, outcome_of(prepare))
+
+    def _preparation(self, route: Route[ApiHandler], request: Request, params: Params,
+                     extra: Headers) -> Callable[[], Prepared]:
+        """The work that prepares the answer of `route` (a page file needs no context)."""
+        if isinstance(route.handler, WebFile):
+            return partial(self.web.answer, route.handler, params)
+        return partial(route.handler, self.ctx, request, params, extra)
 
     def _answer(self, label: str, request: Request, extra: Headers,
-                outcome: Outcome) -> Response | Stream:
-        """A handler's outcome as the answer, on the loop thread: a `Launch` is launched
-        (admission), an ApiError becomes its OpenAI error, anything else a logged 500; the
-        status of a whole Response is counted here (a stream counts its own)."""
+                outcome: Outcome[Prepared]) -> Response | Stream:
+        """A handler's outcome as the answer, on the loop thread: a `Launch` is started
+        (admission), an ApiError becomes its OpenAI error, anything else (a handler's bug)
+        a logged 500; the status of a whole Response is counted here (a stream counts its
+        own)."""
         try:
-            result = outcome.get()
-            if not isinstance(result, Response) and callable(result):
-                result = result()                   # a Launch: tickets, on this thread
+            prepared = outcome.get()
+            if isinstance(prepared, Launch):
+                return prepared.start()         # admission and tickets, on this thread
+            if not isinstance(prepared, Response):
+                raise TypeError(f"handler {label} returned a {type(prepared).__name__}, "
+                                "neither a Response nor a Launch")
         except ApiError as err:
             self._count(label, err.status, err.model)
             return error_response(err, extra)
@@ -131,10 +115,8 @@ class ApiApp:
             log.exception("request %s: handler %s failed", request.request_id, label)
             self._count(label, 500, None)
             return error_response(ApiError("internal_error", "Internal server error."), extra)
-        if isinstance(result, Response):
-            self._count(label, result.status, dict(result.notes).get("model"))
-            return replace(result, headers=result.headers + extra)
-        return result
+        self._count(label, prepared.status, dict(prepared.notes).get("model"))
+        return replace(prepared, headers=prepared.headers + extra)
 
     def _count(self, label: str, status: int, model: str | None) -> None:
         """The request counter, labelled with the model when it is one this server serves

@@ -23,7 +23,8 @@ from engine.api import Encoder, InputTooLong, InvalidRequest
 from server.api import documents as docs
 from server.replies import JSON_CONTENT_TYPE, json_bytes, json_bytes_piecewise
 from server.api.fields import bad, is_int, load_json_object, model_name, token_ids, unsupported
-from server.api.launch import TASK_EMBED, ApiContext, Launch, ModelContext
+from server.api.launch import TASK_EMBED, ApiContext, ModelContext
+from server.api.prepared import Launch
 from server.door.routes import Params
 from server.replies import Headers
 from server.worker.embedding_jobs import EmbedTicket
@@ -121,8 +122,8 @@ def embeddings(api: ApiContext, request: Request, params: Params, extra: Headers
         worker = ctx.encoder
         if worker is not None:
             rows = encoder_rows(worker.encoder, spec.inputs, spec.truncate_tokens)
-            return partial(launch_embedding, ctx, worker, spec.model, rows,
-                           spec.encoding_format, extra, request.request_id)
+            return Launch(partial(launch_embedding, ctx, worker, spec.model, rows,
+                                  spec.encoding_format, extra, request.request_id))
         if spec.truncate_tokens is not None:
             raise unsupported("truncate_prompt_tokens", "'truncate_prompt_tokens' is served "
                               "for sentence-embedding models only; this chat model embeds "
@@ -135,8 +136,8 @@ def embeddings(api: ApiContext, request: Request, params: Params, extra: Headers
         inputs = [list(x) if isinstance(x, tuple) else ctx.served.encode(x) for x in spec.inputs]
         for ids in inputs:
             ctx.served.check_input_length(ids, "input")
-        return partial(launch_embedding, ctx, ctx.client, ctx.served.id, inputs,
-                       spec.encoding_format, extra, request.request_id)
+        return Launch(partial(launch_embedding, ctx, ctx.client, ctx.served.id, inputs,
+                              spec.encoding_format, extra, request.request_id))
 
 
 Render = Callable[[list, int], dict]       # (vectors, prompt tokens) -> the answer's document

@@ -32,16 +32,16 @@ from server.door.routes import Params
 from server.api.defaults import SamplingDefaults
 from server.api.generation import DEFAULT_MAX_STOP_STRINGS, GenSpec, parse_priority
 from server.api.offloop import OffLoop
+from server.api.prepared import Launch
 from server.api.streams import GenerationStream, Renderer, StreamContext
 from server.api.structured import Structured, compile_structured
 from server.api.thinking import after_thinking
 from server.api.tools import call_grammar_spec, check_tools_compile, with_format
 from server.errors import ApiError, bad
 from server.replies import Headers
-from server.http.protocol import Request, Stream
-from server.text.client import EngineClient
+from server.http.protocol import Request
+from server.text.client import CallRules, EngineClient, TextRules
 from server.text.gentext import Echo
-from server.text.client import CallRules, TextRules
 from server.text.served import ServedModel
 from server.worker.bridge import EngineBridge
 from server.worker.encoder_worker import EncoderWorker
@@ -55,7 +55,6 @@ TASK_ROUTES = {TASK_GENERATE: "/v1/chat/completions, /v1/completions and /v1/res
                TASK_EMBED: "/v1/embeddings", TASK_TOKENIZE: "/v1/tokenize and /v1/detokenize",
                TASK_RERANK: "/v1/rerank", TASK_SCORE: "/v1/score"}
 
-Launch = Callable[[], Stream]                   # admission -> the stream; loop thread only
 RenderFor = Callable[[docs.Header], Renderer]   # the endpoint's renderer, given the ids
 
 
@@ -211,8 +210,8 @@ def launch_generation(ctx: ModelContext, request: Request, spec: GenSpec,
     requests = [_gen_request(ctx.served, spec, prompt, endpoint.prompt_param, priority, j,
                              grammar, predicted)
                 for prompt in prompts for j in range(spec.n)]
-    return partial(_launch, ctx, requests, spec, sum(map(len, prompts)), endpoint, extra,
-                   echoes, render, request.request_id)
+    return Launch(partial(_launch, ctx, requests, spec, sum(map(len, prompts)), endpoint,
+                          extra, echoes, render, request.request_id))
 
 
 def text_rules(spec: GenSpec) -> TextRules:

@@ -41,6 +41,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, Protocol, TypeVar
 
+from server.door.access import Logged
 from server.errors import ApiError
 from server.http.protocol import Response, ResponseHead, Stream, StreamPoll
 
@@ -92,11 +93,15 @@ Continuation = Callable[[Outcome], "Response | Stream"]
 
 
 class ResponseStream:
-    """A whole `Response` as a `Stream`: one poll with the head (Content-Length), body, done."""
+    """A whole `Response` as a `Stream`: one poll with the head (Content-Length), body, done.
+    `Logged`: its access fields are what the app noted on the Response (model, error)."""
 
     def __init__(self, response: Response):
         self.response = response
         self.done = False
+
+    def access_fields(self) -> dict:
+        return dict(self.response.notes)
 
     def poll(self, now_s: float) -> StreamPoll:
         if self.done:
@@ -165,14 +170,8 @@ class OffLoopStream:
             self.delegate.cancel()
 
     def access_fields(self) -> dict:
-        """The access log's fields of the real answer (server/door/access.py)."""
-        fields_of = getattr(self.delegate, "access_fields", None)
-        return dict(fields_of()) if fields_of is not None else {}
-
-    @property
-    def whole_response(self) -> Response | None:
-        """The answer, when it was one whole Response (the access log reads it)."""
-        return self.delegate.response if isinstance(self.delegate, ResponseStream) else None
+        """`Logged`: the access log's fields of the real answer (server/door/access.py)."""
+        return dict(self.delegate.access_fields()) if isinstance(self.delegate, Logged) else {}
 
 
 class OffLoop(Protocol):

@@ -194,7 +194,6 @@ class GenerationStream:
             self._send_sse(out, now_s)
         return out
 
-    def has_output(self) -> bool: return True
 
     def next_deadline_s(self) -> float | None:
         if self.tail is not None:

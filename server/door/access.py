@@ -14,10 +14,11 @@ stream cut by the client (or a stop) is logged with `"status": 499` when no head
 Every value comes from what the door and the application recorded, never from re-reading
 bodies or headers: `request_id` from the stamped `Request` (server/door/request_id.py); a
 whole `Response`'s `notes` (the error message `server/errors.py` noted, the model when the
-app knew it); a stream's `access_fields() -> dict` (model, tokens, finish reason, TTFT,
-error): `GenerationStream` and `EmbedStream` offer it. A stream that stood for work off the
-loop and turned out to be one whole answer (server/api/offloop.py) offers `whole_response`:
-its line reads as that Response's would.
+app knew it); a `Logged` stream's `access_fields() -> dict` (model, tokens, finish reason,
+TTFT, error): `GenerationStream` and `EmbedStream` are `Logged`, and so is the stream that
+stands for work off the loop (server/api/offloop.py), with the fields of the answer it
+became: a whole answer's line reads as that Response's would. A stream that is not `Logged`
+gets the line's recorded fields only.
 
 A stream that raises is logged once, here, with its request id and traceback, then reported
 to the transport as `AppFailure` (which closes the connection without logging it again).
@@ -29,7 +30,7 @@ import logging
 import sys
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Protocol, runtime_checkable
 
 from server.http.protocol import AppFailure, Request, Response, Stream, StreamPoll
 
@@ -108,6 +109,14 @@ class AccessLog:
             self.emit(entry.line(self.clock(), fields))
 
 
+@runtime_checkable
+class Logged(Protocol):
+    """A stream that reports what its access line records of it, once it has ended."""
+
+    def access_fields(self) -> dict:
+        """Some of the line's fields (`model`, `prompt_tokens`, `error` ...) by name."""
+
+
 class LoggedStream:
     """A `Stream` that counts what it sends and writes the access line when it ends."""
 
@@ -154,11 +163,7 @@ class LoggedStream:
         self.is_logged = True
         if status is not None:
             self.entry.status = status
-        fields_of = getattr(self.inner, "access_fields", None)
-        fields = dict(fields_of()) if fields_of is not None else {}
-        whole = getattr(self.inner, "whole_response", None)
-        if whole is not None:
-            fields = {**dict(whole.notes), **fields}
+        fields = dict(self.inner.access_fields()) if isinstance(self.inner, Logged) else {}
         if extra.get("error") or not fields.get("error"):
             fields.update(extra)
         self.access.write(self.entry, fields)

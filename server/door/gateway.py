@@ -11,19 +11,20 @@ One place for every route: a new handler behind `/v1/...` is covered without a l
 The inner app is `LoadingApp` while the model loads (the listeners are bound before the
 load, so a taken port fails at once), then `server.serve` swaps in the real `ApiApp`; the
 health listener gets the same treatment through `Switch`. While loading: `/healthz` 200,
-everything else that exists 503 `model_loading` with `Retry-After`.
+everything else that exists 503 `model_loading` with `Retry-After`, read from the route
+table of the app that will answer (the door keeps no list of paths of its own).
 """
 from __future__ import annotations
 
 import logging
-
 from dataclasses import replace
+from typing import Sequence
 
 from server.door.access import AccessLog, LoggedStream
 from server.door.auth import ApiKeyCheck
 from server.door.cors import CorsPolicy
 from server.door.request_id import id_header, stamped
-from server.door.routes import Route, health_ok, resolve
+from server.door.routes import LIVENESS, Route, health_ok, resolve
 from server.errors import ApiError, error_response, kind_response
 from server.http.protocol import App, Request, Response, Stream
 
@@ -33,9 +34,10 @@ LOADING_RETRY_AFTER_S = 5            # a client asking during the load tries aga
 
 
 class LoadingApp:
-    """The answers of a listener whose model is still loading."""
+    """The answers of a listener whose model is still loading, from its app's route table
+    (serve.py hands it in): the paths and methods only, never a handler."""
 
-    def __init__(self, routes: tuple[Route, ...]):
+    def __init__(self, routes: Sequence[Route]):
         self.routes = routes
 
     error = staticmethod(kind_response)
@@ -43,9 +45,9 @@ class LoadingApp:
     def handle(self, request: Request) -> Response:
         extra = id_header(request)
         try:
-            route, params = resolve(self.routes, request.method, request.path)
-            if route.handler == "healthz":
-                result = health_ok(request, params, extra)
+            route, _ = resolve(self.routes, request.method, request.path)
+            if route.name == LIVENESS:
+                result = health_ok()
                 return replace(result, headers=result.headers + extra)
             raise ApiError("model_loading", "The model is still loading; retry shortly.",
                            headers=(("Retry-After", str(LOADING_RETRY_AFTER_S)),))

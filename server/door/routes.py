@@ -1,28 +1,41 @@
-"""The route tables: (method, path pattern) -> handler name, for both listeners.
+"""The router: a route row's shape and `resolve`, which both listeners' tables are read with.
 
-A table, not an if-chain: one line per route. `resolve` tells three outcomes apart, each in
-the OpenAI error shape when it fails: a match, a known path with the wrong method (405 with
-`Allow`), and an unknown path (404). Patterns are literal paths, or end in `{name}` to take
+The tables themselves stand beside the applications that answer them: the OpenAI listener's
+in server/api/routes.py, the health listener's in server/observe/health.py. A row names a
+method, a path pattern, the route's name (the metrics' `route` label) and its handler;
+serve.py hands each table to the door's `LoadingApp` too, so the door answers from the same
+rows before the models are loaded. Patterns are literal paths, or end in `{name}` to take
 the rest of the path as one parameter (model ids may contain `/`).
+
+`resolve` tells three outcomes apart, each in the OpenAI error shape when it fails: a match,
+a known path with the wrong method (405 with `Allow`), and an unknown path (404).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Generic, Sequence, TypeVar
 
 from server.replies import JSON_CONTENT_TYPE, json_bytes
 from server.errors import ApiError
-from server.http.protocol import Request, Response
+from server.http.protocol import Response
 
 Params = dict[str, str]                         # path parameters from the route table
+H = TypeVar("H")                                # what a listener's handlers are
+
+# The liveness route: answered 200 by both listeners while the process lives, loading
+# or loaded, and during a drain.
+LIVENESS = "healthz"
 
 
 @dataclass(frozen=True)
-class Route:
+class Route(Generic[H]):
     method: str
     pattern: str          # "/v1/models/{model}" or a literal path
-    handler: str          # the name of the handler in the app's handler table
+    name: str             # the route's name: its metrics label, one per handler
+    handler: H            # what answers it (its listener's table says of which type)
+    off_loop: bool = False    # prepared on an off-loop worker (server/api/offloop.py)
 
-    def match(self, path: str) -> dict[str, str] | None:
+    def match(self, path: str) -> Params | None:
         if "{" not in self.pattern:
             return {} if path == self.pattern else None
         prefix, _, rest = self.pattern.partition("{")
@@ -31,37 +44,7 @@ class Route:
         return {rest.rstrip("}"): path[len(prefix):]}
 
 
-API_ROUTES: tuple[Route, ...] = (
-    Route("POST", "/v1/chat/completions", "chat"),
-    Route("POST", "/v1/completions", "completions"),
-    Route("POST", "/v1/responses", "responses"),        # stateless (server/api/responses/)
-    Route("POST", "/v1/embeddings", "embeddings"),
-    Route("POST", "/v1/rerank", "rerank"),              # bi-encoder scoring (server/api/rerank.py)
-    Route("POST", "/v1/score", "score"),
-    Route("POST", "/v1/tokenize", "tokenize"),
-    Route("POST", "/v1/detokenize", "detokenize"),
-    Route("GET", "/v1/models", "models"),
-    Route("GET", "/v1/models/{model}", "model"),
-    Route("GET", "/healthz", "healthz"),
-    Route("GET", "/health", "healthz"),                 # the same, as vLLM and llm-d name it
-    Route("GET", "/", "page"),                          # the chat page (server/observe/web/)
-    Route("GET", "/static/{name}", "static"),
-    Route("GET", "/favicon.ico", "favicon"),            # browsers ask for it unprompted
-)
-
-HEALTH_ROUTES: tuple[Route, ...] = (
-    Route("GET", "/healthz", "healthz"),
-    Route("GET", "/health", "healthz"),
-    Route("GET", "/readyz", "readyz"),
-    Route("GET", "/metrics", "metrics"),
-    Route("GET", "/engine", "engine_page"),             # the engine view (server/observe/web/)
-    Route("GET", "/engine/snapshot", "engine_snapshot"),
-    Route("GET", "/static/{name}", "static"),
-    Route("GET", "/favicon.ico", "favicon"),
-)
-
-
-def resolve(routes: tuple[Route, ...], method: str, path: str) -> tuple[Route, dict[str, str]]:
+def resolve(routes: Sequence[Route[H]], method: str, path: str) -> tuple[Route[H], Params]:
     """The matching route and its path parameters, or ApiError 404 / 405."""
     allowed = []
     for route in routes:
@@ -78,6 +61,6 @@ def resolve(routes: tuple[Route, ...], method: str, path: str) -> tuple[Route, d
     raise ApiError("route_not_found", f"Unknown request URL: {method} {path}.")
 
 
-def health_ok(request: Request, params: dict[str, str], extra: object) -> Response:
+def health_ok() -> Response:
     """`/healthz` while the process lives: both listeners, loading or loaded, answer it."""
     return Response(status=200, headers=(JSON_CONTENT_TYPE,), body=json_bytes({"status": "ok"}))

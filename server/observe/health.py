@@ -8,14 +8,17 @@ engine's samples labelled with its model (and their `vllm:*` twins, with the KV 
 size the bridge knows), with the loop's worst stall when serve.py hands over the meter.
 `/engine/snapshot?model=ID` is one chat engine's picture (default: the first chat model's),
 listing every engine's id in `engines`. It stays up during a drain.
+
+`HEALTH_ROUTES`, at the end, is the listener's route table: each row a path, its method,
+its name and the `HealthApp` method (or page file) that answers it; serve.py hands the same
+table to the door's `LoadingApp` while the models load.
 """
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence, Union
 from urllib.parse import parse_qs
 
-from server.door.routes import Params
 from server.replies import Headers, json_response
 from server.state import ServerState
 from server.worker.bridge import EngineBridge
@@ -27,8 +30,8 @@ from server.observe.metrics import CONTENT_TYPE as METRICS_TYPE
 from server.observe.metrics import metrics_text
 from server.observe.vllm_metrics import EngineReading
 from server.door.request_id import id_header
-from server.door.routes import HEALTH_ROUTES, health_ok, resolve
-from server.observe.static import ENGINE_PAGE, FAVICON, StaticFiles
+from server.door.routes import LIVENESS, Params, Route, health_ok, resolve
+from server.observe.static import ENGINE_PAGE, FAVICON, StaticFiles, WebFile
 
 
 class HealthApp:
@@ -46,10 +49,6 @@ class HealthApp:
         self.encoders = tuple(encoders)          # each sentence-embedding model's worker
         self.loop_stall_s = loop_stall_s         # the loop's worst (wall, CPU), if measured
         self.web = web or StaticFiles.load()
-        self.handlers = {"healthz": self.healthz, "readyz": self.readyz, "metrics": self.metrics,
-                         "engine_page": self.engine_page, "engine_snapshot": self.engine_snapshot,
-                         "favicon": lambda *_: self.web.response(FAVICON),
-                         "static": lambda _, params, __: self.web.response(params["name"])}
 
     error = staticmethod(kind_response)  # App.error: the document of an error the transport found
 
@@ -57,7 +56,10 @@ class HealthApp:
         extra = id_header(request)            # stamped by the door (StampedApp in serve.py)
         try:
             route, params = resolve(HEALTH_ROUTES, request.method, request.path)
-            result = self.handlers[route.handler](request, params, extra)
+            if isinstance(route.handler, WebFile):
+                result = self.web.answer(route.handler, params)
+            else:
+                result = route.handler(self, request, params, extra)
         except ApiError as err:
             return error_response(err, extra)
         return replace(result, headers=result.headers + extra)
@@ -65,7 +67,7 @@ class HealthApp:
     def healthz(self, request: Request, params: Params, extra: Headers) -> Response:
         """Liveness: fails once the engine thread has died, so an orchestrator restarts us."""
         self._check_workers("engine_unavailable")
-        return health_ok(request, params, extra)
+        return health_ok()
 
     def readyz(self, request: Request, params: Params, extra: Headers) -> Response:
         if self.state.is_draining:
@@ -117,3 +119,17 @@ class HealthApp:
                          for w in self.encoders)
         return json_response(200, snapshot_document(latest, model, encoders, tuple(self.views)),
                              (("Cache-Control", "no-store"),))
+
+
+HealthHandler = Union[Callable[[HealthApp, Request, Params, Headers], Response], WebFile]
+
+HEALTH_ROUTES: tuple[Route[HealthHandler], ...] = (
+    Route("GET", "/healthz", LIVENESS, HealthApp.healthz),
+    Route("GET", "/health", LIVENESS, HealthApp.healthz),  # the name vLLM and llm-d probe
+    Route("GET", "/readyz", "readyz", HealthApp.readyz),
+    Route("GET", "/metrics", "metrics", HealthApp.metrics),
+    Route("GET", "/engine", "engine_page", HealthApp.engine_page),     # the engine view
+    Route("GET", "/engine/snapshot", "engine_snapshot", HealthApp.engine_snapshot),
+    Route("GET", "/static/{name}", "static", WebFile(param="name")),
+    Route("GET", "/favicon.ico", "favicon", WebFile(FAVICON)),
+)

@@ -4,7 +4,8 @@
 view; both load their scripts and styles from `GET /static/<name>` on their own port, and
 both ports answer `GET /favicon.ico` with the pages' icon.
 The files are read once, at start-up, into a table of name -> bytes; a name outside the
-table is a 404 (no path is ever joined from a request, so `..` has nothing to reach).
+table is a 404 (no path is ever joined from a request, so `..` has nothing to reach). A
+route table row whose handler is a `WebFile` is answered with one of these files.
 
 Every answer carries a Content-Security-Policy that allows scripts, styles and fetches
 from this origin only (no inline script, no CDN, nothing external): a second wall behind
@@ -30,6 +31,17 @@ FAVICON = "favicon.ico"            # also at /favicon.ico on both ports, where b
 
 
 @dataclass(frozen=True)
+class WebFile:
+    """A route answered with a file of the pages: a fixed one (`name`), or the one the
+    path parameter `param` names (`/static/{name}`)."""
+    name: str = ""
+    param: str = ""
+
+    def name_in(self, params: dict[str, str]) -> str:
+        return params[self.param] if self.param else self.name
+
+
+@dataclass(frozen=True)
 class StaticFiles:
     """name -> (content type, bytes) for every file in WEB_DIR, read once."""
     files: dict[str, tuple[str, bytes]]
@@ -38,6 +50,10 @@ class StaticFiles:
     def load(directory: Path = WEB_DIR) -> "StaticFiles":
         return StaticFiles({p.name: (CONTENT_TYPES[p.suffix], p.read_bytes())
                             for p in sorted(directory.iterdir()) if p.suffix in CONTENT_TYPES})
+
+    def answer(self, file: WebFile, params: dict[str, str]) -> Response:
+        """The answer of a `WebFile` route matched with path parameters `params`."""
+        return self.response(file.name_in(params))
 
     def response(self, name: str) -> Response:
         """The file as a 200, or the 404 ApiError for a name that is not served."""

@@ -6,6 +6,7 @@ import json
 from engine.model.loader import load_model
 from engine.api import EngineStats
 from server.api.app import ApiApp
+from server.api.launch import ChatModel
 from server.state import ServerState
 from server.text.served import ServedModel
 from server.worker.admission import QueuePolicy
@@ -18,7 +19,7 @@ def test_embeddings_answer_429_with_retry_after_when_the_queue_is_full(succ_mode
     model = load_model(succ_model_dir)
     bridge = IdleBridge(capacity=1)
     gate = bridge.admission.gate
-    app = ApiApp(served=ServedModel(model, "succ", 64), bridge=bridge,
+    app = ApiApp(chats={"succ": ChatModel(ServedModel(model, "succ", 64), bridge)},
                  state=ServerState(), ping_interval_s=15.0)
     body = json.dumps({"model": "succ", "input": "ab"}).encode()
     request = Request(method="POST", path="/v1/embeddings", body=body)

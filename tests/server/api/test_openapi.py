@@ -10,7 +10,8 @@ import pytest
 import requests
 
 from server.config import ServeConfig
-from server.door.routes import API_ROUTES, HEALTH_ROUTES
+from server.api.routes import API_ROUTES
+from server.observe.health import HEALTH_ROUTES
 from server.serve import spawn
 
 OPENAPI = Path(__file__).resolve().parents[3] / "openapi.yaml"
@@ -140,6 +141,7 @@ def test_auth_and_loading_statuses_are_documented(succ_model_dir):
     """Every /v1 route answers 401 without the key (documented); while loading, every route
     but /healthz answers a documented 503."""
     from server.door.gateway import LoadingApp
+    from server.door.routes import LIVENESS
     from server.http.protocol import Request
     ops, _ = documented()
     handle = spawn(ServeConfig.for_model(succ_model_dir, api_key="k-123"))
@@ -157,7 +159,7 @@ def test_auth_and_loading_statuses_are_documented(succ_model_dir):
         for route in routes:
             path = route.pattern.replace("{model}", "succ").replace("{name}", "chat.js")
             status = str(app.handle(Request(method=route.method, path=path)).status)
-            assert status == ("200" if route.handler == "healthz" else "503"), route
+            assert status == ("200" if route.name == LIVENESS else "503"), route
             assert status in ops[(route.method, route.pattern)], route
 
 

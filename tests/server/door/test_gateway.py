@@ -9,7 +9,8 @@ from server.door.auth import ApiKeyCheck, bearer_token, needs_key
 from server.door.cors import CorsPolicy
 from server.door.gateway import GatewayApp, LoadingApp
 from server.http.protocol import Request, Response, ResponseHead, StreamPoll
-from server.door.routes import API_ROUTES, HEALTH_ROUTES
+from server.api.routes import API_ROUTES
+from server.observe.health import HEALTH_ROUTES
 
 KEY = "sk-test-0123456789"
 
@@ -221,3 +222,32 @@ def test_an_app_that_raises_is_a_500_logged_once_with_its_request_id(caplog):
     rec = json.loads(lines[0])
     assert rec["status"] == 500 and rec["request_id"] == "rid-500"
     assert rec["error"] == "Internal server error."
+
+
+def test_a_stream_that_is_not_logged_gets_the_recorded_fields_only():
+    class Quiet:                        # a Stream with no `access_fields`: not `Logged`
+        def __init__(self):
+            self.polls = FakeStream().polls
+
+        def poll(self, now_s):
+            return self.polls.pop(0)
+
+    lines = []
+    access = AccessLog(lines.append, clock=lambda: 1.0)
+    stream = LoggedStream(Quiet(), access.begin(req()), access)
+    stream.poll(0.0)
+    stream.poll(0.0)
+    rec = json.loads(lines[0])
+    assert rec["status"] == 200 and rec["bytes_sent"] == len(b"data: 1\n\n" b"data: [DONE]\n\n")
+    assert rec["model"] is None and rec["prompt_tokens"] is None and rec["error"] is None
+
+
+def test_every_stream_the_api_answers_with_is_logged():
+    from server.api.embeddings import EmbedStream
+    from server.api.offloop import OffLoopStream, ResponseStream
+    from server.api.streams import GenerationStream
+    from server.door.access import Logged
+    for stream_type in (GenerationStream, EmbedStream, OffLoopStream, ResponseStream):
+        assert issubclass(stream_type, Logged), stream_type
+    noted = ResponseStream(Response(status=404, notes=(("model", "m"), ("error", "no"))))
+    assert noted.access_fields() == {"model": "m", "error": "no"}

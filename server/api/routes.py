@@ -1,0 +1,61 @@
+"""The OpenAI listener's route table: one row per route, read by everything that lists paths.
+
+    method  path pattern            name (metrics label)  handler           off the loop?
+    POST    /v1/chat/completions    chat                  chat/             yes
+    GET     /v1/models/{model}      model                 models.model      no
+    GET     /static/{name}          static                a page file       no
+
+`ApiApp` (app.py) routes with it and answers 404 / 405 (+ `Allow`) from it
+(`server.door.routes.resolve`), counts each request under the row's name, and runs a row
+marked `off_loop` on the off-loop pool (server/api/offloop.py): the rows that parse,
+render a template, tokenize or compile a grammar, so the loop thread never blocks on them.
+serve.py hands the same table to the door's `LoadingApp`, which answers from it while the
+models load; tests/server/api/test_openapi.py checks openapi.yaml against it.
+
+A handler is `(ctx, request, params, extra headers) -> Prepared` (server/api/prepared.py),
+or a `WebFile`: a page served from server/observe/web/.
+"""
+from __future__ import annotations
+
+from typing import Callable, Union
+
+from server.api.chat import chat
+from server.api.completions import completions
+from server.api.embeddings import embeddings
+from server.api.launch import ApiContext
+from server.api.models import model, models
+from server.api.prepared import Prepared
+from server.api.rerank import rerank, score
+from server.api.responses import responses
+from server.api.tokenize import detokenize, tokenize
+from server.door.routes import LIVENESS, Params, Route, health_ok
+from server.http.protocol import Request, Response
+from server.observe.static import CHAT_PAGE, FAVICON, WebFile
+from server.replies import Headers
+
+Handler = Callable[[ApiContext, Request, Params, Headers], Prepared]
+ApiHandler = Union[Handler, WebFile]
+
+
+def healthz(ctx: ApiContext, request: Request, params: Params, extra: Headers) -> Response:
+    """Liveness on the API port too (the health port's `/healthz` also checks the engines)."""
+    return health_ok()
+
+
+API_ROUTES: tuple[Route[ApiHandler], ...] = (
+    Route("POST", "/v1/chat/completions", "chat", chat, off_loop=True),
+    Route("POST", "/v1/completions", "completions", completions, off_loop=True),
+    Route("POST", "/v1/responses", "responses", responses, off_loop=True),   # stateless
+    Route("POST", "/v1/embeddings", "embeddings", embeddings, off_loop=True),
+    Route("POST", "/v1/rerank", "rerank", rerank, off_loop=True),    # bi-encoder scoring
+    Route("POST", "/v1/score", "score", score, off_loop=True),
+    Route("POST", "/v1/tokenize", "tokenize", tokenize, off_loop=True),
+    Route("POST", "/v1/detokenize", "detokenize", detokenize),
+    Route("GET", "/v1/models", "models", models),
+    Route("GET", "/v1/models/{model}", "model", model),
+    Route("GET", "/healthz", LIVENESS, healthz),
+    Route("GET", "/health", LIVENESS, healthz),          # the same, as vLLM and llm-d name it
+    Route("GET", "/", "page", WebFile(CHAT_PAGE)),       # the chat page
+    Route("GET", "/static/{name}", "static", WebFile(param="name")),
+    Route("GET", "/favicon.ico", "favicon", WebFile(FAVICON)),   # browsers ask unprompted
+)
