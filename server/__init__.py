@@ -6,12 +6,13 @@
     door/     what every API route passes first: request id, API key, CORS, access log,
               the route table (`routes.py`), the loading state
     api/      the OpenAI API, one module or package per endpoint family; `app.py` the
-              dispatcher, `launch.py` a generation's launch, `streams.py` the stream shell,
-              `offloop.py` the workers for heavy preparation
+              dispatcher, `launch.py` a generation's launch, `streams.py` the stream shell
+    offloop/  work off the loop thread: `pool.py`'s threads for heavy preparation and big
+              documents, and the stream that stands for their work on the loop
     text/     between JSON and token ids: the served model, typed messages, detokenising,
               tool-call formats, the thinking split
-    worker/   the engine thread and its one admission queue (`bridge.py`), the encoder
-              worker, the compute turn
+    worker/   the engine thread and its one admission queue (`bridge.py`), an encoder
+              model's own thread (`encoder_thread.py`), the compute turn
     observe/  metrics, the step trace, the engine view, the health port, the web pages
 
 Shared at the top: `errors.py` (the one status table), `replies.py` (`json_bytes`, the one

@@ -3,7 +3,7 @@
 `ApiApp.handle(request)` is the thin dispatcher: it answers an API request in two halves.
 
     loop thread:   route table -> draining? -> hand the endpoint's handler to the off-loop pool
-    worker thread: the endpoint parses, checks and prepares: a `Launch` (or a whole Response,
+    pool thread:   the endpoint parses, checks and prepares: a `Launch` (or a whole Response,
                    e.g. /tokenize). One module or package per endpoint family:
                    chat/, completions.py, responses/, embeddings.py, rerank.py (and
                    score), tokenize.py, models.py
@@ -12,7 +12,7 @@
                    -> GenerationStream; count the status, add X-Request-Id
 
 The heavy, pure half of chat, completions, responses, embeddings and tokenize
-(`OFFLOOP_ROUTES`) runs on a worker of `server/api/offloop.py` (the one seam), so the loop
+(`OFFLOOP_ROUTES`) runs on a thread of `server/offloop/pool.py` (the one seam), so the loop
 never blocks on a grammar compile or a long history; admission, metrics and tickets stay
 on the loop thread. Small routes (models, detokenize, healthz) answer at once. Every
 response, errors and 404s included, carries `X-Request-Id` (echoed when the client sent a
@@ -35,7 +35,7 @@ from server.replies import json_response
 from server.api.embeddings import embeddings
 from server.api.launch import ApiContext, ChatModel
 from server.api.models import model, models
-from server.api.offloop import Inline, OffLoop, Outcome, outcome_of
+from server.offloop.pool import Inline, OffLoop, Outcome, outcome_of
 from server.api.rerank import rerank, score
 from server.api.responses import responses
 from server.api.streams import StreamContext
@@ -49,13 +49,13 @@ from server.http.protocol import Request, Response, Stream
 from server.observe.static import CHAT_PAGE, FAVICON, StaticFiles
 from server.text.served import ServedModel
 from server.worker.bridge import EngineBridge
-from server.worker.encoder_worker import EncoderWorker
+from server.worker.encoder_thread import EncoderThread
 
 __all__ = ["ApiApp", "OFFLOOP_ROUTES"]
 log = logging.getLogger("tlserve.app")
 
 
-# The routes whose handler is the heavy, pure half, run off the loop (server/api/offloop.py):
+# The routes whose handler is the heavy, pure half, run off the loop (server/offloop/pool.py):
 # it returns a `Launch` for the loop thread, or a whole Response.
 OFFLOOP_ROUTES = frozenset({"chat", "completions", "responses", "embeddings", "tokenize",
                             "rerank", "score"})
@@ -70,7 +70,7 @@ class ApiApp:
                  state: ServerState, ping_interval_s: float,
                  clock: Callable[[], float] = time.monotonic, web: StaticFiles | None = None,
                  defaults: SamplingDefaults = SamplingDefaults(), offloop: OffLoop = Inline(),
-                 encoders: Mapping[str, EncoderWorker] | None = None,
+                 encoders: Mapping[str, EncoderThread] | None = None,
                  chats: Mapping[str, ChatModel] | None = None,
                  max_stop_strings: int = DEFAULT_MAX_STOP_STRINGS):
         """`chats`: every chat model by id, the first answering where one is needed before
@@ -119,7 +119,7 @@ class ApiApp:
             refusal = ApiError("shutting_down", "The server is shutting down; retry elsewhere.")
             return self._answer(label, request, extra, Outcome(error=refusal))
         handler = partial(self.handlers[label], request, params, extra)
-        if label in OFFLOOP_ROUTES:     # prepared on a worker; launched back on the loop thread
+        if label in OFFLOOP_ROUTES:     # prepared on a pool thread; launched back on the loop
             return self.offloop.run(handler, partial(self._answer, label, request, extra))
         return self._answer(label, request, extra, outcome_of(handler))
 

@@ -29,7 +29,7 @@ from server.api import documents as docs
 from server.door.routes import Params
 from server.api.defaults import SamplingDefaults
 from server.api.generation import DEFAULT_MAX_STOP_STRINGS, GenSpec, parse_priority
-from server.api.offloop import OffLoop
+from server.offloop.pool import OffLoop
 from server.api.streams import Echo, GenerationStream, Renderer, StreamContext
 from server.api.structured import Structured, compile_structured
 from server.api.thinking import after_thinking
@@ -39,7 +39,7 @@ from server.replies import Headers
 from server.http.protocol import Request, Stream
 from server.text.served import ServedModel
 from server.worker.bridge import EngineBridge
-from server.worker.encoder_worker import EncoderWorker
+from server.worker.encoder_thread import EncoderThread
 
 # What each kind of model serves (`ApiContext.check_model`), and how an error names it.
 TASK_GENERATE, TASK_EMBED, TASK_TOKENIZE = "generate", "embeddings", "tokenize"
@@ -86,7 +86,7 @@ class ApiContext:
     offloop: OffLoop
     count_request: Callable[..., None]          # (route, status, model=) -> the request counter
     clock: Callable[[], float] = time.monotonic
-    encoders: Mapping[str, EncoderWorker] = field(default_factory=dict)
+    encoders: Mapping[str, EncoderThread] = field(default_factory=dict)
     chats: Mapping[str, ChatModel] = field(default_factory=dict)
     max_stop_strings: int = DEFAULT_MAX_STOP_STRINGS   # `stop` sequences a request may give
 

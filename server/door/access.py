@@ -16,7 +16,7 @@ bodies or headers: `request_id` from the stamped `Request` (server/door/request_
 whole `Response`'s `notes` (the error message `server/errors.py` noted, the model when the
 app knew it); a stream's `access_fields() -> dict` (model, tokens, finish reason, TTFT,
 error): `GenerationStream` and `EmbedStream` offer it. A stream that stood for work off the
-loop and turned out to be one whole answer (server/api/offloop.py) offers `whole_response`:
+loop and turned out to be one whole answer (server/offloop/pool.py) offers `whole_response`:
 its line reads as that Response's would.
 
 A stream that raises is logged once, here, with its request id and traceback, then reported

@@ -1,4 +1,4 @@
-"""Heavy requests are prepared off the loop thread (server/api/offloop.py), over real sockets.
+"""Heavy requests are prepared off the loop thread (server/offloop/pool.py), over real sockets.
 
 The heavy request is the Zod integer schema (bench/loop_stall.py's): its grammar takes seconds to
 compile (or to refuse as too large) — on the loop thread that stopped every stream and
@@ -121,4 +121,4 @@ def test_a_request_being_prepared_when_the_drain_starts_is_still_answered(succ_m
         assert r.status_code in (200, 400) and r.json().get("error", {}).get("code") != \
             "shutting_down"
         assert server.join(TIMEOUT_S) == 0                 # then the drain completes
-        assert not server.workers.is_running               # and the pool stops with it
+        assert not server.offloop_pool.is_running               # and the pool stops with it

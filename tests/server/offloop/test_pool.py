@@ -1,5 +1,5 @@
-"""The off-loop seam (server/api/offloop.py): work on a worker, the answer made on the polling
-thread, errors and cancels; and the app's prepare/launch split through it. Synchronised on
+"""The off-loop seam (server/offloop/pool.py): work on a pool thread, the answer made on the
+polling thread, errors and cancels; and the app's prepare/launch split through it. Synchronised on
 events (the work blocks on one, the pool's wake sets another), never on sleeps."""
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ from server.worker.embedding_jobs import EmbedTicket
 from server.door.access import AccessLog, LoggedStream
 from server.errors import ApiError, error_response
 from server.http.protocol import Request, Response
-from server.api.offloop import (CollectorPause, Inline, OffLoopStream, Outcome, WorkerPool,
-                            outcome_of)
+from server.offloop.pool import (CollectorPause, Inline, OffLoopPool, OffLoopStream, Outcome,
+                                 outcome_of)
 from server.api.chat.render import renderer as chat_renderer
 from server.api.generation import GenSpec
 from server.api.streams import INLINE_DOCUMENT_MAX_ENTRIES, GenerationStream, StreamContext
@@ -44,17 +44,17 @@ class Woken:
         self.event.set()
 
     def wait(self):
-        assert self.event.wait(WAIT_S), "the worker never woke the loop"
+        assert self.event.wait(WAIT_S), "the pool never woke the loop"
         self.event.clear()
 
 
 @pytest.fixture
 def pool():
     woken = Woken()
-    workers = WorkerPool(workers=1, wake=woken)
-    workers.start()
-    yield workers, woken
-    workers.stop()
+    offloop_pool = OffLoopPool(threads=1, wake=woken)
+    offloop_pool.start()
+    yield offloop_pool, woken
+    offloop_pool.stop()
 
 
 class ManualOffLoop:
@@ -76,7 +76,7 @@ class ManualOffLoop:
 # ---- the seam alone -------------------------------------------------------------------------
 
 def test_the_answer_comes_only_after_the_work_and_is_made_on_the_polling_thread(pool):
-    workers, woken = pool
+    offloop_pool, woken = pool
     release, threads = threading.Event(), {}
 
     def work():
@@ -88,7 +88,7 @@ def test_the_answer_comes_only_after_the_work_and_is_made_on_the_polling_thread(
         threads["then"] = threading.current_thread()
         return Response(status=201, headers=(("X-A", "1"),), body=outcome.get())
 
-    stream = workers.run(work, then)
+    stream = offloop_pool.run(work, then)
     early = stream.poll(0.0)
     assert early.head is None and early.chunks == [] and not early.done
     assert "then" not in threads and stream.next_deadline_s() is None
@@ -128,7 +128,7 @@ def test_a_stream_answer_takes_over_poll_deadline_and_cancel():
 
 
 def test_cancel_before_the_work_is_done_drops_the_result_and_never_launches(pool):
-    workers, woken = pool
+    offloop_pool, woken = pool
     started, release, ran = threading.Event(), threading.Event(), []
     launched = []
 
@@ -137,13 +137,13 @@ def test_cancel_before_the_work_is_done_drops_the_result_and_never_launches(pool
         assert release.wait(WAIT_S)
         return "first"
 
-    first = workers.run(slow, launched.append)
-    second = workers.run(lambda: ran.append("second"), launched.append)   # queued behind
+    first = offloop_pool.run(slow, launched.append)
+    second = offloop_pool.run(lambda: ran.append("second"), launched.append)   # queued behind
     assert started.wait(WAIT_S)
     first.cancel()
     second.cancel()
     release.set()
-    third = workers.run(lambda: "third", lambda outcome: Response(status=200))
+    third = offloop_pool.run(lambda: "third", lambda outcome: Response(status=200))
     woken.wait()                                # the first finished (woke), the third too
     while not third.is_ready:
         woken.wait()
@@ -194,14 +194,14 @@ def test_an_expected_error_drops_the_frames_of_the_work():
     assert isinstance(bug, ZeroDivisionError) and bug.__traceback__ is not None   # logged
 
 
-# ---- the app: prepare on a worker, launch on the loop ---------------------------------------
+# ---- the app: prepare on a pool thread, launch on the loop ----------------------------------
 
 @pytest.fixture
 def app(succ_model_dir, pool):
-    workers, woken = pool
+    offloop_pool, woken = pool
     bridge = RecordingIdleBridge(capacity=4)
     api = ApiApp(served=ServedModel(load_model(succ_model_dir), "succ", 64), bridge=bridge,
-                 state=ServerState(), ping_interval_s=15.0, offloop=workers)
+                 state=ServerState(), ping_interval_s=15.0, offloop=offloop_pool)
     return api, bridge, woken
 
 
