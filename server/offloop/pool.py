@@ -127,10 +127,6 @@ class OffLoopStream:
         self.delegate: Stream | None = None     # the real answer, once `then` has run
         self.is_cancelled = False
 
-    @property
-    def is_ready(self) -> bool:
-        return self._outcome is not None
-
     def deliver(self, outcome: Outcome) -> None:
         """Called by a pool thread (any thread): the loop picks it up at its next poll."""
         if not self.is_cancelled:               # cancelled: the result is dropped
@@ -223,10 +219,6 @@ class OffLoopPool:
     def start(self) -> None:
         for thread in self._threads:
             thread.start()
-
-    @property
-    def is_running(self) -> bool:
-        return any(thread.is_alive() for thread in self._threads)
 
     def stop(self, join_s: float = STOP_JOIN_S) -> None:
         """Let each thread finish its job and exit; jobs still queued are skipped (the loop

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import json
 import threading
+import weakref
 from dataclasses import replace
 
 import pytest
@@ -21,7 +22,7 @@ from server.api.embeddings import INLINE_DOCUMENT_MAX_VALUES, EmbedStream
 from server.worker.embedding_jobs import EmbedTicket
 from server.door.access import AccessLog, LoggedStream
 from server.errors import ApiError, error_response
-from server.http.protocol import Request, Response
+from server.http.protocol import Request, Response, StreamPoll
 from server.offloop.pool import (CollectorPause, Inline, OffLoopPool, OffLoopStream, Outcome,
                                  outcome_of)
 from server.api.chat.render import renderer as chat_renderer
@@ -71,6 +72,10 @@ class ManualOffLoop:
     def finish_all(self):
         for stream, work in self.jobs:
             stream.deliver(outcome_of(work))
+
+
+class Built:
+    """A work's result that a weak reference can watch."""
 
 
 # ---- the seam alone -------------------------------------------------------------------------
@@ -130,12 +135,14 @@ def test_a_stream_answer_takes_over_poll_deadline_and_cancel():
 def test_cancel_before_the_work_is_done_drops_the_result_and_never_launches(pool):
     offloop_pool, woken = pool
     started, release, ran = threading.Event(), threading.Event(), []
-    launched = []
+    launched, built = [], []
 
     def slow():
         started.set()
         assert release.wait(WAIT_S)
-        return "first"
+        result = Built()                        # what a cancelled stream must not keep alive
+        built.append(weakref.ref(result))
+        return result
 
     first = offloop_pool.run(slow, launched.append)
     second = offloop_pool.run(lambda: ran.append("second"), launched.append)   # queued behind
@@ -145,12 +152,15 @@ def test_cancel_before_the_work_is_done_drops_the_result_and_never_launches(pool
     release.set()
     third = offloop_pool.run(lambda: "third", lambda outcome: Response(status=200))
     woken.wait()                                # the first finished (woke), the third too
-    while not third.is_ready:
+    answer = third.poll(2.0)                    # polled at each wake, as the loop does
+    while answer.head is None:
         woken.wait()
-    assert first.poll(2.0).done and not first.is_ready
-    assert second.poll(2.0).done and ran == []  # cancelled before it started: never run
+        answer = third.poll(2.0)
+    assert answer.head.status == 200 and answer.done
+    assert first.poll(2.0) == StreamPoll(done=True)     # no head, ever
+    assert built and built[0]() is None         # its result dropped (the pool has moved on)
+    assert second.poll(2.0) == StreamPoll(done=True) and ran == []   # never run
     assert launched == []                       # no continuation: no ticket was ever made
-    assert third.poll(2.0).head.status == 200
 
 
 def test_the_collector_pauses_while_work_runs_and_resumes_after_or_past_its_limit():
