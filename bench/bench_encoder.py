@@ -72,7 +72,7 @@ def time_stages(seconds: dict[str, float]) -> None:
 
 
 def embed_rows(encoder, rows: list[list[int]], batch_tokens: int | None) -> np.ndarray:
-    """`Encoder.embed_ids`, with the forwards bounded as the server's worker bounds them."""
+    """`Encoder.embed_ids`, its forwards bounded as the server's encoder thread bounds them."""
     out = np.zeros((len(rows), encoder.hidden_size), np.float32)               # [n, H]
     for batch, vectors in encoder.iter_batches(rows, batch_tokens):
         out[batch] = vectors
