@@ -72,7 +72,7 @@ def time_stages(seconds: dict[str, float]) -> None:
 
 
 def embed_rows(encoder, rows: list[list[int]], batch_tokens: int | None) -> np.ndarray:
-    """`Encoder.embed_ids`, with the forwards bounded as the server's worker bounds them."""
+    """`Encoder.embed_ids`, its forwards bounded as the server's encoder thread bounds them."""
     out = np.zeros((len(rows), encoder.hidden_size), np.float32)               # [n, H]
     for batch, vectors in encoder.iter_batches(rows, batch_tokens):
         out[batch] = vectors
@@ -127,7 +127,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--model", default="all-minilm-l6-v2", help="the model id, with --url")
     parser.add_argument("--batch-tokens", type=int, default=0,
                         help="padded tokens per forward (0: the encoder's MAX_BATCH_TOKENS; "
-                             "the server's encoder worker uses ENCODER_BATCH_TOKENS = 384)")
+                             "the server's encoder thread uses ENCODER_BATCH_TOKENS = 384)")
     args = parser.parse_args(argv)
     if args.url:
         return over_http(args)

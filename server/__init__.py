@@ -7,12 +7,15 @@
               the router (`routes.py`), the loading state
     api/      the OpenAI API, one module or package per endpoint family; `routes.py` the
               route table, `app.py` the dispatcher, `prepared.py` what a handler hands
-              back, `launch.py` a generation's launch, `streams.py` the stream shell,
-              `offloop.py` the workers for heavy preparation
+              back, `launch.py` a generation's launch, `streams.py` the stream shell
+    offloop/  work off the loop thread: `pool.py`'s threads for heavy preparation and big
+              documents, and the stream that stands for their work on the loop
     text/     between JSON and token ids: the served model, typed messages, detokenising,
-              tool-call formats, the thinking split
-    worker/   the engine thread and its one admission queue (`bridge.py`), the encoder
-              worker, the compute turn
+              tool-call formats, the thinking split; `client.py` the engine client of a
+              chat model and the `Generation` it returns
+    worker/   the engine thread (`bridge.py`), its tickets and commands (`tickets.py`),
+              its one admission queue (`admission.py`), an encoder model's own thread
+              (`encoder_thread.py`), the compute turn
     observe/  metrics, the step trace, the engine view, the health port, the web pages
 
 Shared at the top: `errors.py` (the one status table), `replies.py` (`json_bytes`, the one

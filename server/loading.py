@@ -1,11 +1,11 @@
-"""Load the served models and build their workers: what `serve.load` assembles the apps from.
+"""Load the served models and build their threads: what `serve.load` assembles the apps from.
 
 Each model is one `ModelEntry` (its id, its folder or file, its kind): a chat model
 becomes an `Engine` behind its own `EngineBridge` (its engine thread) with its text layer
 (`ServedModel`) and sampling defaults -- a `ChatModel` --, a sentence-embedding model an
-`Encoder` behind an `EncoderWorker`. Any number of each, ids unique (config.py). Every worker shares one
-`ComputeTurn` (server/worker/compute_turn.py): the CPU is handed to one chat step or one
-encoder batch at a time, first come first served. The kind is read from the folder
+`Encoder` behind an `EncoderThread`. Any number of each, ids unique (config.py). Every
+model's thread shares one `ComputeTurn` (server/worker/compute_turn.py): the CPU is handed
+to one chat step or one encoder batch at a time, first come first served. The kind is read from the folder
 (`engine.api.model_kind`) unless the configuration names it.
 
 Every failure is a `StartupError`: one line naming the path (and the fetch command where
@@ -33,7 +33,7 @@ from server.worker.admission import QueuePolicy
 from server.worker.arrivals import ArrivalWindow
 from server.worker.bridge import EngineBridge
 from server.worker.compute_turn import ComputeTurn
-from server.worker.encoder_worker import EncoderWorker
+from server.worker.encoder_thread import EncoderThread
 
 log = logging.getLogger("tlserve")
 EngineWrapper = Callable[[Engine], Engine]      # tests: inject faults into engine steps
@@ -48,10 +48,10 @@ class StartupError(Exception):
 
 @dataclass
 class LoadedModels:
-    """The workers of every served model, by id in configuration order."""
+    """Every served model and its own thread, by id in configuration order."""
     chats: dict[str, ChatModel] = field(default_factory=dict)          # id -> chat model
     views: dict[str, EngineView] = field(default_factory=dict)        # id -> its engine view
-    encoders: dict[str, EncoderWorker] = field(default_factory=dict)   # id -> worker
+    encoders: dict[str, EncoderThread] = field(default_factory=dict)   # id -> its thread
 
     @property
     def bridge(self) -> EngineBridge | None:
@@ -59,19 +59,20 @@ class LoadedModels:
         return next(iter(self.chats.values())).bridge if self.chats else None
 
     def set_wake(self, wake: Callable[[], None]) -> None:
-        for worker in self.workers():
-            worker.wake = wake
+        for owner in self.model_threads():
+            owner.wake = wake
 
-    def workers(self) -> list:
+    def model_threads(self) -> list[EngineBridge | EncoderThread]:
+        """What owns each model's thread: a chat model's bridge, an encoder's thread."""
         return [chat.bridge for chat in self.chats.values()] + list(self.encoders.values())
 
     def start(self) -> None:
-        for worker in self.workers():
-            worker.start()
+        for owner in self.model_threads():
+            owner.start()
 
     def stop(self) -> None:
-        for worker in self.workers():
-            worker.stop()
+        for owner in self.model_threads():
+            owner.stop()
 
 
 def fetch_hint() -> str:
@@ -97,7 +98,7 @@ def model_config(cfg: ServeConfig, entry: ModelEntry) -> ServeConfig:
 
 def load_models(cfg: ServeConfig, wrap_engine: EngineWrapper | None = None) -> LoadedModels:
     """Every configured model, as a chat engine or an encoder by its kind, all on one
-    compute turn (each chat model its own engine thread, each encoder its own worker)."""
+    compute turn (each chat model its own engine thread, each encoder its own thread)."""
     turn = ComputeTurn()                        # one per process: see the module docstring
     loaded = LoadedModels()
     for entry in model_entries(cfg):
@@ -105,7 +106,7 @@ def load_models(cfg: ServeConfig, wrap_engine: EngineWrapper | None = None) -> L
         if _kind(entry) == KIND_CHAT:
             _add_chat(own, loaded, turn, wrap_engine)
         else:
-            loaded.encoders[entry.id] = _encoder_worker(own, entry, turn)
+            loaded.encoders[entry.id] = _encoder_thread(own, entry, turn)
     return loaded
 
 
@@ -142,7 +143,7 @@ def _cannot_load(path: str, exc: Exception) -> str:
     return f"cannot load the model at {path}: {why}; fetch it with: {fetch_hint()}"
 
 
-def _encoder_worker(cfg: ServeConfig, entry: ModelEntry, turn: ComputeTurn) -> EncoderWorker:
+def _encoder_thread(cfg: ServeConfig, entry: ModelEntry, turn: ComputeTurn) -> EncoderThread:
     path, model_id = entry.model_dir, entry.id
     t0 = time.perf_counter()
     try:
@@ -153,7 +154,7 @@ def _encoder_worker(cfg: ServeConfig, entry: ModelEntry, turn: ComputeTurn) -> E
              model_id, path, time.perf_counter() - t0, encoder.max_seq_length,
              encoder.hidden_size)
     queue = QueuePolicy(capacity_requests=cfg.queue_capacity, deadline_ms=cfg.queue_deadline_ms)
-    return EncoderWorker(encoder, model_id=model_id, queue=queue, turn=turn,
+    return EncoderThread(encoder, model_id=model_id, queue=queue, turn=turn,
                          max_batch_tokens=entry.max_batch_tokens)
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from engine.api import KIND_CHAT, KIND_EMBEDDING, model_name
-from server.worker.encoder_worker import ENCODER_BATCH_TOKENS
+from server.worker.encoder_thread import ENCODER_BATCH_TOKENS
 
 MODEL_KINDS = (KIND_CHAT, KIND_EMBEDDING)
 # [engine] keys a model may set for itself (its engine, its queue, its template).

@@ -32,7 +32,7 @@ def json_bytes(document: Any) -> bytes:
 
 class RawJson(bytes):
     """JSON text already encoded (by `json_bytes`), placed verbatim by `json_bytes_piecewise`:
-    a worker that encodes its rows in short turns leaves only the joining to the end."""
+    an encoder thread that encodes its rows in short turns leaves only the joining to the end."""
 
 
 def json_bytes_piecewise(document: Any) -> bytes:

@@ -3,7 +3,7 @@
     bind both listeners (a taken port fails now, naming the address and its config key)
     -> serve at once: /healthz 200, /readyz and the API 503 + Retry-After (LoadingApp)
     -> load the models (server/loading.py): each chat model -> Engine -> EngineBridge (its
-       engine thread); each sentence-embedding model -> Encoder -> EncoderWorker (its thread)
+       engine thread); each sentence-embedding model -> Encoder -> EncoderThread (its thread)
     -> ApiApp + HealthApp swapped in
     -> loop thread (spawn: after the load) or main thread (run: during the load, which
        runs on a loader thread; SIGTERM = drain, a second = exit)
@@ -47,7 +47,7 @@ from server.door.request_id import StampedApp
 from server.observe.health import HEALTH_ROUTES, HealthApp
 from server.http.connstate import BindError
 from server.http.loop import EventLoop, Listener
-from server.api.offloop import WorkerPool
+from server.offloop.pool import OffLoopPool
 from server.loading import (NO_TEMPLATE_WARNING, EngineWrapper, LoadedModels, StartupError,
                             fetch_hint, load_models, model_entries)
 
@@ -67,8 +67,8 @@ class ServerHandle:
     api: GatewayApp
     health: Switch
     bridge: EngineBridge | None = None      # the first chat model's engine thread, once loaded
-    models: LoadedModels | None = None      # every model's worker, once loaded
-    workers: WorkerPool | None = None       # the off-loop pool, started once the model loads
+    models: LoadedModels | None = None      # every model's own thread, once loaded
+    offloop_pool: OffLoopPool | None = None  # started once the models load
     thread: threading.Thread | None = None
 
     def drain(self) -> None:
@@ -90,9 +90,9 @@ class ServerHandle:
         return 0
 
     def stop_threads(self) -> None:
-        """After the loop: the off-loop workers, then the engine thread."""
-        if self.workers is not None:
-            self.workers.stop()
+        """After the loop: the off-loop pool, then the engine thread."""
+        if self.offloop_pool is not None:
+            self.offloop_pool.stop()
         if self.models is not None:
             self.models.stop()
 
@@ -155,11 +155,11 @@ def load(cfg: ServeConfig, handle: ServerHandle, wrap_engine: EngineWrapper | No
     log.info("malloc tuned for numpy temporaries: %s", "yes" if tuned else "no (not glibc)")
     loaded = load_models(cfg, wrap_engine)
     loaded.set_wake(handle.loop.wake)
-    workers = WorkerPool(wake=handle.loop.wake)    # the heavy, pure half of requests
-    handle.models, handle.bridge, handle.workers = loaded, loaded.bridge, workers
-    workers.start()
+    pool = OffLoopPool(wake=handle.loop.wake)      # the heavy, pure half of requests
+    handle.models, handle.bridge, handle.offloop_pool = loaded, loaded.bridge, pool
+    pool.start()
     handle.api.inner = ApiApp(chats=loaded.chats, state=handle.state,
-                              ping_interval_s=cfg.ping_interval_s, offloop=workers,
+                              ping_interval_s=cfg.ping_interval_s, offloop=pool,
                               encoders=loaded.encoders, max_stop_strings=cfg.max_stop_strings)
     loop = handle.loop
     handle.health.current = HealthApp(

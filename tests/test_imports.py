@@ -14,9 +14,10 @@
 - the engine worker and the text layer (server/worker/, server/text/) import nothing of
   server/observe/: the trace and the engine view are passed in as observers;
 - the rooms of server/ import one way (`ROOMS_MAY_IMPORT`): the API may use every room; the
-  text layer the engine worker; the worker none; the front door and observation no room
-  that holds OpenAI meaning (api/, text/); the shared top modules (errors, replies, state)
-  are open to all;
+  text layer the engine worker; the worker none; the off-loop pool none (it is thread
+  infrastructure: it runs any pure function and hands back a `Stream`, so it needs no
+  OpenAI meaning and no engine); the front door and observation no room that holds OpenAI
+  meaning (api/, text/); the shared top modules (errors, replies, state) are open to all;
 - no import cycle between modules anywhere, imports under `if TYPE_CHECKING:` and inside
   functions included (a cycle only type checkers see is still two modules that cannot be
   read apart); the layer rules above count run-time imports only.
@@ -62,7 +63,9 @@ ROOMS_MAY_IMPORT = {
     "server.text": {"server.worker"},
     "server.door": set(),
     "server.observe": {"server.door", "server.worker"},
-    "server.api": {"server.door", "server.text", "server.worker", "server.observe"},
+    "server.offloop": set(),
+    "server.api": {"server.door", "server.text", "server.worker", "server.observe",
+                   "server.offloop"},
 }
 SHARED = {"server.http", "server.errors", "server.replies", "server.state"}
 
@@ -229,8 +232,10 @@ def test_the_rooms_of_server_import_one_way(graph):
 
 def test_the_room_check_sees_a_wrong_way_import():
     wrong = {"server.observe.health": {"server.api.app"}, "server.worker.bridge": {"server.text.gentext"},
-             "server.api.chat": {"server.observe.metrics", "server.errors"}}
+             "server.api.chat": {"server.observe.metrics", "server.errors", "server.offloop.pool"},
+             "server.offloop.pool": {"server.api.streams", "server.http.protocol"}}
     assert room_violations(wrong) == ["server.observe.health imports server.api.app",
+                                      "server.offloop.pool imports server.api.streams",
                                       "server.worker.bridge imports server.text.gentext"]
 
 

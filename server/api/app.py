@@ -14,7 +14,7 @@
                    is full) -> GenerationStream; count the status, add X-Request-Id
 
 The heavy, pure half of chat, completions, responses, embeddings and tokenize (the rows
-marked `off_loop`) runs on a worker of `server/api/offloop.py` (the one seam), so the loop
+marked `off_loop`) runs on a worker of `server/offloop/pool.py` (the one seam), so the loop
 never blocks on a grammar compile or a long history; admission, metrics and tickets stay
 on the loop thread. Small routes (models, detokenize, healthz) answer at once. Every
 response, errors and 404s included, carries `X-Request-Id` (echoed when the client sent a
@@ -32,7 +32,7 @@ from typing import Callable, Mapping
 from server.api.defaults import SamplingDefaults
 from server.api.generation import DEFAULT_MAX_STOP_STRINGS
 from server.api.launch import ApiContext, ChatModel
-from server.api.offloop import Inline, OffLoop, Outcome, outcome_of
+from server.offloop.pool import Inline, OffLoop, Outcome, outcome_of
 from server.api.prepared import Launch, Prepared
 from server.api.routes import API_ROUTES, ApiHandler
 from server.api.streams import StreamContext
@@ -43,7 +43,7 @@ from server.replies import Headers
 from server.state import ServerState
 from server.http.protocol import Request, Response, Stream
 from server.observe.static import StaticFiles, WebFile
-from server.worker.encoder_worker import EncoderWorker
+from server.worker.encoder_thread import EncoderThread
 
 __all__ = ["ApiApp"]
 log = logging.getLogger("tlserve.app")
@@ -55,7 +55,7 @@ class ApiApp:
     def __init__(self, *, chats: Mapping[str, ChatModel], state: ServerState,
                  ping_interval_s: float, clock: Callable[[], float] = time.monotonic,
                  web: StaticFiles | None = None, offloop: OffLoop = Inline(),
-                 encoders: Mapping[str, EncoderWorker] | None = None,
+                 encoders: Mapping[str, EncoderThread] | None = None,
                  max_stop_strings: int = DEFAULT_MAX_STOP_STRINGS):
         """`chats`: every chat model by id (none in a server of embedding models only),
         the first answering where one is needed before a request names its model."""

@@ -1,14 +1,15 @@
 """Embeddings, `POST /v1/embeddings`: the request (`parse_embeddings`), the handler (inputs ->
-token ids -> one job for a worker) and the answer: wait for the job, then one JSON document.
+token ids -> one job for the model's thread) and the answer: wait for the job, then one JSON
+document.
 
 Two kinds of model answer it. A sentence-embedding model (all-MiniLM-L6-v2: `model` names
 one of `ApiContext.encoders`) tokenizes with its WordPiece vocabulary here, refuses an input
 over its `max_seq_length` (400 naming the input's index and token count) unless
-`truncate_prompt_tokens` asks for a cut, and runs on its encoder worker
-(server/worker/encoder_worker.py). The chat model mean-pools its own hidden states: its
+`truncate_prompt_tokens` asks for a cut, and runs on its encoder thread
+(server/worker/encoder_thread.py). The chat model mean-pools its own hidden states: its
 engine thread runs the inputs (packed into its steps, server/worker/embedding_jobs.py).
 Either hands back the vectors already in the asked encoding. The document is then built once: on
-the loop thread when it is small, off it (server/api/offloop.py) when it is large — 2,048
+the loop thread when it is small, off it (server/offloop/pool.py) when it is large — 2,048
 float vectors of 576 values are ~23 MB of JSON, about half a second of `json.dumps` —
 and then piece by piece (`json_bytes_piecewise`), so the encoder never holds the GIL long.
 """
@@ -30,13 +31,13 @@ from server.replies import Headers
 from server.worker.embedding_jobs import EmbedTicket
 from server.errors import ApiError
 from server.http.protocol import Request, Response, Stream, StreamPoll
-from server.api.offloop import Inline, OffLoop, ResponseStream
+from server.offloop.pool import Inline, OffLoop, ResponseStream
 
 MAX_EMBEDDING_INPUTS = 2048     # inputs in one call (OpenAI's limit)
 
 # A document of more values than this is built off the loop. `json.dumps` takes ~0.4 us a
 # float: 8,192 of them ~3 ms. A base64 vector counts its characters (cheaper per value:
-# so the count errs on the side of the worker).
+# so the count errs on the side of the off-loop pool).
 INLINE_DOCUMENT_MAX_VALUES = 8192
 
 
@@ -119,10 +120,10 @@ def encoder_rows(encoder: Encoder, inputs: Sequence[str | tuple[int, ...]],
 def embeddings(api: ApiContext, request: Request, params: Params, extra: Headers) -> Launch:
     spec = parse_embeddings(request.body)
     with api.serving(spec.model, TASK_EMBED) as ctx:
-        worker = ctx.encoder
-        if worker is not None:
-            rows = encoder_rows(worker.encoder, spec.inputs, spec.truncate_tokens)
-            return Launch(partial(launch_embedding, ctx, worker, spec.model, rows,
+        enc_thread = ctx.encoder
+        if enc_thread is not None:
+            rows = encoder_rows(enc_thread.encoder, spec.inputs, spec.truncate_tokens)
+            return Launch(partial(launch_embedding, ctx, enc_thread, spec.model, rows,
                                   spec.encoding_format, extra, request.request_id))
         if spec.truncate_tokens is not None:
             raise unsupported("truncate_prompt_tokens", "'truncate_prompt_tokens' is served "
@@ -144,7 +145,7 @@ Render = Callable[[list, int], dict]       # (vectors, prompt tokens) -> the ans
 
 
 class Embedder(Protocol):
-    """The engine bridge (chat model) or an encoder worker: admission, then a job."""
+    """The engine bridge (chat model) or an encoder thread: admission, then a job."""
     def embed(self, inputs: list[list[int]], encoding_format: str, *,
               request_id: str = "") -> EmbedTicket: ...
 

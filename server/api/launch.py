@@ -31,7 +31,7 @@ from server.api import documents as docs
 from server.door.routes import Params
 from server.api.defaults import SamplingDefaults
 from server.api.generation import DEFAULT_MAX_STOP_STRINGS, GenSpec, parse_priority
-from server.api.offloop import OffLoop
+from server.offloop.pool import OffLoop
 from server.api.prepared import Launch
 from server.api.streams import GenerationStream, Renderer, StreamContext
 from server.api.structured import Structured, compile_structured
@@ -44,7 +44,7 @@ from server.text.client import CallRules, EngineClient, TextRules
 from server.text.gentext import Echo
 from server.text.served import ServedModel
 from server.worker.bridge import EngineBridge
-from server.worker.encoder_worker import EncoderWorker
+from server.worker.encoder_thread import EncoderThread
 
 # What each kind of model serves (`ApiContext.check_model`), and how an error names it.
 TASK_GENERATE, TASK_EMBED, TASK_TOKENIZE = "generate", "embeddings", "tokenize"
@@ -83,13 +83,13 @@ class ChatModel:
 @dataclass(frozen=True)
 class ApiContext:
     """What every endpoint handler is given (no globals): the chat models by id and the
-    sentence-embedding models by id (each its own encoder worker), in configuration order.
+    sentence-embedding models by id (each its own encoder thread), in configuration order.
     A handler names its model once, with `serving`, and works in that `ModelContext`."""
     stream_ctx: StreamContext
     offloop: OffLoop
     count_request: Callable[..., None]          # (route, status, model=) -> the request counter
     clock: Callable[[], float] = time.monotonic
-    encoders: Mapping[str, EncoderWorker] = field(default_factory=dict)
+    encoders: Mapping[str, EncoderThread] = field(default_factory=dict)
     chats: Mapping[str, ChatModel] = field(default_factory=dict)
     max_stop_strings: int = DEFAULT_MAX_STOP_STRINGS   # `stop` sequences a request may give
 
@@ -163,8 +163,8 @@ class ModelContext:
         return self.chat.defaults
 
     @property
-    def encoder(self) -> EncoderWorker | None:
-        """The sentence-embedding model's worker; None for a chat model."""
+    def encoder(self) -> EncoderThread | None:
+        """The sentence-embedding model's thread; None for a chat model."""
         return self.api.encoders.get(self.model)
 
     @property

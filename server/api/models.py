@@ -18,8 +18,9 @@ def _cards(ctx: ApiContext) -> dict[str, dict]:
         served = chat.served
         cards[model_id] = docs.model_card(model_id, served.created, served.max_model_len,
                                           KIND_CHAT, CHAT_TASKS)
-    for model_id, worker in ctx.encoders.items():
-        cards[model_id] = docs.model_card(model_id, worker.created, worker.encoder.max_seq_length,
+    for model_id, enc_thread in ctx.encoders.items():
+        cards[model_id] = docs.model_card(model_id, enc_thread.created,
+                                          enc_thread.encoder.max_seq_length,
                                           KIND_EMBEDDING, ENCODER_TASKS)
     return cards
 

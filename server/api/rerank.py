@@ -11,7 +11,7 @@ cross-encoder reading the pair together), in [-1, 1].
         -> {id, object: "list", created, model, data: [{index, object: "score", score}], usage}
            1:1, 1:N (text_1 one text or a list of one) or N:N (pairwise, equal lengths)
 
-All the texts of a call are embedded in one job on the model's encoder worker (admission
+All the texts of a call are embedded in one job on the model's encoder thread (admission
 and batches as for /v1/embeddings, server/api/embeddings.py); the cosines are taken when the
 answer is built (off the loop when it is large).
 """
@@ -31,7 +31,7 @@ from server.api.prepared import Launch
 from server.door.routes import Params
 from server.http.protocol import Request
 from server.replies import Headers
-from server.worker.encoder_worker import ENCODING_VECTORS
+from server.worker.encoder_thread import ENCODING_VECTORS
 
 MAX_SCORED_TEXTS = 2048         # texts embedded for one call (as /v1/embeddings' inputs)
 

@@ -7,7 +7,7 @@
 
 `ApiApp` (app.py) routes with it and answers 404 / 405 (+ `Allow`) from it
 (`server.door.routes.resolve`), counts each request under the row's name, and runs a row
-marked `off_loop` on the off-loop pool (server/api/offloop.py): the rows that parse,
+marked `off_loop` on the off-loop pool (server/offloop/pool.py): the rows that parse,
 render a template, tokenize or compile a grammar, so the loop thread never blocks on them.
 serve.py hands the same table to the door's `LoadingApp`, which answers from it while the
 models load; tests/server/api/test_openapi.py checks openapi.yaml against it.

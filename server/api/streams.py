@@ -16,7 +16,7 @@ A generation is three small parts, read top to bottom:
 3. `GenerationStream` — the thin `server.http.protocol.Stream` shell the loop polls when the
    engine thread has given it pieces (`has_output`), and at `next_deadline_s()` (SSE pings). It does head timing,
    pings and metrics; a large whole document (many logprobs) is built off the loop
-   (server/api/offloop.py) and sent when ready. A streamed answer sends its `200` head with
+   (server/offloop/pool.py) and sent when ready. A streamed answer sends its `200` head with
    its first bytes, and only once the engine has scheduled it (its first token); pings
    keep a quiet stream alive only after that. So a request is refused before its head (503 past the queue
    deadline, 500, 400: statuses a client can retry or read) or served to its end: waiting
@@ -38,7 +38,7 @@ from server.api.prediction import prediction_usage
 from server.replies import JSON_CONTENT_TYPE, json_bytes, json_bytes_piecewise
 from server.http.protocol import Response, ResponseHead, Stream, StreamPoll
 from server.observe.vllm_metrics import FinishedRequest
-from server.api.offloop import Inline, OffLoop, Outcome
+from server.offloop.pool import Inline, OffLoop, Outcome
 from sse import DONE, PING, event
 
 SSE_HEADERS = (("Content-Type", "text/event-stream; charset=utf-8"),

@@ -66,15 +66,15 @@ def parse_detokenize(body: bytes) -> DetokenizeSpec:
 def tokenize(api: ApiContext, request: Request, params: Params, extra: Headers) -> Response:
     spec = parse_tokenize(request.body)
     with api.serving(spec.model, TASK_TOKENIZE) as ctx:
-        worker = ctx.encoder
-        if worker is not None:              # WordPiece ids, [CLS] ... [SEP] as it embeds them
+        enc_thread = ctx.encoder
+        if enc_thread is not None:          # WordPiece ids, [CLS] ... [SEP] as it embeds them
             if spec.messages:
                 raise bad("messages", f"The model '{spec.model}' is an embedding model: it "
                                       "has no chat template to render 'messages'; send "
                                       "'prompt'.")
-            tokens = worker.encoder.tokenizer.encode(
+            tokens = enc_thread.encoder.tokenizer.encode(
                 spec.prompt, add_special_tokens=spec.add_special_tokens)
-            limit = worker.encoder.max_seq_length
+            limit = enc_thread.encoder.max_seq_length
         else:
             text = (ctx.served.render(spec.messages,
                                       add_generation_prompt=spec.add_generation_prompt,
@@ -89,8 +89,8 @@ def tokenize(api: ApiContext, request: Request, params: Params, extra: Headers) 
 def detokenize(api: ApiContext, request: Request, params: Params, extra: Headers) -> Response:
     spec = parse_detokenize(request.body)
     with api.serving(spec.model, TASK_TOKENIZE) as ctx:
-        worker = ctx.encoder
-        tokenizer = worker.encoder.tokenizer if worker is not None else ctx.served.tokenizer
+        enc_thread = ctx.encoder
+        tokenizer = enc_thread.encoder.tokenizer if enc_thread is not None else ctx.served.tokenizer
         check_token_ids(spec.tokens, tokenizer.vocab_size, "tokens")
         answer = replies.json_response(200, docs.detokenized(tokenizer.decode(
             list(spec.tokens))))

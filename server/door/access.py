@@ -16,7 +16,7 @@ bodies or headers: `request_id` from the stamped `Request` (server/door/request_
 whole `Response`'s `notes` (the error message `server/errors.py` noted, the model when the
 app knew it); a `Logged` stream's `access_fields() -> dict` (model, tokens, finish reason,
 TTFT, error): `GenerationStream` and `EmbedStream` are `Logged`, and so is the stream that
-stands for work off the loop (server/api/offloop.py), with the fields of the answer it
+stands for work off the loop (server/offloop/pool.py), with the fields of the answer it
 became: a whole answer's line reads as that Response's would. A stream that is not `Logged`
 gets the line's recorded fields only.
 
@@ -30,9 +30,9 @@ import logging
 import sys
 import time
 from dataclasses import dataclass
-from typing import Callable, Protocol, runtime_checkable
+from typing import Callable
 
-from server.http.protocol import AppFailure, Request, Response, Stream, StreamPoll
+from server.http.protocol import AppFailure, Logged, Request, Response, Stream, StreamPoll
 
 log = logging.getLogger("tlserve.access")
 errors_log = logging.getLogger("tlserve.app")
@@ -107,14 +107,6 @@ class AccessLog:
     def write(self, entry: Entry, fields: dict) -> None:
         if self.emit is not None:
             self.emit(entry.line(self.clock(), fields))
-
-
-@runtime_checkable
-class Logged(Protocol):
-    """A stream that reports what its access line records of it, once it has ended."""
-
-    def access_fields(self) -> dict:
-        """Some of the line's fields (`model`, `prompt_tokens`, `error` ...) by name."""
 
 
 class LoggedStream:

@@ -33,7 +33,7 @@ class Route(Generic[H]):
     pattern: str          # "/v1/models/{model}" or a literal path
     name: str             # the route's name: its metrics label, one per handler
     handler: H            # what answers it (its listener's table says of which type)
-    off_loop: bool = False    # prepared on an off-loop worker (server/api/offloop.py)
+    off_loop: bool = False    # prepared on an off-loop worker (server/offloop/pool.py)
 
     def match(self, path: str) -> Params | None:
         if "{" not in self.pattern:

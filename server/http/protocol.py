@@ -17,7 +17,7 @@ transport finds. Nothing here does I/O or knows JSON.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 @dataclass(frozen=True, kw_only=True)
 class Request:
@@ -93,3 +93,12 @@ class App(Protocol):
         """Render an error the transport found: an `HttpError` kind ("malformed_http",
         "body_too_large", ...) or "internal_error" when `handle` or a stream raised. The
         application owns the document and the status; the transport only sends it."""
+
+
+@runtime_checkable
+class Logged(Protocol):
+    """A stream that reports what its access line records of it, once it has ended (the
+    front door's access log reads it: server/door/access.py)."""
+
+    def access_fields(self) -> dict:
+        """Some of the line's fields (`model`, `prompt_tokens`, `error` ...) by name."""

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from typing import Callable
 
 from engine.api import Engine, EngineSnapshot, EngineStats, StepRecord
-from server.worker.encoder_worker import EncoderStats
+from server.worker.encoder_thread import EncoderStats
 
 HISTORY_BUCKET_S = 0.5              # one plot point per half second
 HISTORY_BUCKETS = 120               # ... for the last minute

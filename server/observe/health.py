@@ -2,7 +2,7 @@
 
 `/healthz` (also as `/health`, the name vLLM and llm-d probe) fails once any model's engine
 thread has died (an orchestrator restarts us); `/readyz` fails while draining or while any
-model's worker is down (it is swapped in once every model has loaded, so it is ready when
+model's thread is down (it is swapped in once every model has loaded, so it is ready when
 every model is); `/metrics` is the Prometheus text of server/observe/metrics.py, every
 engine's samples labelled with its model (and their `vllm:*` twins, with the KV cache's
 size the bridge knows), with the loop's worst stall when serve.py hands over the meter.
@@ -22,7 +22,7 @@ from urllib.parse import parse_qs
 from server.replies import Headers, json_response
 from server.state import ServerState
 from server.worker.bridge import EngineBridge
-from server.worker.encoder_worker import EncoderWorker
+from server.worker.encoder_thread import EncoderThread
 from server.observe.engine_view import EngineView, encoder_document, snapshot_document
 from server.errors import ApiError, error_response, kind_response
 from server.http.protocol import Request, Response
@@ -41,12 +41,12 @@ class HealthApp:
                  views: Mapping[str, EngineView] | None = None, engine_view: bool = True,
                  web: StaticFiles | None = None,
                  loop_stall_s: Callable[[], tuple[float, float]] | None = None,
-                 encoders: Sequence[EncoderWorker] = ()):
+                 encoders: Sequence[EncoderThread] = ()):
         self.state = state
         self.engines = dict(engines or {})       # chat model id -> its engine thread
         self.views = dict(views or {})           # chat model id -> its engine view
         self.engine_view = engine_view           # False: /engine and its JSON are 404
-        self.encoders = tuple(encoders)          # each sentence-embedding model's worker
+        self.encoders = tuple(encoders)          # each sentence-embedding model's thread
         self.loop_stall_s = loop_stall_s         # the loop's worst (wall, CPU), if measured
         self.web = web or StaticFiles.load()
 
@@ -66,27 +66,27 @@ class HealthApp:
 
     def healthz(self, request: Request, params: Params, extra: Headers) -> Response:
         """Liveness: fails once the engine thread has died, so an orchestrator restarts us."""
-        self._check_workers("engine_unavailable")
+        self._check_model_threads("engine_unavailable")
         return health_ok()
 
     def readyz(self, request: Request, params: Params, extra: Headers) -> Response:
         if self.state.is_draining:
             raise ApiError("not_ready", "The server is draining.")
-        self._check_workers("not_ready")
+        self._check_model_threads("not_ready")
         return json_response(200, {"status": "ready"})
 
-    def _check_workers(self, kind: str) -> None:
-        """`kind` (naming the model) when any model's worker thread has stopped."""
-        workers = list(self.engines.items()) + [(w.model_id, w) for w in self.encoders]
-        for model_id, worker in workers:
-            if not worker.is_healthy():
+    def _check_model_threads(self, kind: str) -> None:
+        """`kind` (naming the model) when any model's own thread has stopped."""
+        owners = list(self.engines.items()) + [(e.model_id, e) for e in self.encoders]
+        for model_id, owner in owners:
+            if not owner.is_healthy():
                 raise ApiError(kind, f"The engine thread of model {model_id} has stopped: "
-                                     f"{worker.died or 'unknown reason'}.")
+                                     f"{owner.died or 'unknown reason'}.")
 
     def metrics(self, request: Request, params: Params, extra: Headers) -> Response:
         stall_s = self.loop_stall_s() if self.loop_stall_s is not None else None
         text = metrics_text(None, self.state.metrics, stall_s,
-                            encoders=[(w.model_id, w.stats) for w in self.encoders],
+                            encoders=[(e.model_id, e.stats) for e in self.encoders],
                             engines=[EngineReading(m, b.stats, b.kv_size)
                                      for m, b in self.engines.items()])
         return Response(status=200, headers=(("Content-Type", METRICS_TYPE),),

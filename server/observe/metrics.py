@@ -23,7 +23,7 @@ from server.observe.process_metrics import process_metrics_text
 from server.observe.prom_text import CONTENT_TYPE, Histogram, family
 from server.observe.vllm_metrics import (EngineReading, FinishedRequest, ModelRequests,
                                          engine_families, kv_cache_usage, request_families)
-from server.worker.encoder_worker import EncoderStats
+from server.worker.encoder_thread import EncoderStats
 
 __all__ = ["CONTENT_TYPE", "Histogram", "ServerMetrics", "metrics_text"]
 

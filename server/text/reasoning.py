@@ -139,12 +139,6 @@ class ReasoningSplitter:
         return Split(content=text)
 
 
-def split_whole(text: str, tags: ThinkTags = ThinkTags(), *, starts_inside: bool = False) -> Split:
-    """The split of a whole answer (non-streamed responses)."""
-    splitter = ReasoningSplitter(tags, starts_inside=starts_inside)
-    return splitter.push(text) + splitter.finish()
-
-
 # ---- when a request thinks --------------------------------------------------------------
 
 @dataclass(frozen=True)

@@ -7,8 +7,8 @@ compute -- one chat step, one encoder batch -- is done while holding the turn, a
 turn is handed out first come, first served (a ticket lock): a chat engine that steps in
 a loop queues behind an encoder batch that asked first, and the encoder's next batch queues
 behind the chat's next step. So while a long embeddings call runs, every chat step waits
-at most one encoder batch, whose size the encoder worker bounds in tokens
-(server/worker/encoder_worker.py: `ENCODER_BATCH_TOKENS`): the inter-token gap of the
+at most one encoder batch, whose size the encoder thread bounds in tokens
+(server/worker/encoder_thread.py: `ENCODER_BATCH_TOKENS`): the inter-token gap of the
 chat streams is about one step plus one batch, whatever the size of the embeddings call.
 
 A server with one engine pays one uncontended lock per step (microseconds).

@@ -1,5 +1,5 @@
-"""The lifecycle the engine-side workers share (the chat engine's bridge, each encoder's
-worker): one daemon thread that waits on a condition between turns, and a stop that sets
+"""The lifecycle the models' own threads share (the chat engine's bridge, each encoder's
+thread): one daemon thread that waits on a condition between turns, and a stop that sets
 the flag the thread checks, wakes it and joins it."""
 from __future__ import annotations
 

@@ -103,7 +103,18 @@ def test_metrics_read_as_the_endpoint_picker_reads_them(succ_model_dir):
         buckets = [v for k, v in vllm.items() if k.startswith(name + "_bucket")]
         assert buckets == sorted(buckets) and buckets[-1] == count == one[name + "_count"], name
         assert vllm[f'{name}_bucket{{model_name="succ",le="+Inf"}}'] == count
-        assert one[name + "_sum"] >= 0.0
+    # The one request's phases, in seconds: each generated token takes a step, so the first
+    # token, the decode and the whole request took time; the phases add up by their
+    # definitions (queue + prefill = TTFT, TTFT + decode = e2e, the token gaps = decode).
+    s = {name.removeprefix("vllm:").removesuffix("_seconds"): one[name + "_sum"]
+         for name in counts}
+    assert s["time_to_first_token"] > 0 and s["request_decode_time"] > 0
+    assert s["request_prefill_time"] > 0 and s["request_queue_time"] >= 0     # (max(0, ...))
+    assert abs(s["request_queue_time"] + s["request_prefill_time"]
+               - s["time_to_first_token"]) < 1e-9
+    assert abs(s["time_to_first_token"] + s["request_decode_time"]
+               - s["e2e_request_latency"]) < 1e-9
+    assert abs(s["inter_token_latency"] - s["request_decode_time"]) < 1e-9
     assert abs(one["vllm:e2e_request_latency_seconds_sum"]
                - samples["tl_request_e2e_latency_seconds_sum"]) < 1e-9
 

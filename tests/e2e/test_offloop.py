@@ -1,4 +1,4 @@
-"""Heavy requests are prepared off the loop thread (server/api/offloop.py), over real sockets.
+"""Heavy requests are prepared off the loop thread (server/offloop/pool.py), over real sockets.
 
 The heavy request is the Zod integer schema (bench/loop_stall.py's): its grammar takes seconds to
 compile (or to refuse as too large) — on the loop thread that stopped every stream and
@@ -96,13 +96,18 @@ def test_health_and_streams_keep_going_while_a_grammar_compiles(succ_model_dir):
 
 
 class SpyPool:
-    """The server's off-loop pool, with an event set when a prepare is handed to it."""
+    """The server's off-loop pool, with an event set when a prepare is handed to it and the
+    threads its work ran on."""
 
     def __init__(self, pool):
         self.pool, self.handed = pool, threading.Event()
+        self.ran_on: list[threading.Thread] = []
 
     def run(self, work, then):
-        stream = self.pool.run(work, then)
+        def noted():
+            self.ran_on.append(threading.current_thread())
+            return work()
+        stream = self.pool.run(noted, then)
         self.handed.set()
         return stream
 
@@ -121,4 +126,4 @@ def test_a_request_being_prepared_when_the_drain_starts_is_still_answered(succ_m
         assert r.status_code in (200, 400) and r.json().get("error", {}).get("code") != \
             "shutting_down"
         assert server.join(TIMEOUT_S) == 0                 # then the drain completes
-        assert not server.workers.is_running               # and the pool stops with it
+        assert spy.ran_on and not any(t.is_alive() for t in spy.ran_on)   # the pool stops too

@@ -22,18 +22,22 @@ from tests.e2e.helpers import (TIMEOUT_S, chat_body, post, read_startup, running
 from tests.oracle import REPO_ROOT
 
 KEY = "sk-e2e-secret-42"
+STEP_DELAY_S = 0.01            # each engine step at least this long: a floor for the timings
+ROUNDING_MS = 0.1              # the access log rounds its times to 0.1 ms
 
 
 def test_api_key_cors_and_access_log_on_a_real_server(succ_model_dir, tmp_path, caplog):
     log_file = tmp_path / "access.jsonl"
     with running_server(succ_model_dir, api_key=KEY, cors_allow_origins="https://ui.example",
-                        access_log=str(log_file)) as server:
+                        access_log=str(log_file), step_delay_s=STEP_DELAY_S) as server:
         r = post(server, "/v1/chat/completions", chat_body("a", max_tokens=2))
         assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
         auth = {"Authorization": f"Bearer {KEY}", "Origin": "https://ui.example",
                 "X-Request-Id": "rid-stream-1"}
+        sent_s = time.monotonic()              # the server runs in this process: same clock
         r = post(server, "/v1/chat/completions",
                  chat_body("a", max_tokens=3, temperature=0, stream=True), headers=auth)
+        client_ms = (time.monotonic() - sent_s) * 1000
         assert r.status_code == 200
         assert r.headers["Access-Control-Allow-Origin"] == "https://ui.example"
         chunks, done = stream_chunks(r)
@@ -52,9 +56,15 @@ def test_api_key_cors_and_access_log_on_a_real_server(succ_model_dir, tmp_path, 
     stream = records[1]
     assert stream["request_id"] == "rid-stream-1" and stream["model"] == "succ"
     assert stream["prompt_tokens"] == 1 and stream["completion_tokens"] == 3
-    assert stream["finish_reason"] == "length" and stream["ttft_ms"] >= 0
+    assert stream["finish_reason"] == "length"
+    # The timings, in milliseconds: the first token needs one step after the request arrived,
+    # the other two one step each after it, and the server's span lies inside the client's.
+    step_ms = STEP_DELAY_S * 1000
+    assert step_ms <= stream["ttft_ms"]
+    assert stream["ttft_ms"] + 2 * step_ms <= stream["duration_ms"] + ROUNDING_MS
+    assert stream["duration_ms"] <= client_ms + ROUNDING_MS
     assert stream["bytes_sent"] == stream_body_bytes         # body bytes, before chunking
-    assert stream["client"].startswith("127.0.0.1:") and stream["duration_ms"] >= 0
+    assert stream["client"].startswith("127.0.0.1:")
     assert records[0]["error"] and KEY not in log_file.read_text()
     assert all(KEY not in rec.getMessage() for rec in caplog.records)
 

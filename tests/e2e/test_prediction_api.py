@@ -6,10 +6,13 @@ usage.completion_tokens_details whole and streamed, n = 2 sums, /metrics per sou
 the tiny Llama's real engine, that a prediction leaves a greedy answer as it was."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import requests
 
-from engine.api import load_model
+from engine.api import SpeculativeConfig, load_model
+from server.config import ServeConfig
 from tests.e2e.helpers import TIMEOUT_S, metrics, openai_client, running_server
 from tests.fakes import PREDICTION_REJECTED_TOKENS, PredictionCounts, ScriptedAnswers
 from tests.oracle import ORACLE_DIR
@@ -94,13 +97,25 @@ def test_a_bad_prediction_is_a_400_and_metrics_name_the_source(predicting):
 
 
 def test_a_prediction_leaves_a_greedy_answer_as_it_was(tiny_llama_dir):
-    with running_server(tiny_llama_dir) as handle:
+    """The prediction is the only draft source here: with every source on, the suffix store
+    holds the plain answer's text after the first request and drafts it before the
+    prediction is ever tried (the answer is the same, the prediction's counts stay 0)."""
+    engine = replace(ServeConfig().engine, speculative=SpeculativeConfig(method="prediction"))
+    with running_server(tiny_llama_dir, engine=engine) as handle:
         client = openai_client(handle)
         ask = dict(model=tiny_llama_dir.name, messages=EDIT, max_tokens=12, temperature=0)
         plain = client.chat.completions.create(**ask)
         predicted = client.chat.completions.create(
             **ask, prediction={"type": "content", "content": plain.choices[0].message.content})
+        samples = metrics(handle)
     assert predicted.choices[0].message.content == plain.choices[0].message.content
     details = predicted.usage.completion_tokens_details
-    assert details.accepted_prediction_tokens >= 0 and details.rejected_prediction_tokens >= 0
+    # Drafted from the prediction and produced by the model; the tiny model's answer is not
+    # all valid UTF-8, so its text re-encodes to other ids past its first bytes: some drafts
+    # are rejected, and the answer stays the greedy one all the same.
+    assert details.accepted_prediction_tokens > 0
+    assert details.accepted_prediction_tokens == samples[
+        'tl_engine_spec_accepted_tokens_total{source="prediction"}']
+    assert details.accepted_prediction_tokens + details.rejected_prediction_tokens == samples[
+        'tl_engine_spec_draft_tokens_total{source="prediction"}']
     assert plain.usage.completion_tokens_details is None     # no prediction: usage as before

@@ -8,7 +8,7 @@ import pytest
 from server.config import ConfigError, ServeConfig
 from server.loading import model_config, model_entries
 from server.model_table import ModelEntry
-from server.worker.encoder_worker import ENCODER_BATCH_TOKENS
+from server.worker.encoder_thread import ENCODER_BATCH_TOKENS
 
 BASE = """
 [engine]

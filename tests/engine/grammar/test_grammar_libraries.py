@@ -93,7 +93,7 @@ def test_library_schemas_compile_and_every_output_validates(schema):
 def test_library_schemas_compile_in_under_100_ms(schema):
     """The best of TIMING_TRIES compiles (each one does all the work: no cache here): a
     shared host or a collection of the test process's large heap can stall any one of them
-    (the server pauses automatic collection while it compiles: server/api/offloop.py)."""
+    (the server pauses automatic collection while it compiles: server/offloop/pool.py)."""
     took_s = []
     for _ in range(TIMING_TRIES):
         gc.collect()

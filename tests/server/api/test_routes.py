@@ -11,7 +11,7 @@ from server.api import app as app_module
 from server.api.app import ApiApp
 from server.api.chat import CHAT, chat
 from server.api.completions import COMPLETIONS, completions
-from server.api.offloop import Inline, OffLoopStream
+from server.offloop.pool import Inline, OffLoopStream
 from server.api.prepared import Launch
 from server.api.responses import RESPONSES, responses
 from server.api.routes import API_ROUTES

@@ -244,9 +244,9 @@ def test_a_stream_that_is_not_logged_gets_the_recorded_fields_only():
 
 def test_every_stream_the_api_answers_with_is_logged():
     from server.api.embeddings import EmbedStream
-    from server.api.offloop import OffLoopStream, ResponseStream
+    from server.offloop.pool import OffLoopStream, ResponseStream
     from server.api.streams import GenerationStream
-    from server.door.access import Logged
+    from server.http.protocol import Logged
     for stream_type in (GenerationStream, EmbedStream, OffLoopStream, ResponseStream):
         assert issubclass(stream_type, Logged), stream_type
     noted = ResponseStream(Response(status=404, notes=(("model", "m"), ("error", "no"))))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from server.text.reasoning import ANSWER, REASONING, ReasoningSplitter, Split, split_whole
+from server.text.reasoning import ANSWER, REASONING, ReasoningSplitter, Split, Thinking
 
 
 def template_rule(text: str, starts_inside: bool) -> Split:
@@ -40,7 +40,10 @@ CASES = [
 
 @pytest.mark.parametrize("text,starts_inside", CASES)
 def test_the_whole_split_follows_the_template_rule(text, starts_inside):
-    assert split_whole(text, starts_inside=starts_inside) == template_rule(text, starts_inside)
+    """The whole text in one piece, through the splitter a request's `Thinking` makes (as a
+    non-streamed answer whose tokens came in one poll)."""
+    splitter = Thinking(starts_inside=starts_inside).splitter()
+    assert splitter.push(text) + splitter.finish() == template_rule(text, starts_inside)
 
 
 @pytest.mark.parametrize("text,starts_inside", CASES)

@@ -1,7 +1,7 @@
-"""The encoder worker: a sentence-embedding model's own thread, queue and admission.
+"""The encoder thread: a sentence-embedding model's own thread, queue and admission.
 
 A sentence-embedding model (engine.api's `Encoder`: BERT, no KV cache, no sampling) is
-served by an `EncoderWorker`, the counterpart of the chat engine's `EngineBridge`:
+served by an `EncoderThread`, the counterpart of the chat engine's `EngineBridge`:
 
     loop thread                                   encoder thread
     embed(rows) -> admission (429 + Retry-After)
@@ -55,7 +55,7 @@ RATE_SMOOTHING = 0.2            # weight of the newest batch in the measured rat
 
 @dataclass(frozen=True)
 class EncoderStats:
-    """Counters of one encoder worker (published after each job; read by /metrics)."""
+    """Counters of one encoder thread (published after each job; read by /metrics)."""
     requests_total: int = 0
     inputs_total: int = 0
     tokens_total: int = 0
@@ -80,7 +80,7 @@ def render_rows(vectors: np.ndarray, encoding_format: str) -> list:
     return encode_vectors(vectors, encoding_format)
 
 
-class EncoderWorker(OwnedThread):
+class EncoderThread(OwnedThread):
     """Owns one encoder's thread. Public methods are thread-safe unless noted."""
 
     def __init__(self, encoder: Encoder, *, model_id: str, queue: QueuePolicy,

@@ -3,11 +3,11 @@
 The loop thread must never block (it serves every socket), yet some requests
 need seconds of pure Python before the engine sees them — compiling a grammar, rendering a
 long history, tokenizing large inputs — and some answers need a big JSON document built.
-`WorkerPool.run(work, then)` hands `work` (a pure function: no bridge, no metrics, no
-socket) to a small pool of worker threads and returns at once an `OffLoopStream`, which the
-loop polls like any other `Stream`:
+`OffLoopPool.run(work, then)` hands `work` (a pure function: no bridge, no metrics, no
+socket) to a small pool of threads and returns at once an `OffLoopStream`, which the loop
+polls like any other `Stream`:
 
-    loop thread                        worker thread
+    loop thread                        pool thread
       pool.run(work, then) -> stream     work() -> Outcome (value or exception)
       stream.poll(): nothing yet   <---  stream.deliver(outcome); wake()
       stream.poll(): then(outcome) -> Response | Stream (ON the loop thread), then delegate
@@ -19,8 +19,8 @@ Content-Length, the body, done); a `Stream` takes over poll / next_deadline_s / 
 (a job not started yet is skipped), and `then` never runs, so no ticket is ever created.
 
 What crosses threads: the job (stream + work) through a `queue.SimpleQueue`, and the
-outcome through one attribute written once by the worker and read by the loop (a reference
-swap), announced by `wake()` — the same thread-safe wake the engine bridge uses.
+outcome through one attribute written once by a pool thread and read by the loop (a
+reference swap), announced by `wake()` — the same thread-safe wake the engine bridge uses.
 `Inline` runs the work at once on the caller's thread (tests, and apps with nothing heavy):
 the same stream, already done.
 
@@ -41,7 +41,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, Protocol, TypeVar
 
-from server.door.access import Logged
+from server.http.protocol import Logged
 from server.errors import ApiError
 from server.http.protocol import Response, ResponseHead, Stream, StreamPoll
 
@@ -49,13 +49,13 @@ log = logging.getLogger("tlserve.offloop")
 
 T = TypeVar("T")
 
-# Two workers: one long compile (seconds) never holds up every other request's preparation.
+# Two threads: one long compile (seconds) never holds up every other request's preparation.
 # More would only share the GIL with the loop thread: the work is pure Python.
-OFFLOOP_WORKERS = 2
-# stop() waits this long for a worker still inside a job; they are daemons, the rest is
+OFFLOOP_THREADS = 2
+# stop() waits this long for a thread still inside a job; they are daemons, the rest is
 # cut when the process exits.
 STOP_JOIN_S = 2.0
-_STOP = None                     # the job a worker reads as "exit"
+_STOP = None                     # the job a pool thread reads as "exit"
 # The longest automatic garbage collection stays paused while work keeps running.
 GC_PAUSE_MAX_S = 10.0
 
@@ -131,16 +131,12 @@ class OffLoopStream:
 
     def __init__(self, then: Continuation):
         self._then: Continuation | None = then
-        self._outcome: Outcome | None = None    # written once by a worker, read by the loop
+        self._outcome: Outcome | None = None    # written once by a pool thread, read by the loop
         self.delegate: Stream | None = None     # the real answer, once `then` has run
         self.is_cancelled = False
 
-    @property
-    def is_ready(self) -> bool:
-        return self._outcome is not None
-
     def deliver(self, outcome: Outcome) -> None:
-        """Called by the worker (any thread): the loop picks it up at its next poll."""
+        """Called by a pool thread (any thread): the loop picks it up at its next poll."""
         if not self.is_cancelled:               # cancelled: the result is dropped
             self._outcome = outcome
 
@@ -216,29 +212,25 @@ class CollectorPause:
                 self._paused_since_s = None
 
 
-class WorkerPool:
-    """`workers` daemon threads that run jobs in arrival order and wake the loop after each.
+class OffLoopPool:
+    """`threads` daemon threads that run jobs in arrival order and wake the loop after each.
     `wake` is set before `start()` (serve.py: the loop's `wake`, safe from any thread)."""
 
-    def __init__(self, *, workers: int = OFFLOOP_WORKERS, wake: Callable[[], None] = lambda: None,
+    def __init__(self, *, threads: int = OFFLOOP_THREADS, wake: Callable[[], None] = lambda: None,
                  name: str = "tl-offloop", collector: CollectorPause | None = None):
         self.wake = wake
         self.collector = collector or CollectorPause()
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._is_stopped = False
         self._threads = [threading.Thread(target=self._serve, name=f"{name}-{i}", daemon=True)
-                         for i in range(workers)]
+                         for i in range(threads)]
 
     def start(self) -> None:
         for thread in self._threads:
             thread.start()
 
-    @property
-    def is_running(self) -> bool:
-        return any(thread.is_alive() for thread in self._threads)
-
     def stop(self, join_s: float = STOP_JOIN_S) -> None:
-        """Let each worker finish its job and exit; jobs still queued are skipped (the loop
+        """Let each thread finish its job and exit; jobs still queued are skipped (the loop
         that would poll them has ended)."""
         self._is_stopped = True
         for _ in self._threads:
@@ -268,5 +260,5 @@ class WorkerPool:
             stream.deliver(outcome)
             try:
                 self.wake()
-            except Exception:                   # noqa: BLE001 - a worker must outlive it
+            except Exception:                   # noqa: BLE001 - a pool thread must outlive it
                 log.exception("off-loop wake failed")

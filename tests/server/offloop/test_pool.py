@@ -1,11 +1,12 @@
-"""The off-loop seam (server/api/offloop.py): work on a worker, the answer made on the polling
-thread, errors and cancels; and the app's prepare/launch split through it. Synchronised on
+"""The off-loop seam (server/offloop/pool.py): work on a pool thread, the answer made on the
+polling thread, errors and cancels; and the app's prepare/launch split through it. Synchronised on
 events (the work blocks on one, the pool's wake sets another), never on sleeps."""
 from __future__ import annotations
 
 import gc
 import json
 import threading
+import weakref
 from dataclasses import replace
 
 import pytest
@@ -22,9 +23,9 @@ from server.api.embeddings import INLINE_DOCUMENT_MAX_VALUES, EmbedStream
 from server.worker.embedding_jobs import EmbedTicket
 from server.door.access import AccessLog, LoggedStream
 from server.errors import ApiError, error_response
-from server.http.protocol import Request, Response
-from server.api.offloop import (CollectorPause, Inline, OffLoopStream, Outcome, WorkerPool,
-                            outcome_of)
+from server.http.protocol import Request, Response, StreamPoll
+from server.offloop.pool import (CollectorPause, Inline, OffLoopPool, OffLoopStream, Outcome,
+                                 outcome_of)
 from server.api.chat.render import renderer as chat_renderer
 from server.api.generation import GenSpec
 from server.api.streams import INLINE_DOCUMENT_MAX_ENTRIES, GenerationStream, StreamContext
@@ -46,17 +47,17 @@ class Woken:
         self.event.set()
 
     def wait(self):
-        assert self.event.wait(WAIT_S), "the worker never woke the loop"
+        assert self.event.wait(WAIT_S), "the pool never woke the loop"
         self.event.clear()
 
 
 @pytest.fixture
 def pool():
     woken = Woken()
-    workers = WorkerPool(workers=1, wake=woken)
-    workers.start()
-    yield workers, woken
-    workers.stop()
+    offloop_pool = OffLoopPool(threads=1, wake=woken)
+    offloop_pool.start()
+    yield offloop_pool, woken
+    offloop_pool.stop()
 
 
 class ManualOffLoop:
@@ -75,10 +76,14 @@ class ManualOffLoop:
             stream.deliver(outcome_of(work))
 
 
+class Built:
+    """A work's result that a weak reference can watch."""
+
+
 # ---- the seam alone -------------------------------------------------------------------------
 
 def test_the_answer_comes_only_after_the_work_and_is_made_on_the_polling_thread(pool):
-    workers, woken = pool
+    offloop_pool, woken = pool
     release, threads = threading.Event(), {}
 
     def work():
@@ -90,7 +95,7 @@ def test_the_answer_comes_only_after_the_work_and_is_made_on_the_polling_thread(
         threads["then"] = threading.current_thread()
         return Response(status=201, headers=(("X-A", "1"),), body=outcome.get())
 
-    stream = workers.run(work, then)
+    stream = offloop_pool.run(work, then)
     early = stream.poll(0.0)
     assert early.head is None and early.chunks == [] and not early.done
     assert "then" not in threads and stream.next_deadline_s() is None
@@ -124,29 +129,34 @@ def test_a_stream_answer_takes_over_poll_deadline_and_cancel():
 
 
 def test_cancel_before_the_work_is_done_drops_the_result_and_never_launches(pool):
-    workers, woken = pool
+    offloop_pool, woken = pool
     started, release, ran = threading.Event(), threading.Event(), []
-    launched = []
+    launched, built = [], []
 
     def slow():
         started.set()
         assert release.wait(WAIT_S)
-        return "first"
+        result = Built()                        # what a cancelled stream must not keep alive
+        built.append(weakref.ref(result))
+        return result
 
-    first = workers.run(slow, launched.append)
-    second = workers.run(lambda: ran.append("second"), launched.append)   # queued behind
+    first = offloop_pool.run(slow, launched.append)
+    second = offloop_pool.run(lambda: ran.append("second"), launched.append)   # queued behind
     assert started.wait(WAIT_S)
     first.cancel()
     second.cancel()
     release.set()
-    third = workers.run(lambda: "third", lambda outcome: Response(status=200))
+    third = offloop_pool.run(lambda: "third", lambda outcome: Response(status=200))
     woken.wait()                                # the first finished (woke), the third too
-    while not third.is_ready:
+    answer = third.poll(2.0)                    # polled at each wake, as the loop does
+    while answer.head is None:
         woken.wait()
-    assert first.poll(2.0).done and not first.is_ready
-    assert second.poll(2.0).done and ran == []  # cancelled before it started: never run
+        answer = third.poll(2.0)
+    assert answer.head.status == 200 and answer.done
+    assert first.poll(2.0) == StreamPoll(done=True)     # no head, ever
+    assert built and built[0]() is None         # its result dropped (the pool has moved on)
+    assert second.poll(2.0) == StreamPoll(done=True) and ran == []   # never run
     assert launched == []                       # no continuation: no ticket was ever made
-    assert third.poll(2.0).head.status == 200
 
 
 def test_the_collector_pauses_while_work_runs_and_resumes_after_or_past_its_limit():
@@ -190,15 +200,15 @@ def test_an_expected_error_drops_the_frames_of_the_work():
     assert isinstance(bug, ZeroDivisionError) and bug.__traceback__ is not None   # logged
 
 
-# ---- the app: prepare on a worker, launch on the loop ---------------------------------------
+# ---- the app: prepare on a pool thread, launch on the loop ----------------------------------
 
 @pytest.fixture
 def app(succ_model_dir, pool):
-    workers, woken = pool
+    offloop_pool, woken = pool
     bridge = RecordingIdleBridge(capacity=4)
     served = ServedModel(load_model(succ_model_dir), "succ", 64)
     api = ApiApp(chats={"succ": ChatModel(served, bridge)}, state=ServerState(),
-                 ping_interval_s=15.0, offloop=workers)
+                 ping_interval_s=15.0, offloop=offloop_pool)
     return api, bridge, woken
 
 
