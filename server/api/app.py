@@ -34,7 +34,7 @@ from server.api.generation import DEFAULT_MAX_STOP_STRINGS
 from server.api.launch import ApiContext, ChatModel
 from server.offloop.pool import Inline, OffLoop, Outcome, outcome_of
 from server.api.prepared import Launch, Prepared
-from server.api.routes import API_ROUTES, ApiHandler
+from server.api.routes import API_ROUTES, ApiHandler, task_paths
 from server.api.streams import StreamContext
 from server.door.request_id import id_header
 from server.door.routes import LIVENESS, Params, Route, resolve
@@ -69,7 +69,7 @@ class ApiApp:
         self.ctx = ApiContext(stream_ctx=self.stream_ctx, offloop=offloop,
                               count_request=metrics.count_request, clock=clock,
                               encoders=dict(encoders or {}), chats=dict(chats),
-                              max_stop_strings=max_stop_strings)
+                              max_stop_strings=max_stop_strings, task_paths=task_paths())
 
     error = staticmethod(kind_response)  # App.error: the document of an error the transport found
 

@@ -51,9 +51,6 @@ TASK_GENERATE, TASK_EMBED, TASK_TOKENIZE = "generate", "embeddings", "tokenize"
 TASK_RERANK, TASK_SCORE = "rerank", "score"
 CHAT_TASKS = (TASK_GENERATE, TASK_EMBED, TASK_TOKENIZE)
 ENCODER_TASKS = (TASK_EMBED, TASK_RERANK, TASK_SCORE, TASK_TOKENIZE)
-TASK_ROUTES = {TASK_GENERATE: "/v1/chat/completions, /v1/completions and /v1/responses",
-               TASK_EMBED: "/v1/embeddings", TASK_TOKENIZE: "/v1/tokenize and /v1/detokenize",
-               TASK_RERANK: "/v1/rerank", TASK_SCORE: "/v1/score"}
 
 RenderFor = Callable[[docs.Header], Renderer]   # the endpoint's renderer, given the ids
 
@@ -92,6 +89,7 @@ class ApiContext:
     encoders: Mapping[str, EncoderThread] = field(default_factory=dict)
     chats: Mapping[str, ChatModel] = field(default_factory=dict)
     max_stop_strings: int = DEFAULT_MAX_STOP_STRINGS   # `stop` sequences a request may give
+    task_paths: Mapping[str, str] = field(default_factory=dict)  # task -> its paths, for errors
 
     def model_ids(self) -> list[str]:
         """Every served id in configuration order: the chat models, then the embedding
@@ -109,8 +107,8 @@ class ApiContext:
                        else (KIND_CHAT, CHAT_TASKS))
         if task is not None and task not in tasks:
             raise bad("model", f"The model '{model}' is a{'n' if kind[0] in 'aeiou' else ''} "
-                               f"{kind} model: it serves {', '.join(TASK_ROUTES[t] for t in tasks)}"
-                               f", not {TASK_ROUTES[task]}.")
+                               f"{kind} model: it serves {', '.join(self.task_paths[t] for t in tasks)}"
+                               f", not {self.task_paths[task]}.")
 
     def defaults_for(self, body: bytes) -> SamplingDefaults:
         """The sampling defaults of the chat model `body` names, before it is parsed: the

@@ -22,7 +22,8 @@ from typing import Callable, Union
 from server.api.chat import chat
 from server.api.completions import completions
 from server.api.embeddings import embeddings
-from server.api.launch import ApiContext
+from server.api.launch import (TASK_EMBED, TASK_GENERATE, TASK_RERANK, TASK_SCORE,
+                               TASK_TOKENIZE, ApiContext)
 from server.api.models import model, models
 from server.api.prepared import Prepared
 from server.api.rerank import rerank, score
@@ -59,3 +60,19 @@ API_ROUTES: tuple[Route[ApiHandler], ...] = (
     Route("GET", "/static/{name}", "static", WebFile(param="name")),
     Route("GET", "/favicon.ico", "favicon", WebFile(FAVICON)),   # browsers ask unprompted
 )
+
+# The rows that serve each task a model may or may not do (`ApiContext.check_model`): its
+# 400 names their paths, read from the table.
+TASK_ROWS = {TASK_GENERATE: ("chat", "completions", "responses"), TASK_EMBED: ("embeddings",),
+             TASK_TOKENIZE: ("tokenize", "detokenize"), TASK_RERANK: ("rerank",),
+             TASK_SCORE: ("score",)}
+
+
+def task_paths(table: tuple[Route, ...] = API_ROUTES) -> dict[str, str]:
+    """Each task's paths as an error names them ("/v1/tokenize and /v1/detokenize")."""
+    pattern = {row.name: row.pattern for row in table}
+    out = {}
+    for task, names in TASK_ROWS.items():
+        paths = [pattern[name] for name in names]
+        out[task] = paths[0] if len(paths) == 1 else ", ".join(paths[:-1]) + " and " + paths[-1]
+    return out

@@ -115,3 +115,14 @@ def test_a_handler_outcome_of_no_declared_type_is_a_logged_500_never_called(monk
     assert called == [] and app.state.metrics.requests == {("x", 500, ""): 1}
     [record] = [r for r in caplog.records if "rid-x" in r.getMessage()]
     assert "neither a Response nor a Launch" in str(record.exc_info[1])
+
+
+def test_a_task_names_the_paths_of_its_rows():
+    """The refusal of a model that cannot do a task names that task's paths, read from the
+    route table (a renamed row would change them)."""
+    from server.api.launch import TASK_EMBED, TASK_GENERATE, TASK_TOKENIZE
+    from server.api.routes import task_paths
+    paths = task_paths()
+    assert paths[TASK_GENERATE] == "/v1/chat/completions, /v1/completions and /v1/responses"
+    assert paths[TASK_TOKENIZE] == "/v1/tokenize and /v1/detokenize"
+    assert paths[TASK_EMBED] == "/v1/embeddings"
