@@ -29,7 +29,6 @@ from dataclasses import replace
 from functools import partial
 from typing import Callable, Mapping
 
-from server.api.defaults import SamplingDefaults
 from server.api.generation import DEFAULT_MAX_STOP_STRINGS
 from server.api.launch import ApiContext, ChatModel
 from server.offloop.pool import Inline, OffLoop, Outcome, outcome_of

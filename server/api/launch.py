@@ -28,7 +28,6 @@ from typing import Callable, Iterator, Mapping
 
 from engine.api import KIND_CHAT, KIND_EMBEDDING, GenRequest, Grammar
 from server.api import documents as docs
-from server.door.routes import Params
 from server.api.defaults import SamplingDefaults
 from server.api.generation import DEFAULT_MAX_STOP_STRINGS, GenSpec, parse_priority
 from server.offloop.pool import OffLoop

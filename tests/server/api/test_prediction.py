@@ -7,16 +7,13 @@ import json
 
 import pytest
 
-from engine.api import FINISH_LENGTH, FINISH_STOP, GenRequest, TokenOut
+from engine.api import FINISH_LENGTH, FINISH_STOP, TokenOut
 from server.api import documents as docs
 from server.api.chat.parse import parse_chat
 from server.api.chat.render import renderer as chat_renderer
 from server.api.completions import parse_completion
 from server.api.generation import GenSpec
-from server.api.streams import GenerationStream, StreamContext
 from server.errors import ApiError
-from server.worker.bridge import Ticket
-from tests.fakes import FakeTokenizer
 from tests.server.api.stream_helpers import generation_stream
 
 HI = [{"role": "user", "content": "hi"}]

@@ -8,15 +8,13 @@ import json
 import pytest
 from openai.types.responses import Response
 
-from engine.api import FINISH_LENGTH, FINISH_STOP, GenRequest, GrammarSpec
+from engine.api import FINISH_LENGTH, FINISH_STOP, GrammarSpec
 from server.api import documents as docs
-from server.worker.bridge import Ticket
 from server.worker.events import Failed
 from server.api.defaults import SamplingDefaults
 from server.errors import ApiError
 from server.api.responses import parse_responses, renderer
 from server.text.messages import Message, TextPart
-from server.api.streams import GenerationStream, StreamContext
 from tests.fakes import tok
 from tests.server.api.stream_helpers import recorded_stream
 from tests.server.api.stream_helpers import named_events

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from engine.api import FINISH_LENGTH, FINISH_STOP, GenRequest, TokenOut
+from engine.api import FINISH_LENGTH, FINISH_STOP, TokenOut
 from server.api import documents as docs
 from server.worker.events import Expired, Failed, Invalid, TooLong
 from server.errors import ApiError

@@ -12,14 +12,11 @@ import pytest
 from engine.api import GrammarCache, TokenOut, load_model
 from server.api import documents as docs
 from server.text.served import ServedModel
-from server.worker.bridge import Ticket
 from server.errors import ApiError
 from server.text.messages import Message, ToolCall, for_template
-from server.text.served import ServedModel
 from server.api.chat.parse import parse_chat
 from server.api.completions import parse_completion
 from server.text.gentext import Piece
-from server.api.streams import GenerationStream, StreamContext
 from server.api.chat.render import ToolChatChunks, ToolChatDocument, chat_deltas
 from server.api.chat.render import renderer as chat_renderer
 from server.api.tools import call_grammar_spec, check_tools_compile, parse_tools

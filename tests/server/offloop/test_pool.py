@@ -11,14 +11,12 @@ from dataclasses import replace
 
 import pytest
 
-from engine.api import GenRequest
 from engine.model.loader import load_model
 from server.api import documents as docs
 from server.api.app import ApiApp
 from server.api.launch import ChatModel
 from server.state import ServerState
 from server.text.served import ServedModel
-from server.worker.bridge import Ticket
 from server.api.embeddings import INLINE_DOCUMENT_MAX_VALUES, EmbedStream
 from server.worker.embedding_jobs import EmbedTicket
 from server.door.access import AccessLog, LoggedStream
@@ -28,8 +26,8 @@ from server.offloop.pool import (CollectorPause, Inline, OffLoopPool, OffLoopStr
                                  outcome_of)
 from server.api.chat.render import renderer as chat_renderer
 from server.api.generation import GenSpec
-from server.api.streams import INLINE_DOCUMENT_MAX_ENTRIES, GenerationStream, StreamContext
-from tests.fakes import FakeTokenizer, IdleBridge, tok
+from server.api.streams import INLINE_DOCUMENT_MAX_ENTRIES
+from tests.fakes import IdleBridge, tok
 from tests.server.api.stream_helpers import generation_stream
 
 WAIT_S = 10.0
