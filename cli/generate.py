@@ -21,7 +21,7 @@ from typing import Iterator, TextIO
 from engine.api import (Engine, EngineConfig, GenRequest, Model, ModelFormatError,
                         SamplingParams, load_model)
 from server.errors import ApiError
-from server.text.gentext import GenerationText
+from server.text.client import GenerationText
 from server.text.messages import Message
 from server.text.served import ServedModel
 

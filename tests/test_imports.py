@@ -231,12 +231,12 @@ def test_the_rooms_of_server_import_one_way(graph):
 
 
 def test_the_room_check_sees_a_wrong_way_import():
-    wrong = {"server.observe.health": {"server.api.app"}, "server.worker.bridge": {"server.text.gentext"},
+    wrong = {"server.observe.health": {"server.api.app"}, "server.worker.bridge": {"server.text.client"},
              "server.api.chat": {"server.observe.metrics", "server.errors", "server.offloop.pool"},
              "server.offloop.pool": {"server.api.streams", "server.http.protocol"}}
     assert room_violations(wrong) == ["server.observe.health imports server.api.app",
                                       "server.offloop.pool imports server.api.streams",
-                                      "server.worker.bridge imports server.text.gentext"]
+                                      "server.worker.bridge imports server.text.client"]
 
 
 def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:

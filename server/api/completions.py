@@ -18,7 +18,7 @@ from server.door.routes import Params
 from server.replies import Headers
 from server.api.streams import Collected, Renderer, SseRenderer, WholeRenderer
 from server.http.protocol import Request
-from server.text.gentext import Echo, Piece, TokenLogprob
+from server.text.client import Echo, Piece, TokenLogprob
 
 MAX_COMPLETION_LOGPROBS = MAX_TOP_LOGPROBS   # `logprobs`: 0..20 (vLLM's bound)
 MAX_COMPLETION_PROMPTS = 64     # prompts in one call (one choice each)

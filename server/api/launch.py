@@ -39,8 +39,7 @@ from server.api.tools import call_grammar_spec, check_tools_compile, with_format
 from server.errors import ApiError, bad
 from server.replies import Headers
 from server.http.protocol import Request
-from server.text.client import CallRules, EngineClient, TextRules
-from server.text.gentext import Echo
+from server.text.client import CallRules, Echo, EngineClient, TextRules
 from server.text.served import ServedModel
 from server.worker.bridge import EngineBridge
 from server.worker.encoder_thread import EncoderThread

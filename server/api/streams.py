@@ -31,8 +31,7 @@ from typing import Callable, Protocol
 
 from server.api import documents as docs
 from server.errors import ApiError
-from server.text.gentext import FinishReason, Piece, TokenLogprob
-from server.text.client import Generation
+from server.text.client import FinishReason, Generation, Piece, TokenLogprob
 from server.api.generation import GenSpec
 from server.api.prediction import prediction_usage
 from server.replies import JSON_CONTENT_TYPE, json_bytes, json_bytes_piecewise

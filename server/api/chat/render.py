@@ -16,7 +16,7 @@ streams. A call repeating an earlier one ends the answer: the text layer ends it
 request and its last piece is a stop.
 
 When the answer thinks (`spec.thinking`), pieces carry the reasoning apart
-(server/text/gentext.py): it goes out as `delta.reasoning_content` (vLLM's name) and, whole,
+(server/text/client.py): it goes out as `delta.reasoning_content` (vLLM's name) and, whole,
 as `message.reasoning_content` (null when the model wrote none); the calls are parsed from
 the answer's text only. Without thinking, not a byte changes.
 """
@@ -29,7 +29,7 @@ from server.api.generation import GenSpec
 from server.api.streams import Collected, Renderer, SseRenderer, WholeRenderer
 from server.replies import json_bytes
 from server.api.tools import argument_fragments
-from server.text.gentext import FinishReason, Piece, TokenLogprob
+from server.text.client import FinishReason, Piece, TokenLogprob
 from server.text.toolformats import ToolCallFormat
 from server.text.toolparse import Call, CallOut, new_call_id, split_calls
 from sse import event

@@ -28,7 +28,7 @@ from server import replies
 from server.api.responses.parse import ResponsesSpec
 from server.api.responses.tools import FunctionCall, call_events, function_call_item, tools_echo
 from server.errors import ApiError
-from server.text.gentext import FinishReason, Piece
+from server.text.client import FinishReason, Piece
 from sse import event
 
 STATUS_COMPLETED, STATUS_INCOMPLETE, STATUS_FAILED = "completed", "incomplete", "failed"

@@ -12,8 +12,7 @@ from engine.api import GenRequest
 from server.api import documents as docs
 from server.api.launch import text_rules
 from server.api.streams import GenerationStream, StreamContext
-from server.text.client import EngineClient
-from server.text.client import AnswerCalls, CallRules
+from server.text.client import AnswerCalls, CallRules, EngineClient
 from tests.fakes import FakeServed, FakeTokenizer, FeedingBridge
 
 EVENT = pydantic.TypeAdapter(ResponseStreamEvent)

@@ -13,7 +13,7 @@ from server.api.chat.render import renderer as chat_renderer
 from server.api.completions import CompletionChunks, CompletionDocument
 from server.api.completions import renderer as completion_renderer
 from server.api.generation import GenSpec
-from server.text.gentext import GenerationText, Piece, TokenLogprob
+from server.text.client import GenerationText, Piece, TokenLogprob
 from sse import PING
 from tests.fakes import FakeTokenizer, tok
 from tests.server.api.stream_helpers import generation_stream

@@ -17,7 +17,7 @@ from server.api.chat.render import renderer as chat_renderer
 from server.api.responses.parse import parse_responses
 from server.api.responses.render import ResponseDocument, ResponseEvents
 from server.api.tools import with_format
-from server.text.gentext import Piece
+from server.text.client import Piece
 from server.text.toolformats import GRANITE, HERMES, LLAMA3_JSON, MISTRAL
 from tests.server.api.stream_helpers import named_events, split_for_tools
 

@@ -16,7 +16,7 @@ from server.errors import ApiError
 from server.text.messages import Message, ToolCall, for_template
 from server.api.chat.parse import parse_chat
 from server.api.completions import parse_completion
-from server.text.gentext import Piece
+from server.text.client import Piece
 from server.api.chat.render import ToolChatChunks, ToolChatDocument, chat_deltas
 from server.api.chat.render import renderer as chat_renderer
 from server.api.tools import call_grammar_spec, check_tools_compile, parse_tools
