@@ -1,8 +1,7 @@
 """bench/api_diff.py's reading of an answer and its comparison: ids and clocks masked (also
 inside nested strings), SSE bodies split into parsed events and n choices put in turn,
-every changed leaf reported
-with its path, key order compared, floats within the tolerance told apart; and its
-request set asks nothing twice. The benchmark itself (two servers) is never run here."""
+every changed leaf reported with its path, key order compared, floats within the tolerance
+told apart; and its request set asks nothing twice. The benchmark itself (two servers) is never run here."""
 from __future__ import annotations
 
 import json
