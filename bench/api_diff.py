@@ -54,8 +54,8 @@ TIME_PLACEHOLDER = "<time>"
 ABSENT = "<absent>"              # a key or list item that only one side has
 # Two floats this close are the same answer: a draft's verification step has as many rows
 # as the draft-length rule picks from the step times it has measured (the clock), and
-# float32 sums over another row count round differently (logprobs moved by ~1e-5 between
-# two runs of one checkout). A changed computation moves them by far more.
+# float32 sums over another row count round differently (logprobs moved by up to ~1e-5
+# between two runs of one checkout). A changed computation moves them by far more.
 FLOAT_TOLERANCE = 1e-4          # relative and absolute
 
 
@@ -218,9 +218,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{d.request}: {d.path}\n  before: {json.dumps(d.before)[:300]}\n"
               f"  after:  {json.dumps(d.after)[:300]}")
     report = {"before": str(args.before), "after": str(args.after), "requests": len(requests),
-              "differences": len(found), "floats_within_tolerance": near, "wall_s": round(time.monotonic() - started, 1),
-              "before_s": round(before_s, 1), "after_s": round(after_s, 1),
-              "found": [asdict(d) for d in found]}
+              "differences": len(found), "floats_within_tolerance": near,
+              "wall_s": round(time.monotonic() - started, 1), "before_s": round(before_s, 1),
+              "after_s": round(after_s, 1), "found": [asdict(d) for d in found]}
     print(f"{len(found)} differences over {len(requests)} requests ({near} floats within "
           f"{FLOAT_TOLERANCE:g}); before {before_s:.1f} s, after {after_s:.1f} s, "
           f"{report['wall_s']:.1f} s in all")

@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass
 
 MODEL = "smol-135m"                    # runtime.toml's default model
-PROMPT_PAST_CONTEXT_WORDS = 9_000      # smol-135m's context is 8,192 tokens: one word is one or more
+PROMPT_PAST_CONTEXT_WORDS = 9_000      # over smol-135m's 8,192 tokens: a word is 1+ tokens
 BODY_PAST_LIMIT_BYTES = 9 * 1024 * 1024    # the HTTP layer refuses bodies over 8 MiB
 
 
@@ -54,9 +54,10 @@ TIME = {"type": "function", "function": {
     "name": "get_time", "description": "The local time in a city.",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
                    "required": ["city"]}}}
-PERSON_SCHEMA = {"type": "json_schema", "json_schema": {"name": "person", "strict": True, "schema": {
-    "type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
-    "required": ["name", "age"], "additionalProperties": False}}}
+PERSON_SCHEMA = {"type": "json_schema", "json_schema": {
+    "name": "person", "strict": True, "schema": {
+        "type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+        "required": ["name", "age"], "additionalProperties": False}}}
 RESPONSES_WEATHER = {"type": "function", "name": "get_weather",
                      "description": "The current weather in a city.",
                      "parameters": WEATHER["function"]["parameters"]}

@@ -1,7 +1,8 @@
 """bench/api_diff.py's reading of an answer and its comparison: ids and clocks masked (also
 inside nested strings), SSE bodies split into parsed events and n choices put in turn,
 every changed leaf reported with its path, key order compared, floats within the tolerance
-told apart; and its request set asks nothing twice. The benchmark itself (two servers) is never run here."""
+told apart; and its request set asks nothing twice. The benchmark itself (two servers) is
+never run here."""
 from __future__ import annotations
 
 import json
@@ -94,8 +95,9 @@ def test_an_answer_document_keeps_status_and_headers_masked_without_its_length()
         "status": 405,
         "headers": {"content-type": "text/event-stream; charset=utf-8",
                     "x-request-id": "req-<id>", "allow": "POST"},
-        "body": {"events": [{"event": None, "data": {"id": "cmpl-<id>", "created": TIME_PLACEHOLDER}},
-                            {"event": None, "data": "[DONE]"}]}}
+        "body": {"events": [
+            {"event": None, "data": {"id": "cmpl-<id>", "created": TIME_PLACEHOLDER}},
+            {"event": None, "data": "[DONE]"}]}}
 
 
 def test_the_request_set_asks_nothing_twice_and_its_quick_part_is_a_subset():
