@@ -32,13 +32,14 @@ class Server:
     """tlserve.py in a child process on free ports; its stderr is kept for the report."""
 
     def __init__(self, model_dir: str | None, env: dict[str, str], repo: Path = REPO):
-        """`repo`: the checkout whose tlserve.py runs (another one: an A/B of two versions)."""
+        """`repo`: the checkout whose tlserve.py runs (another one: an A/B of two versions),
+        with its own code first on the path (PYTHONPATH) and as the working directory."""
         cmd = [sys.executable, str(repo / "tlserve.py"), "--config", str(repo / "runtime.toml"),
                "--port", "0", "--health-port", "0"]
         if model_dir:
             cmd += ["--model-dir", model_dir]
         self.proc = subprocess.Popen(cmd, cwd=repo, stderr=subprocess.PIPE, text=True,
-                                     env={**os.environ, **env})
+                                     env={**os.environ, "PYTHONPATH": str(repo), **env})
         self.log: list[str] = []
         self.http, self.health = self._wait_listening()
         threading.Thread(target=lambda: self.log.extend(self.proc.stderr), daemon=True).start()

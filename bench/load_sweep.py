@@ -27,13 +27,22 @@ and the client is cheap: one thread, selectors, raw HTTP/1.1 (bench/load_client.
 dot for a nested key: `speculative.method`); each `--config-set 'k=v,k=v'` is one more
 server setting to sweep; its pseudo-key `repo=PATH` spawns the server from another
 checkout, so two versions alternate in one run (`--config-set repo=../before
---config-set repo=.`: the before/after table). `--no-ignore-eos` for servers that refuse the field (answers may
+--config-set repo=.`: the before/after table). `--before DIR --after DIR --rounds N` runs
+the sweep N times on each checkout, alternating (before, after; then after, before; ...),
+a fresh server each time, and ends with each concurrency's tok/s per round and the median
+over the rounds of after / before (the ratio a refactor must keep near 1):
+
+    python bench/load_sweep.py --client h2load --concurrency 1,16,64,128 \\
+        --before ../before --after . --rounds 3
+
+`--no-ignore-eos` for servers that refuse the field (answers may
 then be shorter). Prints a table, then one JSON line per cell. Never run by the tests.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -83,6 +92,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--roofline", action=argparse.BooleanOptionalAction, default=None,
                    help="run the numpy roofline first (default: on, off with --quick)")
     p.add_argument("--quick", action="store_true", help="a smoke run (< 60 s)")
+    p.add_argument("--before", type=Path, default=None, help="A/B: the checkout before a change")
+    p.add_argument("--after", type=Path, default=None, help="A/B: the checkout after it")
+    p.add_argument("--rounds", type=int, default=3, help="A/B: sweeps of each checkout")
     args = p.parse_args(argv)
     if args.quick:
         for name, value in QUICK.items():
@@ -91,6 +103,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.roofline = not args.quick and args.case == "sweep"
     if args.url and (args.config_set or args.sets or args.case == "spec"):
         p.error("--url measures a server as it runs: no --set, --config-set or --case spec")
+    if (args.before is None) != (args.after is None):
+        p.error("--before and --after go together")
+    if args.before and (args.url or args.config_set or args.case != "sweep"):
+        p.error("--before/--after alternate two checkouts of our server in the sweep: "
+                "no --url, --config-set or --case")
     return args
 
 
@@ -165,15 +182,29 @@ def served_mix(result, opened: dict[str, float], closed: dict[str, float]) -> St
                    context_positions=round(positions))
 
 
+def ab_plan(before: Path, after: Path, rounds: int) -> list[tuple[dict, str]]:
+    """The servers of an A/B sweep in order: (tags for its rows, its setting); the order of
+    the two checkouts flips every round, so neither always runs on a warmer machine."""
+    plan = []
+    for r in range(rounds):
+        sides = (("before", before), ("after", after))
+        for side, checkout in sides if r % 2 == 0 else sides[::-1]:
+            plan.append(({"round": r, "side": side}, f"{REPO_KEY}={checkout.resolve()}"))
+    return plan
+
+
 def sweep(args: argparse.Namespace, roof: dict) -> list[dict]:
     levels = [int(x) for x in args.concurrency.split(",")]
     rows, ceiling = [], None
-    for setting in args.config_set or [""]:
+    plan = (ab_plan(args.before, args.after, args.rounds) if args.before
+            else [({}, setting) for setting in args.config_set or [""]])
+    for tags, setting in plan:
         pairs = config_sets(setting)
         with open_server(args, pairs) as (endpoint, server):
             for streams in levels:
                 row = {"case": "sweep", "client": args.client, "server": endpoint.label,
-                       "settings": ",".join(args.sets + pairs) or "defaults", "streams": streams}
+                       "settings": ",".join(args.sets + pairs) or "defaults", "streams": streams,
+                       **tags}
                 row.update(measure(endpoint, streams, len(rows), args))
                 batch, roof_tok_s = roofline_at(roof, streams)
                 if batch:
@@ -205,10 +236,37 @@ def print_sweep(rows: list[dict]) -> None:
     print(f"{'settings':<40}" + "".join(f"{h:>{w}}" for h, (_, w) in zip(heads, cols)))
     for r in rows:
         cells = (r.get(k) for k, _ in cols)
-        print(f"{r['settings'][:39]:<40}" + "".join(f"{'-' if v is None else v!s:>{w}}"
+        label = f"{r['side']} {r['round'] + 1}: {r['settings']}" if "side" in r else r["settings"]
+        print(f"{label[:39]:<40}" + "".join(f"{'-' if v is None else v!s:>{w}}"
                                                     for v, (_, w) in zip(cells, cols)))
     for r in rows:
         print(json.dumps(r))
+
+
+def ab_summary(rows: list[dict]) -> list[dict]:
+    """Per concurrency of an A/B sweep: tok/s of each side per round, after / before per
+    round, and the median of those ratios."""
+    out = []
+    for streams in sorted({r["streams"] for r in rows}):
+        tok_s = {(r["round"], r["side"]): r["tok_s"] for r in rows if r["streams"] == streams}
+        rounds = sorted({k[0] for k in tok_s})
+        before = [tok_s[(n, "before")] for n in rounds]
+        after = [tok_s[(n, "after")] for n in rounds]
+        ratios = [round(a / b, 3) for a, b in zip(after, before)]
+        out.append({"streams": streams, "before_tok_s": before, "after_tok_s": after,
+                    "ratios": ratios, "median_ratio": statistics.median(ratios)})
+    return out
+
+
+def print_ab(summary: list[dict]) -> None:
+    print(f"{'streams':>8}  {'before tok/s per round':<28}{'after tok/s per round':<28}"
+          f"{'after/before':<22}{'median':>7}")
+    for s in summary:
+        print(f"{s['streams']:>8}  {' '.join(map(str, s['before_tok_s'])):<28}"
+              f"{' '.join(map(str, s['after_tok_s'])):<28}{' '.join(map(str, s['ratios'])):<22}"
+              f"{s['median_ratio']:>7}")
+    for s in summary:
+        print(json.dumps({"ab": s}))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -217,7 +275,10 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("h2load not found: `make bench-deps` installs Debian's nghttp2-client")
     roof = run_roofline() if args.roofline else {}     # before any server: nothing else runs
     if args.case == "sweep":
-        print_sweep(sweep(args, roof))
+        rows = sweep(args, roof)
+        print_sweep(rows)
+        if args.before:
+            print_ab(ab_summary(rows))
     elif args.case == "prefix":
         for setting in args.config_set or [""]:          # e.g. repo=../before, repo=.
             print(f"# prefix case: {setting or 'defaults'}")
