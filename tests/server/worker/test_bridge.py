@@ -198,3 +198,34 @@ def test_aborting_a_queued_request_frees_its_admission_slot():
     finally:
         engine.permit(10_000)
         bridge.stop()
+
+
+class EndsAfter:
+    """A ticket's output that takes every event and says "end it" once it has `count`."""
+
+    def __init__(self, count: int):
+        self.count, self.taken = count, []
+
+    def take(self, events) -> bool:
+        while events:
+            self.taken.append(events.popleft())
+        return len(self.taken) >= self.count
+
+
+def test_an_output_that_ends_its_request_aborts_it_before_the_next_step():
+    """The output's answer is data the engine thread acts on in the same turn: the engine
+    is told to abort before it runs another step (no abort command from the loop)."""
+    engine = PacedSteps(FakeEngine())
+    bridge = bridge_for(engine)
+    bridge.start()
+    try:
+        output = EndsAfter(2)
+        ticket = bridge.submit(GenRequest(prompt=(1,), max_tokens=10_000), output=output)
+        engine.permit(2)                                    # two steps, a token each
+        assert wait_for(lambda: engine.aborted == [0])
+        assert [e.token for e in output.taken] == [2, 3] and not ticket.events
+        assert ticket.is_finished and ticket.is_aborted
+        assert wait_for(lambda: bridge.stats.active_sequences == 0)
+    finally:
+        engine.permit(10_000)
+        bridge.stop()
