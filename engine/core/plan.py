@@ -26,10 +26,10 @@ class Scheduled:
     num_logits: int = 0                 # its last rows that need logits (0: mid-prefill)
 
     @classmethod
-    def of(cls, seq: Sequence, num_tokens: int, drafts: tuple[int, ...] = (), source: str = "") -> Scheduled:
+    def of(cls, seq: Sequence, num_tokens: int, samples: bool, drafts: tuple[int, ...] = (),
+           source: str = "") -> Scheduled:
         """`seq`'s row of the plan, from `seq.num_computed` on: a chunk that reaches its last
         token samples from its last 1 + drafts rows; a prompt being scored needs every row."""
-        samples = num_tokens == seq.num_uncomputed
         if seq.scores_prompt and seq.num_computed < seq.num_prompt:
             num_logits = num_tokens + len(drafts)
         else:

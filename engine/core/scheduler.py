@@ -201,7 +201,7 @@ class Scheduler:
         while True:
             drafts = draft.tokens if draft is not None else ()
             if self.blocks.grow(seq.blocks, seq.num_computed + want + len(drafts)):
-                return Scheduled.of(seq, want, drafts, draft.source if draft else "")
+                return Scheduled.of(seq, want, want == remaining, drafts, draft.source if draft else "")
             if draft is not None:          # try again without the speculation first
                 self._draft_batch.give_back(draft)
                 draft = None
@@ -246,7 +246,7 @@ class Scheduler:
                 self.prompt_tokens += seq.num_prompt
                 self.prefix_hit_tokens += seq.num_computed
             self.running.append(seq)
-            plan.scheduled.append(Scheduled.of(seq, want))
+            plan.scheduled.append(Scheduled.of(seq, want, want == seq.num_uncomputed))
             budget -= want
         return start_budget - budget
 
@@ -343,6 +343,7 @@ class Scheduler:
             return
         # Verification: row j's token is sampled as plain decoding would at that point; a
         # draft is accepted while it equals the token, and its K/V is then valid.
+        drafts = item.drafts
         accepted, mismatched, finish = 0, False, None
         for j in range(end - row):
             result = logits.sample(seq, row + j)
@@ -350,8 +351,8 @@ class Scheduler:
             finish = self._append(seq, token)
             outs.append(TokenOut(id=seq.id, token=token, logprob=result.logprob,
                                  top_logprobs=result.top_logprobs, finish=finish))
-            if j < len(item.drafts):
-                if token != item.drafts[j]:
+            if j < len(drafts):
+                if token != drafts[j]:
                     mismatched = True
                     break
                 accepted += 1
@@ -359,8 +360,8 @@ class Scheduler:
                     seq.num_computed += 1
             if finish is not None:
                 break
-        if item.drafts:
-            self.drafts.settle(seq, Draft(item.draft_source, item.drafts), accepted, mismatched)
+        if drafts:
+            self.drafts.settle(seq, Draft(item.draft_source, drafts), accepted, mismatched)
             plan.accepted[seq.id] = accepted
             if finish is None:
                 self._commit_full_blocks(seq)            # blocks filled by accepted drafts
