@@ -32,23 +32,34 @@ step), except that one prompt may always take a whole `prefill_chunk`.
    fork (`GenRequest.wait_for_prefix`: the other choices of an n > 1 request) always.
 
 Waiting is not bounded here: the server's admission queue (server/worker/bridge.py) is the one
-bound on queued requests. A request still waiting past its deadline is expired (`expire`). Order is strict: a waiting request that cannot
-get blocks blocks the ones behind it, so a big high-priority prompt is not starved.
+bound on queued requests. Order is strict: a waiting request that cannot get blocks blocks
+the ones behind it, so a big high-priority prompt is not starved.
 
-What it is not: the forward pass or sampling. The plan it returns says, per sequence,
-how many tokens to compute and which drafts to verify.
+The plan (engine/core/plan.py) says, per sequence, how many tokens to compute and which
+drafts to verify. The scheduler holds the engine's only table of live sequences and decides
+when each ends: while planning, one that waited past its deadline ("deadline", on the
+injected clock) or is alone and out of blocks ("length"); in `postprocess`, after the
+forward, by the tokens its logit rows give (sampled by engine/core/step_logits.py): EOS or
+a stop id -> "stop", `max_tokens` or the context limit -> "length". `postprocess` also
+verifies drafts (engine/core/speculative.py) and offers full blocks to the prefix cache. A
+finished sequence releases its blocks at once; its text joins the speculation policy's store.
+
+What it is not: the forward pass or sampling.
 """
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass, field
 from typing import Callable
 
-from engine.types import EngineConfig
+from engine.types import (FINISH_DEADLINE, FINISH_LENGTH, FINISH_STOP, EngineConfig,
+                          PromptLogprobs, RequestId, TokenOut)
 from engine.kv.blocks import BlockManager
+from engine.core import prompt_scores
 from engine.core.sequence import Sequence
-from engine.core.drafts.policy import Draft, DraftBatch
+from engine.core.drafts.policy import Draft, DraftBatch, DraftPolicy, with_prediction_counts
+from engine.core.plan import BlockCopy, Scheduled, StepPlan
 from engine.core.step_cost import StepCostModel
+from engine.core.step_logits import StepLogits
 
 # A waiting request is passed over while a running sequence still computes at least this
 # many prompt tokens it could share (whole blocks): waiting one step is then cheaper than
@@ -56,46 +67,17 @@ from engine.core.step_cost import StepCostModel
 PREFIX_WAIT_MIN_TOKENS = 64
 
 
-@dataclass(frozen=True, slots=True)
-class Scheduled:
-    seq: Sequence
-    num_tokens: int                     # tokens computed this step, from seq.num_computed on
-    samples: bool                       # the chunk reaches the last known token: its last rows sample
-    drafts: tuple[int, ...] = ()        # speculative tokens appended after the last token
-    draft_source: str = ""              # the draft source that proposed them
-
-
-@dataclass(frozen=True, slots=True)
-class BlockCopy:
-    """Copy K/V rows 0..num_tokens-1 of a cached block into a sequence's own new block (for
-    every layer) before the step's forward: a prefix hit that ends inside a block."""
-    src_block: int
-    dst_block: int
-    num_tokens: int
-
-
-@dataclass(slots=True)
-class StepPlan:
-    scheduled: list[Scheduled] = field(default_factory=list)
-    preempted: list[Sequence] = field(default_factory=list)
-    cannot_fit: list[Sequence] = field(default_factory=list)    # alone and still out of blocks
-    copies: list[BlockCopy] = field(default_factory=list)       # run before the forward
-    prefill_tokens: int = 0         # prompt rows in the step (not decode rows, not drafts)
-    prefill_allowance: int = 0      # the latency policy's limit on them
-
-    @property
-    def num_tokens(self) -> int:
-        return sum(s.num_tokens + len(s.drafts) for s in self.scheduled)
-
-
 class Scheduler:
-    """Waiting queue + running set + the per-step batching decision."""
+    """The live sequences (waiting queue + running set, the engine's one table of them), the
+    per-step batching decision, and what each step's tokens mean for them (`postprocess`)."""
 
-    def __init__(self, config: EngineConfig, blocks: BlockManager,
-                 drafter: Callable[[Sequence, int, DraftBatch], Draft | None] | None = None):
+    def __init__(self, config: EngineConfig, blocks: BlockManager, max_model_len: int, *,
+                 drafts: DraftPolicy | None = None, clock: Callable[[], float]):
         self.config = config
         self.blocks = blocks
-        self.drafter = drafter
+        self.max_model_len = max_model_len
+        self.drafts = drafts                       # the speculation policy (None: speculation off)
+        self.clock = clock                         # deadlines are on this clock
         self.waiting: list[Sequence] = []          # sorted by sort_key
         self.running: list[Sequence] = []
         self.preemptions_total = 0
@@ -114,7 +96,18 @@ class Scheduler:
         keys = [s.sort_key for s in self.waiting]
         self.waiting.insert(bisect.bisect_right(keys, seq.sort_key), seq)
 
-    def remove(self, seq: Sequence) -> None:
+    def abort(self, request_id: RequestId) -> None:
+        """End a live request now and free its blocks (unknown or finished id: nothing)."""
+        for seq in self.running + self.waiting:
+            if seq.id == request_id:
+                self._finish(seq)
+                return
+
+    def abort_all(self) -> None:
+        for seq in sorted(self.running + self.waiting, key=lambda s: s.id):   # in arrival order
+            self._finish(seq)
+
+    def _finish(self, seq: Sequence) -> None:
         """Take a sequence out (finished or aborted) and release its blocks."""
         if seq in self.running:
             self.running.remove(seq)
@@ -122,11 +115,14 @@ class Scheduler:
             self.waiting.remove(seq)
         self.blocks.release(seq.blocks)
         seq.blocks = []
+        if self.drafts is not None:
+            self.drafts.finish(seq)                # its text joins the suffix store
 
-    def expire(self, now: float) -> list[Sequence]:
-        """Remove and return never-scheduled waiting requests whose deadline has passed."""
+    def _expire(self) -> list[Sequence]:
+        """Take out and return never-scheduled waiting requests whose deadline has passed."""
+        now_s = self.clock()
         expired = [s for s in self.waiting if not s.was_scheduled
-                   and s.req.deadline_s is not None and now > s.req.deadline_s]
+                   and s.req.deadline_s is not None and now_s > s.req.deadline_s]
         for seq in expired:
             self.waiting.remove(seq)
         return expired
@@ -137,7 +133,9 @@ class Scheduler:
     # ----------------------------------------------------------------- the step
 
     def schedule(self) -> StepPlan:
-        plan = StepPlan()
+        """This step's plan: deadlines expired first, then the running sequences' rows, then
+        admissions (see the module docstring). Who stops here is finished at once."""
+        plan = StepPlan(expired=self._expire())
         budget = self.config.max_batched_tokens
         decoding = self._num_decoding()
         prefill_room = plan.prefill_allowance = self._allowance(decoding)
@@ -162,6 +160,8 @@ class Scheduler:
             index += 1
         if not plan.preempted:
             plan.prefill_tokens += self._admit(plan, min(budget, prefill_room))
+        for seq in plan.cannot_fit:        # after every draft was chosen: the store as it was
+            self._finish(seq)
         return plan
 
     def prefill_allowance(self) -> int:
@@ -195,13 +195,13 @@ class Scheduler:
     def _schedule_running(self, seq: Sequence, budget: int, plan: StepPlan) -> Scheduled | None:
         remaining = seq.num_uncomputed
         draft = None
-        if remaining == 1 and self.drafter is not None and budget > 1:
-            draft = self.drafter(seq, budget - 1, self._draft_batch)
+        if remaining == 1 and self.drafts is not None and budget > 1:
+            draft = self.drafts.propose(seq, budget - 1, self._draft_batch)
         want = min(remaining, self.config.prefill_chunk, budget)
         while True:
             drafts = draft.tokens if draft is not None else ()
             if self.blocks.grow(seq.blocks, seq.num_computed + want + len(drafts)):
-                return Scheduled(seq, want, want == remaining, drafts, draft.source if draft else "")
+                return Scheduled.of(seq, want, want == remaining, drafts, draft.source if draft else "")
             if draft is not None:          # try again without the speculation first
                 self._draft_batch.give_back(draft)
                 draft = None
@@ -246,7 +246,7 @@ class Scheduler:
                 self.prompt_tokens += seq.num_prompt
                 self.prefix_hit_tokens += seq.num_computed
             self.running.append(seq)
-            plan.scheduled.append(Scheduled(seq, want, want == seq.num_uncomputed))
+            plan.scheduled.append(Scheduled.of(seq, want, want == seq.num_uncomputed))
             budget -= want
         return start_budget - budget
 
@@ -303,3 +303,96 @@ class Scheduler:
         seq.num_committed_blocks = len(blocks)
         seq.num_computed = len(blocks) * self.blocks.block_size
         return node
+
+    # ----------------------------------------------------------------- after the forward
+
+    def postprocess(self, plan: StepPlan, logits: StepLogits | None) -> list[TokenOut | PromptLogprobs]:
+        """What the step did to each sequence of `plan`, in plan order, as the step's outputs:
+        a finish for each one expired or out of blocks; then per scheduled sequence its
+        computed rows (full blocks offered to the prefix cache), its prompt scores, and the
+        tokens its logit rows give (`logits`: the plan's rows that need them, in plan order;
+        None when nothing ran), each appended and judged: does it finish the request?"""
+        outs: list[TokenOut | PromptLogprobs] = [
+            TokenOut(id=seq.id, token=None, finish=FINISH_DEADLINE) for seq in plan.expired]
+        outs += [with_prediction_counts(seq, TokenOut(id=seq.id, token=None, finish=FINISH_LENGTH))
+                 for seq in plan.cannot_fit]
+        row = 0
+        for item in plan.scheduled:
+            end = row + item.num_logits
+            self._advance(item, logits, row, end, plan, outs)
+            row = end
+        return outs
+
+    def _advance(self, item: Scheduled, logits: StepLogits, row: int, end: int, plan: StepPlan,
+                 outs: list) -> None:
+        """One sequence after the forward; `logits` rows row..end-1 are its own."""
+        seq = item.seq
+        start = seq.num_computed
+        seq.num_computed += item.num_tokens
+        self._commit_full_blocks(seq)                    # before a token may finish it
+        if seq.scores_prompt and start < seq.num_prompt:
+            scores = prompt_scores.score_chunk(seq, start, logits.logits[row:row + item.num_tokens])
+            if scores is not None:
+                outs.append(scores)
+            row = end - 1                                # the sampling row, if any
+        if not item.samples:
+            return
+        if seq.req.max_tokens == 0:                      # scoring only: nothing is sampled
+            self._finish(seq)
+            outs.append(TokenOut(id=seq.id, token=None, finish=FINISH_LENGTH))
+            return
+        # Verification: row j's token is sampled as plain decoding would at that point; a
+        # draft is accepted while it equals the token, and its K/V is then valid.
+        drafts = item.drafts
+        accepted, mismatched, finish = 0, False, None
+        for j in range(end - row):
+            result = logits.sample(seq, row + j)
+            token = result.token
+            finish = self._append(seq, token)
+            outs.append(TokenOut(id=seq.id, token=token, logprob=result.logprob,
+                                 top_logprobs=result.top_logprobs, finish=finish))
+            if j < len(drafts):
+                if token != drafts[j]:
+                    mismatched = True
+                    break
+                accepted += 1
+                if finish is None:
+                    seq.num_computed += 1
+            if finish is not None:
+                break
+        if drafts:
+            self.drafts.settle(seq, Draft(item.draft_source, drafts), accepted, mismatched)
+            plan.accepted[seq.id] = accepted
+            if finish is None:
+                self._commit_full_blocks(seq)            # blocks filled by accepted drafts
+        if finish is not None or seq.req.prediction:
+            outs[-1] = with_prediction_counts(seq, outs[-1])
+
+    def _append(self, seq: Sequence, token: int) -> str | None:
+        """The finish decision: append a sampled token; a token in the model's EOS ids
+        (unless `ignore_eos`), in the request's `stop_ids`, or one that completes its grammar
+        finishes it with "stop"; `max_tokens`, or the context limit, with "length"."""
+        guide = seq.constraint
+        seq.append(token)
+        if token in seq.eos_ids or token in seq.stop_ids or (guide is not None and guide.finished):
+            finish = FINISH_STOP
+        elif seq.num_generated >= seq.req.max_tokens or len(seq.tokens) >= self.max_model_len:
+            finish = FINISH_LENGTH
+        else:
+            return None
+        self._finish(seq)
+        return finish
+
+    def _commit_full_blocks(self, seq: Sequence) -> None:
+        """Offer newly filled blocks of computed tokens to the prefix cache."""
+        bs = self.blocks.block_size
+        full = seq.num_computed // bs
+        while seq.radix_node is not None and seq.num_committed_blocks < full:
+            i = seq.num_committed_blocks
+            key = tuple(seq.tokens[i * bs:(i + 1) * bs])
+            node = self.blocks.commit(seq.radix_node, key, seq.blocks[i])
+            if node is not None:
+                seq.blocks[i] = node.block           # the tree's copy, when it already had one
+            seq.radix_node = node
+            seq.num_committed_blocks += 1
+

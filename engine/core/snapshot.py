@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.core.scheduler import StepPlan
+from engine.core.plan import StepPlan
 from engine.core.sequence import Sequence
 from engine.kv.blocks import BlockManager
 from engine.kv.radix import RadixNode

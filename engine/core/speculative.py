@@ -6,7 +6,7 @@ forward, giving k + 1 logit rows. The drafts come from the speculation policy
 (engine/core/drafts/: grammar, prediction, suffix and prompt-lookup sources and the
 draft-length rule).
 
-Verification (`engine.core.engine`) samples row j with the request's own stream at index
+Verification (`Scheduler.postprocess`) samples row j with the request's own stream at index
 `num_generated + j`, exactly as plain decoding would, and keeps going while the sampled
 token equals the draft. Because row j's logits only depend on accepted tokens, every
 emitted token is the token plain decoding would have produced: greedy output is

@@ -72,11 +72,6 @@ def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
     return out
 
 
-def rope_cos_sin(positions, head_dim: int, theta: float) -> tuple[np.ndarray, np.ndarray]:
-    """Cosines and sines of the plain rotary angles: (cos, sin), each [n, head_dim // 2]."""
-    return rope.cos_sin(positions, rope.plain_inv_freq(head_dim, theta))
-
-
 def rope_for(config: ModelConfig, positions, layer: int = -1) -> tuple[np.ndarray, np.ndarray]:
     """(cos, sin) [n, hd/2] for the config's family (Llama 3 scaling, GGUF divisors...) and
     layer `layer`'s RoPE base (sliding layers may have their own; -1: the global base)."""

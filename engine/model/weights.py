@@ -217,11 +217,6 @@ def permute_rows(w: np.ndarray, num_heads: int) -> np.ndarray:
     return w.reshape(num_heads, 2, half, -1).swapaxes(1, 2).reshape(w.shape)   # same shape
 
 
-def unpermute_rows(w: np.ndarray, num_heads: int) -> np.ndarray:
-    """ggml adjacent-pair rows -> rotate-half rows (the inverse of `permute_rows`)."""
-    return w[unpermute_order(w.shape[0], num_heads)]
-
-
 def unpermute_order(out_dim: int, num_heads: int) -> np.ndarray:
     """Row indices that undo `permute_rows`: rotate-half row r is stored row order[r]."""
     half = out_dim // num_heads // 2

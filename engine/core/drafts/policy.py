@@ -42,7 +42,7 @@ for few drafts; and they draft only while at most `GUESS_MAX_DECODING` sequences
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import accumulate
 from operator import mul
 from typing import Callable, Sequence as Positions
@@ -53,7 +53,7 @@ from engine.core.drafts.suffix import SuffixStore
 from engine.core.sequence import Sequence
 from engine.core.speculative import pause_after
 from engine.core.step_cost import RowCostTable, StepCostModel
-from engine.types import SpeculativeConfig
+from engine.types import SpeculativeConfig, TokenOut
 
 GRAMMAR, PREDICTION, SUFFIX, PROMPT_LOOKUP = "grammar", "prediction", "suffix", "prompt_lookup"
 SOURCES = (GRAMMAR, PREDICTION, SUFFIX, PROMPT_LOOKUP)       # the surest first (wins a tie)
@@ -322,3 +322,13 @@ def prediction_counts(seq: Sequence) -> tuple[int, int]:
     """(accepted, rejected) drafted prediction tokens of a request so far."""
     state = seq.drafts
     return (0, 0) if state is None else (state.prediction_accepted, state.prediction_rejected)
+
+
+def with_prediction_counts(seq: Sequence, out: TokenOut) -> TokenOut:
+    """`out` with the request's prediction counts so far (unchanged without any). The step's
+    last TokenOut of a request with a prediction, and every finishing one, carry them: a
+    server that ends the request itself (a stop string) has them without the engine's finish."""
+    accepted, rejected = prediction_counts(seq)
+    if not (accepted or rejected):
+        return out
+    return replace(out, accepted_prediction_tokens=accepted, rejected_prediction_tokens=rejected)

@@ -43,15 +43,6 @@ class SuffixStore:
         self._index: dict[int, deque[int]] = {}                  # key -> absolute end positions, oldest first
         self._written = 0                                        # tokens ever written (absolute position)
 
-    @property
-    def indexed_positions(self) -> int:
-        """Entries in the index (at most `capacity_tokens`)."""
-        return sum(len(positions) for positions in self._index.values())
-
-    @property
-    def num_keys(self) -> int:
-        return len(self._index)
-
     def add(self, tokens) -> None:
         """One finished document (a request's prompt + output), its last part if long."""
         self._put(BOUNDARY, None)

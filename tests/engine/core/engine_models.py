@@ -65,6 +65,16 @@ def dense_greedy(model: Model, prompt, max_new: int, stop_ids=()) -> list[int]:
                                stop_ids=stop_ids))
 
 
+def dense_embeddings(model: Model, inputs) -> np.ndarray:
+    """The embeddings reference: one dense forward per input, its final hidden states
+    mean-pooled and L2-normalised -> float32 [n, d]."""
+    out = np.empty((len(inputs), model.config.hidden_size), dtype=np.float32)
+    for i, ids in enumerate(inputs):
+        pooled = llama.hidden_states(model.config, model.weights, list(ids)).mean(axis=0)   # [T, d] -> [d]
+        out[i] = pooled / np.linalg.norm(pooled)
+    return out
+
+
 def run_to_completion(engine, max_steps: int = 10_000) -> dict[int, list]:
     """Step until idle; collect every TokenOut per request id."""
     outs: dict[int, list] = {}

@@ -6,8 +6,8 @@ import pytest
 
 from engine.api import EngineConfig, GenRequest, InvalidRequest, PromptTooLong
 from engine.core.engine import Engine
-from tests.engine.core.engine_models import (GREEDY, dense_greedy, random_model, run_embeddings,
-                                             tokens_of)
+from tests.engine.core.engine_models import (GREEDY, dense_embeddings, dense_greedy, random_model,
+                                             run_embeddings, tokens_of)
 
 INPUTS = [[1, 2, 3], [9], list(range(5, 30)), [4, 4, 4, 4, 4, 4, 4, 4], list(range(40, 57))]
 
@@ -19,7 +19,7 @@ def model():
 
 @pytest.mark.parametrize("chunk, budget", [(512, 2048), (4, 6), (1, 3)])
 def test_packed_embeddings_equal_one_dense_forward_per_input(model, chunk, budget):
-    reference = Engine(model).embed(INPUTS)                              # [n, d]
+    reference = dense_embeddings(model, INPUTS)                          # [n, d]
     engine = Engine(model, EngineConfig(block_size=4, num_kv_blocks=64, prefill_chunk=chunk,
                                         max_batched_tokens=budget))
     vectors = run_embeddings(engine, INPUTS)
@@ -48,7 +48,7 @@ def test_embeddings_share_steps_with_a_decode_within_the_token_budget(model):
         finished += engine.take_embeddings()
     assert [d.job_id for d in finished] == [job]
     assert tokens_of(produced)[-10:] == dense_greedy(model, prompt, 12)[-10:]
-    np.testing.assert_allclose(finished[0].vectors, Engine(model).embed([list(range(1, 40))] * 3),
+    np.testing.assert_allclose(finished[0].vectors, dense_embeddings(model, [list(range(1, 40))] * 3),
                                atol=2e-5)
     assert engine.stats().kv_blocks_used == 0
 

@@ -152,18 +152,23 @@ def test_no_block_leaks_after_any_mix_of_finish_and_abort(model):
     assert stats.kv_blocks_used + stats.kv_blocks_cached + stats.kv_blocks_free == 40
 
 
-def test_embed_is_normalised_mean_of_dense_hidden_states_and_leaves_running_sequences_alone(model):
+def test_embeddings_are_the_normalised_mean_of_dense_hidden_states_and_leave_running_sequences_alone(model):
     engine = Engine(model, EngineConfig(block_size=4, num_kv_blocks=64))
     prompt = (3, 1, 4, 1, 5)
     rid = engine.add_request(GenRequest(prompt=prompt, params=GREEDY, max_tokens=8))
-    outs = engine.step()
-    vecs = engine.embed([[1, 2, 3], [9]])
+    produced = engine.step()
+    job = engine.add_embedding([[1, 2, 3], [9]])
+    finished = []
+    while engine.has_work():
+        produced += engine.step()
+        finished += engine.take_embeddings()
+    assert [done.job_id for done in finished] == [job]
+    vecs = finished[0].vectors
     for row, ids in zip(vecs, ([1, 2, 3], [9])):
         h = llama.hidden_states(model.config, model.weights, ids).mean(axis=0)
         np.testing.assert_allclose(row, h / np.linalg.norm(h), rtol=1e-5, atol=1e-6)
     assert vecs.shape == (2, model.config.hidden_size)
-    rest = run_to_completion(engine)
-    assert tokens_of(outs + rest[rid]) == dense_greedy(model, prompt, 8)
+    assert tokens_of(o for o in produced if o.id == rid) == dense_greedy(model, prompt, 8)
 
 
 def test_prefix_computed_twice_in_one_step_is_deduplicated(model):

@@ -96,7 +96,10 @@ def test_a_draft_the_kv_pool_cannot_hold_stops_counting_in_the_steps_batch():
         batch.expected_tokens += draft.expected_tokens
         return draft
 
-    engine.scheduler.drafter = drafter
+    class OnlyPropose:                              # the speculation policy, as far as this step uses it
+        propose = staticmethod(drafter)
+
+    engine.scheduler.drafts = OnlyPropose()
     engine.step()
     assert [s[0] for s in seen] == [first, seen[1][0]] and seen[1][0] != first
     assert seen[1][1:] == (2, 2.0)                  # the two decode rows, not 2 + 12 drafted

@@ -110,7 +110,7 @@ def test_rope_rotates_half_pairs_by_position_angles():
     rng = np.random.default_rng(2)
     x = rng.standard_normal((6, 3, 16)).astype(np.float32)
     positions = np.array([0, 1, 2, 7, 50, 1000])
-    cos, sin = model.rope_cos_sin(positions, 16, 500.0)
+    cos, sin = model.rope_for(make_config(head_dim=16, rope_theta=500.0), positions)
     assert cos.shape == (6, 8) and cos.dtype == np.float32
     got = model.apply_rope(x, cos, sin)
     for i, pos in enumerate(positions):
@@ -125,10 +125,11 @@ def test_rope_scores_depend_only_on_relative_position():
     rng = np.random.default_rng(3)
     q = rng.standard_normal((1, 1, 8)).astype(np.float32)
     k = rng.standard_normal((1, 1, 8)).astype(np.float32)
+    config = make_config(head_dim=8, rope_theta=10000.0)
 
     def score(pq, pk):
-        cq, sq = model.rope_cos_sin([pq], 8, 10000.0)
-        ck, sk = model.rope_cos_sin([pk], 8, 10000.0)
+        cq, sq = model.rope_for(config, [pq])
+        ck, sk = model.rope_for(config, [pk])
         return float((model.apply_rope(q, cq, sq) * model.apply_rope(k, ck, sk)).sum())
 
     assert score(5, 3) == pytest.approx(score(12, 10), rel=1e-4)
