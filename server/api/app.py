@@ -4,7 +4,7 @@
 
     loop thread:   route table (server/api/routes.py) -> draining? -> the row's handler,
                    handed to the off-loop pool when the row says so
-    worker thread: the endpoint parses, checks and prepares: a `Prepared` value
+    pool thread:   the endpoint parses, checks and prepares: a `Prepared` value
                    (server/api/prepared.py), a `Launch` or a whole Response (e.g.
                    /tokenize). One module or package per endpoint family:
                    chat/, completions.py, responses/, embeddings.py, rerank.py (and
@@ -14,7 +14,7 @@
                    is full) -> GenerationStream; count the status, add X-Request-Id
 
 The heavy, pure half of chat, completions, responses, embeddings and tokenize (the rows
-marked `off_loop`) runs on a worker of `server/offloop/pool.py` (the one seam), so the loop
+marked `off_loop`) runs on a thread of `server/offloop/pool.py` (the one seam), so the loop
 never blocks on a grammar compile or a long history; admission, metrics and tickets stay
 on the loop thread. Small routes (models, detokenize, healthz) answer at once. Every
 response, errors and 404s included, carries `X-Request-Id` (echoed when the client sent a
@@ -83,7 +83,7 @@ class ApiApp:
             refusal = ApiError("shutting_down", "The server is shutting down; retry elsewhere.")
             return self._answer(label, request, extra, Outcome(error=refusal))
         prepare = self._preparation(route, request, params, extra)
-        if route.off_loop:      # prepared on a worker; launched back on the loop thread
+        if route.off_loop:      # prepared on a pool thread; launched back on the loop thread
             return self.offloop.run(prepare, partial(self._answer, label, request, extra))
         return self._answer(label, request, extra, outcome_of(prepare))
 
