@@ -193,7 +193,6 @@ class GenerationStream:
             self._send_sse(out, now_s)
         return out
 
-
     def next_deadline_s(self) -> float | None:
         if self.tail is not None:
             return self.tail.next_deadline_s()
