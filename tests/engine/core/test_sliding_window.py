@@ -19,7 +19,8 @@ from engine.api import EngineConfig, GenRequest
 from engine.core.engine import Engine
 from engine.model import llama
 from engine.model.spec import FamilyOptions, Model
-from tests.engine.core.engine_models import GREEDY, random_model, run_to_completion, tokens_of
+from tests.engine.core.engine_models import (GREEDY, dense_greedy, random_model, run_to_completion,
+                                             tokens_of)
 
 WINDOW = 6
 D_MODEL = 32
@@ -45,6 +46,14 @@ def _gemma_like(options: FamilyOptions = GEMMA_LIKE) -> Model:
                                   embed=base.weights.embed / np.float32(math.sqrt(D_MODEL)))
     config = dataclasses.replace(base.config, options=options)
     return Model(name="gemma-like", config=config, weights=weights, tokenizer=None)
+
+
+def engine_tokens(engine: Engine, prompts) -> list[list[int]]:
+    """The greedy answers of `prompts`, run together on `engine` until it is idle."""
+    ids = [engine.add_request(GenRequest(prompt=tuple(p), params=GREEDY, max_tokens=NEW_TOKENS))
+           for p in prompts]
+    outs = run_to_completion(engine)
+    return [tokens_of(outs[rid]) for rid in ids]
 
 
 def test_the_window_changes_the_logits_of_long_prompts():
@@ -81,14 +90,10 @@ def test_paged_engine_matches_dense_with_sliding_windows():
     """All prompts at once (chunked prefill, then batched decode rows), twice: the second
     round starts from the first round's blocks in the prefix cache."""
     model = _gemma_like()
-    want = [list(llama.generate(model.config, model.weights, p, max_new_tokens=NEW_TOKENS))
-            for p in PROMPTS]
+    want = [dense_greedy(model, p, NEW_TOKENS) for p in PROMPTS]
     engine = Engine(model, PAGED)
     for _ in range(2):
-        ids = [engine.add_request(GenRequest(prompt=tuple(p), params=GREEDY,
-                                             max_tokens=NEW_TOKENS)) for p in PROMPTS]
-        outs = run_to_completion(engine)
-        assert [tokens_of(outs[rid]) for rid in ids] == want
+        assert engine_tokens(engine, PROMPTS) == want
     assert engine.stats().prefix_hit_tokens >= PAGED.block_size * 10
 
 
@@ -119,15 +124,11 @@ def test_members_sharing_a_cached_prefix_keep_their_own_windows():
     model = _gemma_like()
     prefix = PROMPTS[1][:24]                                      # 6 whole 4-token blocks
     prompts = [prefix + [5, 9, 11, 3], prefix + [40, 2, 17, 33]]   # one group of 4 queries
-    want = [list(llama.generate(model.config, model.weights, p, max_new_tokens=NEW_TOKENS))
-            for p in prompts]
+    want = [dense_greedy(model, p, NEW_TOKENS) for p in prompts]
     engine = Engine(model, PAGED)
     first = engine.add_request(GenRequest(prompt=tuple(prefix), params=GREEDY, max_tokens=1))
     run_to_completion(engine)                                     # the prefix is now cached
-    ids = [engine.add_request(GenRequest(prompt=tuple(p), params=GREEDY, max_tokens=NEW_TOKENS))
-           for p in prompts]
-    outs = run_to_completion(engine)
-    assert first is not None and [tokens_of(outs[rid]) for rid in ids] == want
+    assert first is not None and engine_tokens(engine, prompts) == want
     assert engine.stats().prefix_hit_tokens >= 2 * 20
 
 
@@ -136,7 +137,7 @@ def test_speculative_verification_keeps_the_windows():
     from engine.api import SpeculativeConfig
     model = _gemma_like()
     prompt = [1, 2] * 12                # the output repeats 2-grams of itself: drafts to verify
-    want = list(llama.generate(model.config, model.weights, prompt, max_new_tokens=40))
+    want = dense_greedy(model, prompt, 40)
     engine = Engine(model, dataclasses.replace(
         PAGED, speculative=SpeculativeConfig(num_speculative_tokens=4)))
     rid = engine.add_request(GenRequest(prompt=tuple(prompt), params=GREEDY, max_tokens=40))
@@ -173,13 +174,9 @@ def test_decode_rows_read_only_their_windows_in_sliding_layers(monkeypatch, prom
         plain(q, keys, values, bias, out)
     monkeypatch.setattr(runner, "_mirror_softmax_ctx", recording)
     model = _gemma_like()
-    want = [list(llama.generate(model.config, model.weights, p, max_new_tokens=NEW_TOKENS))
-            for p in prompts]
+    want = [dense_greedy(model, p, NEW_TOKENS) for p in prompts]
     engine = Engine(model, PAGED)
-    ids = [engine.add_request(GenRequest(prompt=tuple(p), params=GREEDY, max_tokens=NEW_TOKENS))
-           for p in prompts]
-    outs = run_to_completion(engine)
-    assert [tokens_of(outs[rid]) for rid in ids] == want
+    assert engine_tokens(engine, prompts) == want
     windowed = [n for n in keys_read if n <= WINDOW]
     longest = max(len(p) for p in prompts)
     assert windowed and max(keys_read) >= longest       # the global layer reads the context
@@ -213,15 +210,11 @@ def test_below_the_window_the_sliding_layers_share_the_cached_prefix_too():
     model = _gemma_like(dataclasses.replace(GEMMA_LIKE, sliding_window=16))
     prefix = PROMPTS[0][:8]
     prompts = [prefix + [5, 9, 11], prefix + [40, 2, 17]]
-    want = [list(llama.generate(model.config, model.weights, p, max_new_tokens=NEW_TOKENS))
-            for p in prompts]                                     # runs past 16 tokens
+    want = [dense_greedy(model, p, NEW_TOKENS) for p in prompts]      # runs past 16 tokens
     engine = Engine(model, PAGED)
     engine.add_request(GenRequest(prompt=tuple(prefix), params=GREEDY, max_tokens=1))
     run_to_completion(engine)                                     # the prefix is now cached
-    ids = [engine.add_request(GenRequest(prompt=tuple(p), params=GREEDY, max_tokens=NEW_TOKENS))
-           for p in prompts]
-    outs = run_to_completion(engine)
-    assert [tokens_of(outs[rid]) for rid in ids] == want
+    assert engine_tokens(engine, prompts) == want
     assert engine.stats().prefix_hit_tokens >= 2 * 8
 
 
@@ -242,10 +235,6 @@ def test_query_blocks_of_a_sliding_layer_see_their_whole_windows(monkeypatch, qu
     got = runner.forward([Chunk(tuple(prompt), 0, tuple(range(16)), num_logits=len(prompt), seq_id=0)])
     np.testing.assert_allclose(got, llama.forward(model.config, model.weights, prompt),
                                rtol=1e-4, atol=1e-4)
-    want = [list(llama.generate(model.config, model.weights, p, max_new_tokens=NEW_TOKENS))
-            for p in PROMPTS]
+    want = [dense_greedy(model, p, NEW_TOKENS) for p in PROMPTS]
     engine = Engine(model, PAGED)
-    ids = [engine.add_request(GenRequest(prompt=tuple(p), params=GREEDY, max_tokens=NEW_TOKENS))
-           for p in PROMPTS]
-    outs = run_to_completion(engine)
-    assert [tokens_of(outs[rid]) for rid in ids] == want
+    assert engine_tokens(engine, PROMPTS) == want
