@@ -36,17 +36,19 @@ SPECULATION_OFF = {"TL_ENGINE__SPECULATIVE": "none"}
 RUN_TIMEOUT_S = 900.0
 
 
-def thread_cpu_s(pid: int, tid: int) -> float:
-    """utime + stime of one thread, seconds (fields 14 and 15 of /proc/PID/task/TID/stat)."""
-    text = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+def cpu_s(stat: Path) -> float:
+    """utime + stime, seconds, of a /proc stat file (its fields 14 and 15)."""
+    text = stat.read_text()
     fields = text[text.rindex(")") + 2:].split()        # after "(comm)": field 3 on
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS_PER_S
 
 
+def thread_cpu_s(pid: int, tid: int) -> float:
+    return cpu_s(Path(f"/proc/{pid}/task/{tid}/stat"))
+
+
 def process_cpu_s(pid: int) -> float:
-    text = Path(f"/proc/{pid}/stat").read_text()
-    fields = text[text.rindex(")") + 2:].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS_PER_S
+    return cpu_s(Path(f"/proc/{pid}/stat"))
 
 
 def one_run(repo: Path, args) -> dict:

@@ -280,10 +280,6 @@ class Generation:
         self._bridge = bridge
 
     @property
-    def tickets(self) -> list[Ticket]:
-        return [choice.ticket for choice in self.choices]
-
-    @property
     def first(self) -> Ticket:
         """The first choice's ticket: its timings are the request's (metrics, access log)."""
         return self.choices[0].ticket

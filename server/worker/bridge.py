@@ -78,7 +78,7 @@ class EngineBridge(OwnedThread):
         self._closed = False                    # the engine thread takes no more commands
         self._thread: threading.Thread | None = None
         self._live: dict[int, Ticket] = {}      # engine id -> ticket (engine thread only)
-        self._touched: list[Ticket] = []        # tickets given events this turn (engine thread)
+        self._touched: dict[int, Ticket] = {}   # id -> ticket given events this turn (engine thread)
         self._embeds = EmbeddingJobs()          # embeddings jobs (engine thread only)
         self.wake: Callable[[], None] = lambda: None
         self.stats: EngineStats = engine.stats()  # latest snapshot, replaced atomically
@@ -222,18 +222,14 @@ class EngineBridge(OwnedThread):
         """An event for the ticket's stream; its output takes it after this turn's step."""
         ticket.events.append(event)
         if ticket.output is not None:
-            self._touched.append(ticket)
+            self._touched[id(ticket)] = ticket
 
     def _take_outputs(self) -> None:
         """The turn's output processing: each touched ticket's output takes its events
         (text, stop strings, tool calls); the requests an output ended are aborted now,
         before the next step computes another token for them."""
-        touched, self._touched = self._touched, []
-        seen: set[int] = set()
-        for ticket in touched:
-            if id(ticket) in seen:
-                continue
-            seen.add(id(ticket))
+        touched, self._touched = self._touched, {}
+        for ticket in touched.values():
             try:
                 ends = ticket.output.take(ticket.events)
             except Exception:                                      # noqa: BLE001

@@ -37,7 +37,7 @@ def generation_stream(spec, header: docs.Header, render, *, tokenizer=None, choi
     out = GenerationStream(ctx=ctx, generation=generation, spec=spec, header=header,
                            prompt_tokens=prompt_tokens, route=route or spec.kind, headers=(),
                            arrival_s=0.0, renderer=render)
-    return out, generation.tickets, bridge
+    return out, [choice.ticket for choice in generation.choices], bridge
 
 
 def recorded_stream(spec, header: docs.Header, render, table: dict[int, bytes]):
