@@ -58,8 +58,10 @@ def labels(sample: str) -> dict[str, str]:
 
 
 def completion(max_tokens: int) -> dict:
+    """Greedy: the succ model answers each byte's successor, "d", "e", ... after the prompt's
+    last "c", one ASCII character a token (sampled, a byte past 0x7f is no text yet)."""
     return {"model": "succ", "prompt": PROMPT, "max_tokens": max_tokens, "ignore_eos": True,
-            "stream": True, "stream_options": {"include_usage": True}}
+            "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
 
 
 def test_metrics_read_as_the_endpoint_picker_reads_them(succ_model_dir):
