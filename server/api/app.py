@@ -37,7 +37,7 @@ from server.api.routes import API_ROUTES, ApiHandler, task_paths
 from server.api.streams import StreamContext
 from server.door.request_id import id_header
 from server.door.routes import LIVENESS, Params, Route, resolve
-from server.errors import ApiError, error_response, kind_response
+from server.errors import ApiError, ErrorShape, error_response, kind_response
 from server.replies import Headers
 from server.state import ServerState
 from server.http.protocol import Request, Response, Stream
@@ -108,12 +108,13 @@ class ApiApp:
                 raise TypeError(f"handler {label} returned a {type(prepared).__name__}, "
                                 "neither a Response nor a Launch")
         except ApiError as err:
-            self._count(label, err.status, err.model)
-            return error_response(err, extra)
+            self._count(label, err.status_in(ErrorShape.for_path(request.path)), err.model)
+            return error_response(err, extra, request.path)
         except Exception:                                      # noqa: BLE001
             log.exception("request %s: handler %s failed", request.request_id, label)
             self._count(label, 500, None)
-            return error_response(ApiError("internal_error", "Internal server error."), extra)
+            return error_response(ApiError("internal_error", "Internal server error."), extra,
+                                  request.path)
         self._count(label, prepared.status, dict(prepared.notes).get("model"))
         return replace(prepared, headers=prepared.headers + extra)
 

@@ -52,7 +52,7 @@ class LoadingApp:
             raise ApiError("model_loading", "The model is still loading; retry shortly.",
                            headers=(("Retry-After", str(LOADING_RETRY_AFTER_S)),))
         except ApiError as err:
-            return error_response(err, extra)
+            return error_response(err, extra, request.path)
 
 
 class Switch:
@@ -65,8 +65,8 @@ class Switch:
     def handle(self, request: Request) -> Response | Stream:
         return self.current.handle(request)
 
-    def error(self, kind: str, message: str) -> Response:
-        return self.current.error(kind, message)
+    def error(self, kind: str, message: str, path: str = "") -> Response:
+        return self.current.error(kind, message, path)
 
 
 class GatewayApp:
@@ -98,11 +98,11 @@ class GatewayApp:
     def _answer(self, request: Request) -> Response | Stream:
         refusal = self.auth.refusal(request)
         if refusal is not None:
-            return error_response(refusal, id_header(request))
+            return error_response(refusal, id_header(request), request.path)
         try:
             return self.inner.handle(request)
         except Exception:                                       # noqa: BLE001
             log.exception("request %s: %s %s failed", request.request_id, request.method,
                           request.path)
             return error_response(ApiError("internal_error", "Internal server error."),
-                                  id_header(request))
+                                  id_header(request), request.path)

@@ -49,5 +49,5 @@ class StampedApp:
     def handle(self, request: Request) -> Response | Stream:
         return self.inner.handle(stamped(request))
 
-    def error(self, kind: str, message: str) -> Response:
-        return self.inner.error(kind, message)
+    def error(self, kind: str, message: str, path: str = "") -> Response:
+        return self.inner.error(kind, message, path)

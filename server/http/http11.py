@@ -57,6 +57,7 @@ class HttpError:
     ("malformed_http", "body_too_large", ...) to a status and document (`App.error`)."""
     kind: str
     message: str
+    path: str = ""          # the request's target path when its head was read, else ""
 
 
 class ProtocolMisuse(RuntimeError):
@@ -87,7 +88,7 @@ class Connection:
     """The HTTP/1.1 state of one connection. Feed `receive_data`, pull `next_event`."""
 
     __slots__ = ("limits", "peer", "state", "_buf", "_scan_from", "_head", "_body_reader",
-                 "_keep_alive", "_is_head_request", "_is_11", "_is_chunked_out", "_out_left",
+                 "_pending_path", "_keep_alive", "_is_head_request", "_is_11", "_is_chunked_out", "_out_left",
                  "_close_requested", "is_eof", "num_requests")
 
     def __init__(self, *, limits: HttpLimits = HttpLimits(), peer: str = ""):
@@ -98,6 +99,7 @@ class Connection:
         self._scan_from = 0            # where the search for the end of the head resumes
         self._head: RequestHead | None = None
         self._body_reader: BodyReader | None = None   # the current request's body, read
+        self._pending_path = ""                 # its target path (errors choose a shape by it)
         self._keep_alive = True
         self._is_head_request = False
         self._is_11 = True
@@ -125,6 +127,11 @@ class Connection:
         """A request has started arriving but is not complete (the timeouts care)."""
         return self.state == BODY or (self.state == IDLE and len(self._buf) > 0)
 
+    @property
+    def pending_path(self) -> str:
+        """The target path of the request being read, once its head is in ("" before)."""
+        return self._pending_path
+
     def next_event(self) -> Request | Interim | HttpError | Wait:
         """The next complete request, an `Interim` to send, an `HttpError` for a request that
         can never be accepted (answer it with `send_error`), `NEED_DATA` (feed more bytes) or
@@ -132,7 +139,7 @@ class Connection:
         try:
             return self._next_event()
         except Rejected as exc:
-            return HttpError(*exc.args)
+            return HttpError(*exc.args, path=self.pending_path)
 
     def _next_event(self) -> Request | Interim | Wait:
         if self.state == IDLE:
@@ -141,6 +148,7 @@ class Connection:
                 if self.is_eof and self._buf:
                     raise Rejected("malformed_http", "connection closed inside a request head")
                 return NEED_DATA
+            self._pending_path = head.target_path
             self._start_body(head)
             if (head.expects_continue and not self._buf
                     and framing_of(head) is not Framing.NONE):
@@ -185,7 +193,7 @@ class Connection:
 
     def _finish_request(self, body: bytes) -> Request:
         head = self._head
-        self._head, self._body_reader = None, None
+        self._head, self._body_reader, self._pending_path = None, None, ""
         self._keep_alive = head.keep_alive and not self._close_requested
         self._is_head_request = head.method == "HEAD"
         self._is_11 = head.version == "HTTP/1.1"

@@ -363,7 +363,8 @@ class EventLoop:
         except Exception as exc:
             if not isinstance(exc, AppFailure):         # AppFailure: already logged
                 log.exception("app.handle failed for %s %s", request.method, request.path)
-            result = conn.listener.spec.app.error(INTERNAL_ERROR, "Internal server error.")
+            result = conn.listener.spec.app.error(INTERNAL_ERROR, "Internal server error.",
+                                                  request.path)
         if isinstance(result, Response):
             self._send(conn, conn.http.send_response(result))
             conn.phase_started_s = self._clock()
@@ -410,7 +411,8 @@ class EventLoop:
     def _fail(self, conn: ConnState, err: HttpError) -> None:
         """Answer a framing error, then stop reading requests and close (RFC 9112 9.6)."""
         log.info("%s from %s: %s", err.kind, conn.http.peer, err.message)
-        self._send(conn, conn.http.send_error(conn.listener.spec.app.error(err.kind, err.message)))
+        response = conn.listener.spec.app.error(err.kind, err.message, err.path)
+        self._send(conn, conn.http.send_error(response))
         self._linger(conn)
 
     def _linger(self, conn: ConnState) -> None:
@@ -436,7 +438,8 @@ class EventLoop:
         if conn.stream is not None:
             return self._poll_stream(conn, now)
         if http.has_partial_request:
-            return self._fail(conn, HttpError("request_timeout", "request not received in time"))
+            return self._fail(conn, HttpError("request_timeout", "request not received in time",
+                                              http.pending_path))
         if http.state == IDLE and not conn.outbuf:
             return self._close(conn)                   # keep-alive idle timeout: silently
         self._update(conn)

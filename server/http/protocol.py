@@ -89,10 +89,11 @@ class App(Protocol):
     def handle(self, request: Request) -> Response | Stream:
         """Answer one request. Must not block: long work becomes a `Stream`."""
 
-    def error(self, kind: str, message: str) -> Response:
+    def error(self, kind: str, message: str, path: str = "") -> Response:
         """Render an error the transport found: an `HttpError` kind ("malformed_http",
-        "body_too_large", ...) or "internal_error" when `handle` or a stream raised. The
-        application owns the document and the status; the transport only sends it."""
+        "body_too_large", ...) or "internal_error" when `handle` or a stream raised; `path`
+        is the request's when its head was read ("" else). The application owns the
+        document and the status; the transport only sends it."""
 
 
 @runtime_checkable

@@ -32,7 +32,7 @@ class Echo:
             return FakeStream()
         return Response(status=200, headers=(("X-Request-Id", "req-1"),), body=b'{"ok":1}')
 
-    def error(self, kind, message):
+    def error(self, kind, message, path=""):
         raise AssertionError("not used")
 
 
@@ -146,7 +146,7 @@ def test_access_log_one_json_line_per_request():
     assert rec["status"] == 401 and rec["method"] == "POST"
     assert rec["path"] == "/v1/chat/completions" and rec["client"] == "10.0.0.7:5000"
     assert rec["error"] == "You didn't provide an API key. " \
-                           "Send it as 'Authorization: Bearer <key>'."
+                           "Send it as 'Authorization: Bearer <key>' or 'x-api-key: <key>'."
     assert rec["model"] is None                 # refused unread: nobody parsed a model
     assert rec["duration_ms"] == 250.0 and rec["time"] == "1970-01-01T00:00:00.000Z"
     assert rec["request_id"].startswith("req-") and rec["bytes_sent"] > 0

@@ -25,7 +25,7 @@ class Recorder:
         self.seen.append(request)
         return self.answer(request)
 
-    def error(self, kind, message):
+    def error(self, kind, message, path=""):
         raise AssertionError("not used")
 
 
