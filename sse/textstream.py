@@ -25,13 +25,14 @@ import codecs
 class TextStream:
     """Incremental UTF-8 decoding with stop-string hold-back for one generation."""
 
-    __slots__ = ("_stops", "_decoder", "_held", "_stopped", "_max_stop_chars")
+    __slots__ = ("_stops", "_decoder", "_held", "_stopped", "_max_stop_chars", "matched")
 
     def __init__(self, stops: list[str] | tuple[str, ...] = ()):
         self._stops = tuple(s for s in stops if s)          # an empty stop string means nothing
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._held = ""                                     # T: decoded, not yet sent
         self._stopped = False
+        self.matched: str | None = None                     # the stop string that ended it
         self._max_stop_chars = max((len(s) for s in self._stops), default=0)
 
     def stopped(self) -> bool:
@@ -57,6 +58,7 @@ class TextStream:
         cut = self._first_stop(text)
         if cut is not None:
             self._stopped = True
+            self.matched = next(s for s in self._stops if text.find(s) == cut)
             self._held = ""
             return text[:cut]
         keep = 0 if final else self._held_back_chars(text)

@@ -76,7 +76,8 @@ class Piece:
     `index` is the choice's; `prompt` holds an echoed prompt's scored tokens; `reasoning`
     the thinking text of the piece when the answer is split (`text` is then the answer's).
     With tools offered, `parts` is `text` split into content (str) and the calls it
-    completes, in order, and `calls` how far the answer's calls have come."""
+    completes, in order, and `calls` how far the answer's calls have come. `stop_sequence`
+    is the stop string that ended the answer, on its last piece."""
     text: str
     logprob: TokenLogprob | None = None
     finish: FinishReason | None = None
@@ -85,6 +86,7 @@ class Piece:
     reasoning: str = ""
     parts: tuple[str | CallOut, ...] = ()
     calls: CallState | None = None
+    stop_sequence: str | None = None
 
 
 @dataclass(frozen=True)
@@ -141,7 +143,10 @@ class GenerationText:
             finish = _finish_reason(ev.finish)
         entry = None if (is_stop_token or not self._logprobs) else self._logprob(
             raw, ev.logprob, ev.top_logprobs)
-        return self._piece(text, entry, finish)
+        piece = self._piece(text, entry, finish)
+        if self._text.stopped():                # which stop string (Anthropic's stop_sequence)
+            piece = replace(piece, stop_sequence=self._text.matched)
+        return piece
 
     @property
     def stopped(self) -> bool:

@@ -79,8 +79,14 @@ def test_text_unit_holds_a_split_character_until_it_is_whole():
 def test_text_unit_stop_string_ends_the_request_in_the_engine():
     unit = text_unit(stop=("ll",))
     assert unit.feed(tok(1)) == Piece("he") and not unit.stopped
-    assert unit.feed(tok(2)) == Piece("", finish="stop")
+    assert unit.feed(tok(2)) == Piece("", finish="stop", stop_sequence="ll")
     assert unit.stopped                              # the caller ends the engine request
+
+
+def test_text_unit_names_the_stop_string_that_matched_first():
+    unit = text_unit(stop=("xyz", "lo", "el"))       # "hello": "el" ends it at index 1
+    assert unit.feed(tok(1)) == Piece("h")          # "e" held back: it may start "el"
+    assert unit.feed(tok(2)) == Piece("", finish="stop", stop_sequence="el")
 
 
 def test_text_unit_never_sends_the_eos_text_nor_its_logprob():
