@@ -33,6 +33,7 @@ MAX_STOP_TOKEN_IDS = 64
 MAX_LOGIT_BIAS_ENTRIES = 300    # OpenAI's own bound
 MAX_CHOICES = 8                 # `n`: choices per prompt (each one engine sequence)
 MAX_PRIORITY = 100              # X-TL-Priority: -100..100, higher runs first
+MAX_TEMPERATURE = 2.0           # OpenAI's range (Anthropic's is 0..1)
 UNSUPPORTED_IF_PRESENT = ("functions", "function_call", "suffix")
 
 
@@ -63,15 +64,15 @@ class GenSpec:
                                                 # (server/api/prediction.py), drafts only
 
 
-def _stop(doc: dict, limit: int) -> tuple[str, ...]:
-    v = doc.get("stop")
+def _stop(doc: dict, limit: int, name: str = "stop") -> tuple[str, ...]:
+    v = doc.get(name)
     if v is None:
         return ()
     stops = [v] if isinstance(v, str) else v
     if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
-        raise bad("stop", "'stop' must be a string or a list of strings.")
+        raise bad(name, f"'{name}' must be a string or a list of strings.")
     if len(stops) > limit:
-        raise bad("stop", f"'stop' allows at most {limit} sequences, got {len(stops)}.")
+        raise bad(name, f"'{name}' allows at most {limit} sequences, got {len(stops)}.")
     return tuple(stops)
 
 
@@ -109,10 +110,10 @@ def _stream_flags(doc: dict) -> tuple[bool, bool]:
 
 
 def _sampling(doc: dict, *, logprobs: bool, top_logprobs: int,
-              defaults: SamplingDefaults) -> SamplingParams:
+              defaults: SamplingDefaults, max_temperature: float) -> SamplingParams:
     top_k = integer(doc, "top_k", defaults.top_k, -1)
     return SamplingParams(
-        temperature=number(doc, "temperature", defaults.temperature, 0.0, 2.0),
+        temperature=number(doc, "temperature", defaults.temperature, 0.0, max_temperature),
         top_p=number(doc, "top_p", defaults.top_p, 0.0, 1.0, lo_open=True),
         top_k=max(top_k, 0),                                  # vLLM's -1 means off too
         min_p=number(doc, "min_p", defaults.min_p, 0.0, 1.0),
@@ -135,8 +136,11 @@ def _max_tokens(doc: dict, default: int | None, least: int = 1) -> int | None:
 
 def common_fields(doc: dict, kind: str, *, default_max: int | None, logprobs: bool,
                   top_logprobs: int, defaults: SamplingDefaults, least_max: int = 1,
-                  max_stop_strings: int = DEFAULT_MAX_STOP_STRINGS) -> GenSpec:
-    """The fields chat and completions share, as a `GenSpec` each adds its own to."""
+                  max_stop_strings: int = DEFAULT_MAX_STOP_STRINGS,
+                  max_temperature: float = MAX_TEMPERATURE, stop_param: str = "stop") -> GenSpec:
+    """The fields chat and completions share, as a `GenSpec` each adds its own to; the
+    Anthropic Messages route reads its stops from `stop_param` and its own temperature
+    range."""
     _refuse_unsupported(doc)
     stream, include_usage = _stream_flags(doc)
     seed = doc.get("seed")
@@ -146,8 +150,8 @@ def common_fields(doc: dict, kind: str, *, default_max: int | None, logprobs: bo
     return GenSpec(kind=kind, model=model_name(doc), n=integer(doc, "n", 1, 1, MAX_CHOICES),
                    max_tokens=_max_tokens(doc, default_max, least_max),
                    params=_sampling(doc, logprobs=logprobs, top_logprobs=top_logprobs,
-                                    defaults=defaults),
-                   seed=seed, stop=_stop(doc, max_stop_strings), stream=stream, include_usage=include_usage,
+                                    defaults=defaults, max_temperature=max_temperature),
+                   seed=seed, stop=_stop(doc, max_stop_strings, stop_param), stream=stream, include_usage=include_usage,
                    stop_ids=() if stop_ids is None else token_ids(stop_ids, "stop_token_ids",
                                                                   limit=MAX_STOP_TOKEN_IDS),
                    logprobs=logprobs, top_logprobs=top_logprobs,

@@ -36,7 +36,7 @@ from server.api.streams import GenerationStream, Renderer, StreamContext
 from server.api.structured import Structured, compile_structured
 from server.api.thinking import after_thinking
 from server.api.tools import call_grammar_spec, check_tools_compile, with_format
-from server.errors import ApiError, bad
+from server.errors import ApiError, ErrorShape, bad
 from server.replies import Headers
 from server.http.protocol import Request
 from server.text.client import CallRules, Echo, EngineClient, TextRules
@@ -56,10 +56,12 @@ RenderFor = Callable[[docs.Header], Renderer]   # the endpoint's renderer, given
 @dataclass(frozen=True)
 class Endpoint:
     """How a generation endpoint names itself: its route (metrics), the id prefix of its
-    answers, and the request field its prompt came from (errors name it)."""
+    answers, the request field its prompt came from (errors name it), and the API whose
+    error document it answers with."""
     route: str
     id_prefix: str
     prompt_param: str
+    errors: ErrorShape = ErrorShape.OPENAI
 
 
 @dataclass(frozen=True)
@@ -233,7 +235,8 @@ def _launch(ctx: ModelContext, requests: list[GenRequest], spec: GenSpec, prompt
     header = docs.Header.new(endpoint.id_prefix, ctx.served.id)
     return GenerationStream(ctx=ctx.api.stream_ctx, generation=generation, spec=spec,
                             header=header, prompt_tokens=prompt_tokens, route=endpoint.route,
-                            headers=extra, arrival_s=now, renderer=render(header))
+                            headers=extra, arrival_s=now, renderer=render(header),
+                            errors=endpoint.errors)
 
 
 def _gen_request(served: ServedModel, spec: GenSpec, prompt: list[int], prompt_param: str,

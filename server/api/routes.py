@@ -2,6 +2,7 @@
 
     method  path pattern            name (metrics label)  handler           off the loop?
     POST    /v1/chat/completions    chat                  chat/             yes
+    POST    /v1/messages            messages              messages/         yes (Anthropic's)
     GET     /v1/models/{model}      model                 models.model      no
     GET     /static/{name}          static                a page file       no
 
@@ -22,6 +23,7 @@ from typing import Callable, Union
 from server.api.chat import chat
 from server.api.completions import completions
 from server.api.embeddings import embeddings
+from server.api.messages import count_tokens, messages
 from server.api.launch import (TASK_EMBED, TASK_GENERATE, TASK_RERANK, TASK_SCORE,
                                TASK_TOKENIZE, ApiContext)
 from server.api.models import model, models
@@ -47,6 +49,8 @@ API_ROUTES: tuple[Route[ApiHandler], ...] = (
     Route("POST", "/v1/chat/completions", "chat", chat, off_loop=True),
     Route("POST", "/v1/completions", "completions", completions, off_loop=True),
     Route("POST", "/v1/responses", "responses", responses, off_loop=True),   # stateless
+    Route("POST", "/v1/messages", "messages", messages, off_loop=True),      # Anthropic's API
+    Route("POST", "/v1/messages/count_tokens", "count_tokens", count_tokens, off_loop=True),
     Route("POST", "/v1/embeddings", "embeddings", embeddings, off_loop=True),
     Route("POST", "/v1/rerank", "rerank", rerank, off_loop=True),    # bi-encoder scoring
     Route("POST", "/v1/score", "score", score, off_loop=True),
@@ -63,7 +67,7 @@ API_ROUTES: tuple[Route[ApiHandler], ...] = (
 
 # The rows that serve each task a model may or may not do (`ApiContext.check_model`): its
 # 400 names their paths, read from the table.
-TASK_ROWS = {TASK_GENERATE: ("chat", "completions", "responses"), TASK_EMBED: ("embeddings",),
+TASK_ROWS = {TASK_GENERATE: ("chat", "completions", "responses", "messages"), TASK_EMBED: ("embeddings",),
              TASK_TOKENIZE: ("tokenize", "detokenize"), TASK_RERANK: ("rerank",),
              TASK_SCORE: ("score",)}
 

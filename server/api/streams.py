@@ -30,7 +30,7 @@ from functools import partial
 from typing import Callable, Protocol
 
 from server.api import documents as docs
-from server.errors import ApiError
+from server.errors import ApiError, ErrorShape
 from server.text.client import FinishReason, Generation, Piece, TokenLogprob
 from server.api.generation import GenSpec
 from server.api.prediction import prediction_usage
@@ -145,12 +145,13 @@ class GenerationStream:
     def __init__(self, *, ctx: StreamContext, generation: Generation, spec: GenSpec,
                  header: docs.Header, prompt_tokens: int, route: str,
                  headers: tuple[tuple[str, str], ...], arrival_s: float,
-                 renderer: Renderer):
+                 renderer: Renderer, errors: ErrorShape = ErrorShape.OPENAI):
         self.ctx = ctx
         self.generation = generation
         self.prompt_tokens, self.route, self.headers = prompt_tokens, route, headers
         self.arrival_s = arrival_s
         self.render = renderer                  # the endpoint's choice (server/api/launch.py)
+        self.errors = errors                    # the error document before the head
         self.choices_left = len(generation.choices)
         self.entries_per_token = 1 + spec.top_logprobs if spec.logprobs else 0
         self.echoed_tokens = prompt_tokens * spec.n if spec.echo and spec.logprobs else 0
@@ -272,7 +273,8 @@ class GenerationStream:
             self.pending.append(self.render.error(err))
             out.chunks, self.pending = self.pending, []
         else:                                   # a proper status response
-            self._whole(out, err.status, json_bytes(err.document()), err.headers)
+            self._whole(out, err.status_in(self.errors), json_bytes(err.document(self.errors)),
+                        err.headers)
         self.generation.cancel()
         out.done = self.done = True
 

@@ -99,6 +99,15 @@ def exercise(handle) -> list[tuple[str, str, str]]:
         ("POST", "/v1/detokenize", "/v1/detokenize", {"model": "succ", "tokens": [97]}),
         ("POST", "/v1/detokenize", "/v1/detokenize", {"model": "succ", "tokens": "a"}),
         ("POST", "/v1/detokenize", "/v1/detokenize", {"model": "x", "tokens": [97]}),
+        ("POST", "/v1/messages", "/v1/messages", {"model": "succ", "max_tokens": 2,
+                                                  "messages": [{"role": "user", "content": "a"}]}),
+        ("POST", "/v1/messages", "/v1/messages", {"model": "succ", "messages": []}),
+        ("POST", "/v1/messages", "/v1/messages", {"model": "x", "max_tokens": 2,
+                                                  "messages": [{"role": "user", "content": "a"}]}),
+        ("POST", "/v1/messages/count_tokens", "/v1/messages/count_tokens",
+         {"model": "succ", "messages": [{"role": "user", "content": "a"}]}),
+        ("POST", "/v1/messages/count_tokens", "/v1/messages/count_tokens",
+         {"model": "x", "messages": [{"role": "user", "content": "a"}]}),
         ("GET", "/v1/models", "/v1/models", None),
         ("GET", "/v1/models/{model}", "/v1/models/succ", None),
         ("GET", "/v1/models/{model}", "/v1/models/x", None),
@@ -143,6 +152,7 @@ def test_auth_and_loading_statuses_are_documented(succ_model_dir):
     from server.door.gateway import LoadingApp
     from server.door.routes import LIVENESS
     from server.http.protocol import Request
+    from server.errors import ErrorShape
     ops, _ = documented()
     handle = spawn(ServeConfig.for_model(succ_model_dir, api_key="k-123"))
     try:
@@ -159,7 +169,8 @@ def test_auth_and_loading_statuses_are_documented(succ_model_dir):
         for route in routes:
             path = route.pattern.replace("{model}", "succ").replace("{name}", "chat.js")
             status = str(app.handle(Request(method=route.method, path=path)).status)
-            assert status == ("200" if route.name == LIVENESS else "503"), route
+            busy = "529" if ErrorShape.for_path(path) is ErrorShape.ANTHROPIC else "503"
+            assert status == ("200" if route.name == LIVENESS else busy), route
             assert status in ops[(route.method, route.pattern)], route
 
 

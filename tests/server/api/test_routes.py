@@ -20,7 +20,8 @@ from server.http.protocol import Request, Response
 from server.state import ServerState
 
 # The heavy, pure routes: they parse, template, tokenize or compile, so never on the loop.
-HEAVY = {"chat", "completions", "responses", "embeddings", "tokenize", "rerank", "score"}
+HEAVY = {"chat", "completions", "responses", "embeddings", "tokenize", "rerank", "score", "messages",
+         "count_tokens"}
 
 
 class CountingOffLoop(Inline):
@@ -123,6 +124,7 @@ def test_a_task_names_the_paths_of_its_rows():
     from server.api.launch import TASK_EMBED, TASK_GENERATE, TASK_TOKENIZE
     from server.api.routes import task_paths
     paths = task_paths()
-    assert paths[TASK_GENERATE] == "/v1/chat/completions, /v1/completions and /v1/responses"
+    assert paths[TASK_GENERATE] == ("/v1/chat/completions, /v1/completions, /v1/responses "
+                                    "and /v1/messages")
     assert paths[TASK_TOKENIZE] == "/v1/tokenize and /v1/detokenize"
     assert paths[TASK_EMBED] == "/v1/embeddings"
