@@ -144,7 +144,7 @@ class MessageEvents:
     def piece(self, piece: Piece) -> bytes:
         out = [] if self.started else self._start()
         if piece.reasoning:
-            out += self._open(THINKING, {"thinking": ""})
+            out += self._open(THINKING, {"thinking": "", "signature": ""})
             self.thinking.append(piece.reasoning)
             out.append(self._delta({"type": "thinking_delta", "thinking": piece.reasoning}))
         for part in _outs(piece, self.tools_offered):
