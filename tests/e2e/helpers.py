@@ -199,20 +199,22 @@ def metrics(handle) -> dict[str, float]:
     return parse_metrics(requests.get(handle.health_url + "/metrics", timeout=TIMEOUT_S).text)
 
 
-def send_stream(handle, body: dict) -> socket.socket:
-    """Send a chat request on a raw socket and return at once (nothing read yet)."""
+def send_stream(handle, body: dict, path: str = "/v1/chat/completions") -> socket.socket:
+    """Send a chat request (or one to `path`) on a raw socket and return at once (nothing
+    read yet)."""
     host, port = handle.http_addr.rsplit(":", 1)
     sock = socket.create_connection((host, int(port)), timeout=TIMEOUT_S)
     payload = json.dumps(body).encode()
-    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+    sock.sendall(b"POST " + path.encode() + b" HTTP/1.1\r\nHost: x\r\nContent-Type: "
                  b"application/json\r\nContent-Length: " + str(len(payload)).encode() +
                  b"\r\n\r\n" + payload)
     return sock
 
 
-def open_stream(handle, body: dict) -> tuple[socket.socket, bytes]:
+def open_stream(handle, body: dict,
+                path: str = "/v1/chat/completions") -> tuple[socket.socket, bytes]:
     """Send a streaming request on a raw socket; return it after the head has arrived."""
-    sock = send_stream(handle, body)
+    sock = send_stream(handle, body, path)
     received = b""
     while b"\r\n\r\n" not in received or b"data: " not in received:
         data = sock.recv(65536)

@@ -292,6 +292,27 @@ def test_slow_body_sender_gets_408():
         assert client.read_response()[0] == 408
 
 
+def test_transport_errors_on_the_messages_path_take_anthropics_shape():
+    """The head named /v1/messages: a slow body's 408 and an oversized body's 413 are
+    Anthropic's error document; a head that never arrived keeps the OpenAI one."""
+    with serving(limits=HttpLimits(body_timeout_s=0.3, max_body_bytes=100)) as (loop, _):
+        slow = Client(loop.bound_address("api"))
+        slow.send(b"POST /v1/messages HTTP/1.1\r\nContent-Length: 10\r\n\r\nabc")
+        status, _, body = slow.read_response()
+        assert status == 408 and json.loads(body) == {
+            "type": "error", "error": {"type": "timeout_error",
+                                       "message": "request not received in time"}}
+        big = Client(loop.bound_address("api"))
+        big.send(b"POST /v1/messages/count_tokens HTTP/1.1\r\nContent-Length: 101\r\n\r\n")
+        status, _, body = big.read_response()
+        assert status == 413 and json.loads(body)["error"]["type"] == "request_too_large"
+        assert json.loads(body)["type"] == "error"
+        other = Client(loop.bound_address("api"))
+        other.send(b"POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 101\r\n\r\n")
+        status, _, body = other.read_response()
+        assert status == 413 and json.loads(body)["error"]["code"] == "request_too_large"
+
+
 def test_idle_keep_alive_connection_is_closed_silently():
     with serving(limits=HttpLimits(idle_timeout_s=0.3)) as (loop, _):
         client = Client(loop.bound_address("api"))
