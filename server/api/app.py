@@ -7,8 +7,8 @@
     pool thread:   the endpoint parses, checks and prepares: a `Prepared` value
                    (server/api/prepared.py), a `Launch` or a whole Response (e.g.
                    /tokenize). One module or package per endpoint family:
-                   chat/, completions.py, responses/, embeddings.py, rerank.py (and
-                   score), tokenize.py, models.py
+                   chat/, completions.py, responses/, messages/ (Anthropic's),
+                   embeddings.py, rerank.py (and score), tokenize.py, models.py
                    (generations share server/api/launch.py)
     loop thread:   a Launch is started: client.generate (admission: 429 now if the queue
                    is full) -> GenerationStream; count the status, add X-Request-Id

@@ -249,7 +249,7 @@ def read_startup(proc: subprocess.Popen, timeout_s: float) -> str:
 
 
 NODE_DIR = Path(__file__).parent / "node"
-NODE_PACKAGES = ("openai", "ai", "@ai-sdk/openai", "zod")
+NODE_PACKAGES = ("openai", "ai", "@ai-sdk/openai", "@ai-sdk/anthropic", "zod")
 
 
 @pytest.fixture(scope="module")
