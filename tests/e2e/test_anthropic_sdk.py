@@ -111,6 +111,17 @@ def test_error_classes(client, server):
     waiting.join(TIMEOUT_S)
 
 
+def test_request_id_and_priority_headers_work_as_on_the_openai_routes(client):
+    raw = client.messages.with_raw_response.create(
+        model="succ", max_tokens=1, messages=ASK,
+        extra_headers={"X-Request-Id": "req-anthropic-1", "X-TL-Priority": "5"})
+    assert raw.headers["x-request-id"] == "req-anthropic-1" and raw.parse().content
+    with pytest.raises(anthropic.BadRequestError) as bad:
+        client.messages.create(model="succ", max_tokens=1, messages=ASK,
+                               extra_headers={"X-TL-Priority": "high"})
+    assert "X-TL-Priority" in bad.value.body["error"]["message"]
+
+
 def test_a_draining_server_is_overloaded_529(server):
     client = sdk(server)
     server.state.is_draining = True         # what on_drain sets; the fixture's last test
