@@ -88,6 +88,10 @@ def test_error_classes(client, server):
         client.messages.create(model="succ", max_tokens=2, messages=[
             {"role": "user", "content": [{"type": "image", "source": {
                 "type": "base64", "media_type": "image/png", "data": "AAAA"}}]}])
+    with pytest.raises(anthropic.BadRequestError) as too_long:      # a coding tool's prompt
+        client.messages.create(model="succ", max_tokens=2, messages=ASK, system="x" * 4000)
+    assert too_long.value.body["error"]["type"] == "invalid_request_error"
+    assert "maximum context length" in too_long.value.body["error"]["message"]
     with pytest.raises(anthropic.NotFoundError) as missing:
         client.messages.create(model="claude-opus-4", max_tokens=2, messages=ASK)
     assert missing.value.body == {"type": "error", "error": {
