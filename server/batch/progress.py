@@ -36,6 +36,7 @@ class Progress:
         self.failed = 0                      # answers whose status is not 2xx
         self.start_s = clock()
         self._last_shown_s: float | None = None
+        self._width_chars = 0                # the widest bar line drawn so far
 
     def add(self, status: int, output_tokens: int) -> None:
         self.done += 1
@@ -54,8 +55,10 @@ class Progress:
     def show(self, now: float | None = None) -> None:
         now = self.clock() if now is None else now
         self._last_shown_s = now
-        if self.tty:
-            self.out.write("\r" + self.bar_line(now))
+        if self.tty:       # padded: a shorter line must cover all of the last one
+            line = self.bar_line(now)
+            self.out.write("\r" + line.ljust(self._width_chars))
+            self._width_chars = max(self._width_chars, len(line))
         else:
             self.out.write(self.plain_line(now) + "\n")
         self.out.flush()
@@ -68,13 +71,13 @@ class Progress:
             self.out.flush()
 
     def _numbers(self, now: float) -> tuple[str, float, str]:
-        elapsed_s = max(now - self.start_s, 1e-9)
+        elapsed_s = now - self.start_s
         percent = f"{100 * self.done // self.total if self.total else 100}%"
-        rate_tok_s = self.tokens / elapsed_s
+        rate_tok_s = self.tokens / elapsed_s if elapsed_s > 0 else 0.0
         left = self.total - self.done
         if left <= 0:
             eta = clock_text(0)
-        elif self.run_done:
+        elif self.run_done and elapsed_s > 0:
             eta = clock_text(left * elapsed_s / self.run_done)
         else:
             eta = "?"

@@ -81,7 +81,7 @@ class BatchRunner:
         """Answer every task (until `stop`); returns how many were left unsubmitted."""
         waiting = deque(tasks)
         flying: list[InFlight] = []
-        while (waiting and not self._stopping) or flying:
+        while True:
             self.wake.event.clear()
             now = self.clock()
             if not self._stopping and now >= self._hold_until_s:
@@ -89,8 +89,9 @@ class BatchRunner:
             for item in [i for i in flying if i.stream.has_output() or _due(i, now)]:
                 if self._poll(item, now, waiting, on_answer):
                     flying.remove(item)
+            if not flying and (self._stopping or not waiting):
+                return len(waiting)
             self.wake.event.wait(self._wait_s(flying, waiting))
-        return len(waiting)
 
     def _submit(self, waiting: deque, flying: list[InFlight],
                 on_answer: Callable[[Answer], None]) -> None:
