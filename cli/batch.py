@@ -23,12 +23,12 @@ import signal
 import sys
 import threading
 from dataclasses import replace
-from typing import TextIO
+from typing import Callable, TextIO
 
 from engine.api import model_name, tune_malloc
 from server.api.app import ApiApp
 from server.batch.job import RunSummary, pending_lines, run_lines
-from server.batch.lines import DuplicateIds, duplicate_ids, read_lines
+from server.batch.lines import BatchLine, DuplicateIds, duplicate_ids, read_lines
 from server.batch.output import OutputFile, OutputFileError
 from server.batch.progress import Progress
 from server.batch.runner import BatchRunner, Wake
@@ -90,7 +90,7 @@ def main(argv: list[str], wrap_engine: EngineWrapper | None = None,
     except ConfigError as exc:
         return _fail(f"config error: {exc}", 2)
     except OSError as exc:
-        return _fail(f"cannot read {exc.filename}: {exc.strerror}", 2)
+        return _fail(f"cannot open {exc.filename}: {exc.strerror}", 2)
     except (DuplicateIds, OutputFileError) as exc:
         return _fail(f"{args.input}: {exc}; nothing was run" if isinstance(exc, DuplicateIds)
                      else str(exc), 2)
@@ -111,7 +111,7 @@ def main(argv: list[str], wrap_engine: EngineWrapper | None = None,
     return 0 if summary.complete else 1
 
 
-def _run(cfg: ServeConfig, args: argparse.Namespace, lines, output: OutputFile,
+def _run(cfg: ServeConfig, args: argparse.Namespace, lines: list[BatchLine], output: OutputFile,
          wrap_engine: EngineWrapper | None, out: TextIO) -> RunSummary:
     tune_malloc()                        # process-wide, as the server's start-up does
     loaded = load_models(cfg, wrap_engine)
@@ -134,7 +134,7 @@ def _run(cfg: ServeConfig, args: argparse.Namespace, lines, output: OutputFile,
         loaded.stop()
 
 
-def _stop_on_signals(runner: BatchRunner):
+def _stop_on_signals(runner: BatchRunner) -> Callable[[], object]:
     """SIGTERM / SIGINT: finish what is in flight (a second one: the default, at once)."""
     if threading.current_thread() is not threading.main_thread():
         return lambda: None              # signals reach the main thread only

@@ -47,7 +47,8 @@ def run_lines(lines: list[BatchLine], output: OutputFile, runner: BatchRunner,
         nonlocal answered, failed
         output.write(answer)
         answered += 1
-        failed += not 200 <= answer.status < 300
+        if not 200 <= answer.status < 300:
+            failed += 1
         progress.add(answer.status, answer.output_tokens)
 
     for line in todo:

@@ -124,7 +124,8 @@ class BatchRunner:
             on_answer(_answer(item.task, item.request_id, item.status, item.chunks))
         return True
 
-    def _retry(self, task: Task, headers, raw_body: bytes, waiting: deque) -> bool:
+    def _retry(self, task: Task, headers: tuple[tuple[str, str], ...], raw_body: bytes,
+               waiting: deque) -> bool:
         """A refusal for now: the task goes back to the front, submitting pauses."""
         if _error_code(raw_body) not in RETRY_CODES:
             return False

@@ -89,8 +89,9 @@ def test_a_duplicate_custom_id_refuses_the_file_before_any_request(tmp_path, cap
     assert not out.exists()
 
 
-def test_killed_halfway_and_run_again_every_custom_id_is_answered_once(succ_model_dir, tmp_path):
-    total = 40
+def slow_run(succ_model_dir, tmp_path, total: int) -> tuple[list[str], subprocess.Popen]:
+    """run-batch in a child process with slowed steps over `total` chat lines (4 in flight):
+    its flags (to run it again) and the child."""
     given, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     write_jsonl(given, [chat_line(f"t{i:02d}", max_tokens=6,
                                   messages=[{"role": "user", "content": chr(97 + i % 26)}])
@@ -98,8 +99,15 @@ def test_killed_halfway_and_run_again_every_custom_id_is_answered_once(succ_mode
     flags = ["-i", str(given), "-o", str(out), "--model-dir", str(succ_model_dir),
              "--max-in-flight", "4"]
     child = subprocess.Popen([sys.executable, "-m", "tests.cli.child_run_batch", "0.05", *flags],
-                             cwd=REPO_ROOT, stderr=subprocess.DEVNULL,
+                             cwd=REPO_ROOT, stderr=subprocess.PIPE, text=True,
                              env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    return flags, child
+
+
+def test_killed_halfway_and_run_again_every_custom_id_is_answered_once(succ_model_dir, tmp_path):
+    total = 40
+    out = tmp_path / "out.jsonl"
+    flags, child = slow_run(succ_model_dir, tmp_path, total)
     try:
         assert wait_for(lambda: out.exists() and out.read_bytes().count(b"\n") >= 8,
                         timeout_s=TIMEOUT_S)
@@ -120,3 +128,28 @@ def test_killed_halfway_and_run_again_every_custom_id_is_answered_once(succ_mode
     ids = [o["custom_id"] for o in read_output(out)]
     assert sorted(ids) == [f"t{i:02d}" for i in range(total)]    # each exactly once
     assert all(o["response"]["status_code"] == 200 for o in read_output(out))
+
+
+def test_sigterm_finishes_the_requests_in_flight_and_a_rerun_completes(succ_model_dir, tmp_path):
+    total = 40
+    out = tmp_path / "out.jsonl"
+    flags, child = slow_run(succ_model_dir, tmp_path, total)
+    try:
+        assert wait_for(lambda: out.exists() and out.read_bytes().count(b"\n") >= 4,
+                        timeout_s=TIMEOUT_S)
+        child.send_signal(signal.SIGTERM)
+        _, err = child.communicate(timeout=TIMEOUT_S)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode == 1, err
+    assert "left: run again to resume" in err
+    stopped = out.read_bytes()
+    assert stopped.endswith(b"\n")                   # whole lines only: nothing was cut
+    answered = stopped.count(b"\n")
+    assert 4 <= answered < total
+    assert f"run-batch: {answered} answered" in err
+    assert run_batch(flags, out=io.StringIO()) == 0
+    ids = [o["custom_id"] for o in read_output(out)]
+    assert sorted(ids) == [f"t{i:02d}" for i in range(total)]
