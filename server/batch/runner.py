@@ -12,13 +12,17 @@ any stream at its own deadline, and collects each stream's body until it is done
 
 The engine batches whatever is in flight (continuous batching): the runner keeps
 `max_in_flight` requests submitted, and a request the admission queue refuses for now
-(429, 503 no_capacity) goes back to the front of the line after its Retry-After. Each
-answer goes to `on_answer` as it completes (in completion order, not file order).
+(429, 503 no_capacity) goes back to the front of the line, and submitting pauses for its
+Retry-After (at most `MAX_HOLD_S`: the runner is no herd of clients, and a slot freed by an
+answer ends the pause sooner). A request whose handling or stream raises (a bug) is
+answered with the server's 500 document, and the run goes on. Each answer goes to
+`on_answer` as it completes (in completion order, not file order).
 `stop()` (a signal) stops the submitting; what is in flight is finished, then `run` returns.
 """
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 import time
@@ -29,12 +33,15 @@ from typing import Callable, Iterable
 from server.batch.lines import Task
 from server.batch.output import Answer
 from server.door.request_id import MINTED_ID_BYTES
-from server.http.protocol import App, Request, Response, Stream
+from server.http.protocol import App, AppFailure, Request, Response, Stream
+
+log = logging.getLogger("tlserve.batch")
+JSON_HEADERS = (("content-type", "application/json"),)
 
 # Refused for now by admission (a full queue, a queue deadline): run again later. Any
 # other error (a dead engine's 503 too) is the task's answer.
 RETRY_CODES = ("rate_limit_exceeded", "no_capacity")
-DEFAULT_RETRY_S = 1.0              # when a refusal gives no Retry-After
+MAX_HOLD_S = 1.0                   # the longest pause after a refusal (and its default)
 MAX_WAIT_S = 1.0                   # the longest wait between polls with nothing due
 
 
@@ -45,6 +52,7 @@ class InFlight:
     request_id: str
     stream: Stream
     status: int = 0
+    headers: tuple[tuple[str, str], ...] = ()   # the head's, once polled
     chunks: list[bytes] = field(default_factory=list)
 
 
@@ -61,14 +69,11 @@ class Wake:
 
 class BatchRunner:
     def __init__(self, app: App, wake: Wake, *, max_in_flight: int,
-                 headers: tuple[tuple[str, str], ...] = (),
                  clock: Callable[[], float] = time.monotonic):
-        """`headers`: added to every request (e.g. its scheduling priority)."""
         if max_in_flight < 1:
             raise ValueError("max_in_flight must be >= 1")
         self.app, self.wake, self.clock = app, wake, clock
         self.max_in_flight = max_in_flight
-        self.headers = (("content-type", "application/json"),) + headers
         self._stopping = False
         self._hold_until_s = 0.0            # no submitting before this (a 429's Retry-After)
 
@@ -98,9 +103,13 @@ class BatchRunner:
         while waiting and len(flying) < self.max_in_flight and not self._stopping:
             task = waiting.popleft()
             request_id = f"req-{os.urandom(MINTED_ID_BYTES).hex()}"
-            request = Request(method="POST", path=task.url, headers=self.headers,
+            request = Request(method="POST", path=task.url, headers=JSON_HEADERS,
                               body=task.body, peer="run-batch", request_id=request_id)
-            answer = self.app.handle(request)
+            try:
+                answer = self.app.handle(request)
+            except Exception:                                  # noqa: BLE001
+                log.exception("run-batch: line %d (%s) failed", task.line_no, task.custom_id)
+                answer = self.app.error("internal_error", "Internal server error.")
             if isinstance(answer, Response):
                 if self._retry(task, answer.headers, answer.body, waiting):
                     return
@@ -111,17 +120,28 @@ class BatchRunner:
     def _poll(self, item: InFlight, now: float, waiting: deque,
               on_answer: Callable[[Answer], None]) -> bool:
         """Poll one stream; True once it is done (answered, or sent back to wait)."""
-        polled = item.stream.poll(now)
+        try:
+            polled = item.stream.poll(now)
+        except AppFailure:                  # the stream logged it, with its request id
+            return self._failed(item, on_answer)
+        except Exception:                                      # noqa: BLE001
+            log.exception("run-batch: line %d (%s) failed", item.task.line_no,
+                          item.task.custom_id)
+            return self._failed(item, on_answer)
         if polled.head is not None:
-            item.status = polled.head.status
-            retry_headers = polled.head.headers
-        else:
-            retry_headers = ()
+            item.status, item.headers = polled.head.status, polled.head.headers
         item.chunks.extend(polled.chunks)
         if not polled.done:
             return False
-        if not self._retry(item.task, retry_headers, b"".join(item.chunks), waiting):
+        if not self._retry(item.task, item.headers, b"".join(item.chunks), waiting):
             on_answer(_answer(item.task, item.request_id, item.status, item.chunks))
+        return True
+
+    def _failed(self, item: InFlight, on_answer: Callable[[Answer], None]) -> bool:
+        """A stream that raised: cancelled, and answered with the server's 500."""
+        item.stream.cancel()
+        failure = self.app.error("internal_error", "Internal server error.")
+        on_answer(_answer(item.task, item.request_id, failure.status, [failure.body]))
         return True
 
     def _retry(self, task: Task, headers: tuple[tuple[str, str], ...], raw_body: bytes,
@@ -130,9 +150,7 @@ class BatchRunner:
         if _error_code(raw_body) not in RETRY_CODES:
             return False
         waiting.appendleft(task)
-        retry_s = next((float(v) for k, v in headers if k.lower() == "retry-after"),
-                       DEFAULT_RETRY_S)
-        self._hold_until_s = self.clock() + min(retry_s, DEFAULT_RETRY_S)
+        self._hold_until_s = self.clock() + min(_retry_after_s(headers), MAX_HOLD_S)
         return True
 
     def _wait_s(self, flying: list[InFlight], waiting: deque) -> float:
@@ -143,6 +161,17 @@ class BatchRunner:
         if not deadlines:
             return MAX_WAIT_S
         return max(0.0, min(MAX_WAIT_S, min(deadlines) - now))
+
+
+def _retry_after_s(headers: tuple[tuple[str, str], ...]) -> float:
+    """A refusal's Retry-After in seconds (MAX_HOLD_S when it gives none readable)."""
+    for name, value in headers:
+        if name.lower() == "retry-after":
+            try:
+                return max(0.0, float(value))
+            except ValueError:
+                break
+    return MAX_HOLD_S
 
 
 def _error_code(raw_body: bytes) -> str | None:

@@ -7,6 +7,7 @@ import json
 
 from server.batch.lines import Task
 from server.batch.runner import BatchRunner, Wake
+from server.errors import kind_response
 from server.http.protocol import Response, ResponseHead, StreamPoll
 
 
@@ -42,7 +43,7 @@ class HeldStream:
                                   + json.dumps(usage).encode() + b"}"], done=True)
 
     def cancel(self) -> None:
-        raise AssertionError("nothing is cancelled")
+        self.app.cancelled.append(self.i)
 
 
 class ScriptedApp:
@@ -54,6 +55,7 @@ class ScriptedApp:
         self.refuse = refuse or {}
         self.seen: list[int] = []
         self.open = self.most_open = 0
+        self.cancelled: list[int] = []
         self.released = False
 
     def handle(self, request):
@@ -69,8 +71,7 @@ class ScriptedApp:
             self.wake()
         return HeldStream(self, i)
 
-    def error(self, kind, message):
-        raise AssertionError("no transport errors here")
+    error = staticmethod(kind_response)
 
 
 def test_many_requests_are_in_flight_at_once_and_each_is_answered_once():
@@ -110,3 +111,22 @@ def test_stop_submits_nothing_more_and_finishes_what_is_in_flight():
 
     left = runner.run(tasks(10), on_answer)
     assert len(app.seen) == 3 and len(answers) == 3 and left == 7
+
+
+class BrokenStream(HeldStream):
+    def poll(self, now_s: float) -> StreamPoll:
+        raise RuntimeError("a bug in a stream")
+
+
+def test_a_stream_that_raises_is_cancelled_answered_500_and_the_run_goes_on():
+    wake = Wake()
+    app = ScriptedApp(wake, total=3, hold_for=1)
+    plain = app.handle
+    app.handle = lambda request: (BrokenStream(app, 1) if json.loads(request.body)["i"] == 1
+                                  else plain(request))
+    answers = {}
+    BatchRunner(app, wake, max_in_flight=3).run(tasks(3), lambda a: answers.setdefault(a.line.custom_id, a))
+    assert answers["t1"].status == 500
+    assert answers["t1"].body["error"]["code"] == "internal_error"
+    assert app.cancelled == [1]
+    assert answers["t0"].status == answers["t2"].status == 200
