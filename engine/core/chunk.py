@@ -25,6 +25,6 @@ class Chunk:
     num_logits: int                  # the last num_logits rows need logits (0: mid-prefill)
     seq_id: int = -1                 # identifies the sequence to the decode mirror (-1: none)
     adapter: LoraAdapter | None = None   # the sequence's LoRA adapter (None: the base alone)
-    # The sliding layers' blocks (engine/kv/window.py; -1: dropped behind the window), from the
-    # first the chunk's windows reach to its last position. None: those layers use block_table.
+    # The sliding layers' table (engine/kv/window.py), entry for entry beside block_table; the
+    # entries before the chunk's windows may be -1 (dropped). None: those layers use block_table.
     window_table: tuple[int, ...] | None = None

@@ -107,7 +107,8 @@ class EmbeddingQueue:
             if len(ids) > self.max_model_len:
                 raise PromptTooLong(f"an embedding input of {len(ids)} tokens exceeds the "
                                     f"context of {self.max_model_len}")
-            if self.blocks.blocks_for_tokens(len(ids)) > min(self._num_window_blocks(), self.blocks.num_blocks):
+            room_blocks = min(self._num_window_blocks(), self.blocks.num_blocks)
+            if self.blocks.blocks_for_tokens(len(ids)) > room_blocks:
                 raise PromptTooLong("an embedding input does not fit in the KV cache")
         job = EmbedJob(self._next_id, len(tokens), self.hidden_size)
         self._next_id += 1

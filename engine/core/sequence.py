@@ -20,7 +20,8 @@ from engine.types import GenRequest
 
 
 class Sequence:
-    __slots__ = ("id", "req", "tokens", "num_prompt", "num_computed", "blocks", "window_blocks", "seed",
+    __slots__ = ("id", "req", "tokens", "num_prompt", "num_computed", "blocks", "window_blocks",
+                 "seed",
                  "arrival", "num_generated", "output_counts", "radix_node",
                  "num_committed_blocks", "was_scheduled", "stop_ids", "eos_ids",
                  "_prompt_set", "constraint", "num_prompt_scored", "prompt_scored",

@@ -213,15 +213,15 @@ class DecodeMirror:
         bs = self.kv.block_size
         used = blocks_for_tokens(num_tokens, bs)
         blocks = np.asarray(table[:used], dtype=np.int64)                   # [used]
-        window_blocks = None
+        window_part = None                 # (first position, blocks) the window table still holds
         if window_table is not None:
             kept = np.asarray(window_table[:used], dtype=np.int64)          # [used], -1: dropped
             first = int(np.argmax(kept >= 0)) if (kept >= 0).any() else used
-            window_blocks = (first * bs, kept[first:])
+            window_part = (first * bs, kept[first:])
         for i in range(self.num_layers):
             start, layer_blocks = 0, blocks
-            if window_blocks is not None and self.kv.in_window_pool[i]:
-                start, layer_blocks = window_blocks
+            if window_part is not None and self.kv.in_window_pool[i]:
+                start, layer_blocks = window_part
             if start >= num_tokens:
                 continue
             k, v = self.kv.gather_blocks(i, layer_blocks)                   # [blocks*bs, KV, hd] each
