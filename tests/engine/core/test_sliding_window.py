@@ -306,6 +306,19 @@ def test_embeddings_write_and_read_the_sliding_layers_by_their_window_table():
     assert engine.blocks.window.num_held_blocks == 0
 
 
+def test_preemption_releases_both_tables_and_the_answers_stay_exact():
+    """Two 23-token prompts and their answers need 9 blocks each of a 10-block global pool:
+    one is preempted and recomputed, while the window tables have drifted apart from the
+    block tables; the answers equal the dense reference and nothing stays held."""
+    model = _gemma_like()
+    config = dataclasses.replace(ONE_AT_A_TIME, num_kv_blocks=10, max_num_seqs=2, prefix_cache="none")
+    engine = Engine(model, config)
+    prompts = [LONG_PROMPTS[0], [(t + 11) % 61 + 1 for t in LONG_PROMPTS[0]]]
+    assert engine_tokens(engine, prompts) == [dense_greedy(model, p, NEW_TOKENS) for p in prompts]
+    assert engine.stats().preemptions_total > 0
+    assert engine.blocks.window.num_free_blocks == engine.blocks.window.num_blocks
+
+
 def test_the_budget_a_window_pool_saves_goes_to_more_global_blocks():
     from engine.kv.pools import BYTES_PER_MIB, num_blocks_for_budget
     from engine.kv.window import pool_sizes
