@@ -35,7 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.load_server import config_sets, settings_env, spawned  # noqa: E402
-from server.api.chat.parse import MAX_MESSAGES  # noqa: E402
+from server.api.chat.request import MAX_MESSAGES  # noqa: E402
 from server.api.embeddings import MAX_EMBEDDING_INPUTS  # noqa: E402
 
 ZOD_INT = {"type": "object", "properties": {"n": {"type": "integer",

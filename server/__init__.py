@@ -6,8 +6,8 @@
     door/     what every API route passes first: request id, API key, CORS, access log,
               the router (`routes.py`), the loading state
     api/      the OpenAI API, one module or package per endpoint family; `routes.py` the
-              route table, `app.py` the dispatcher, `prepared.py` what a handler hands
-              back, `launch.py` a generation's launch, `streams.py` the stream shell
+              route table, `app.py` the dispatcher, `launch.py` what the generation
+              handlers share (up to `client.generate`), `streams.py` the stream shell
     offloop/  work off the loop thread: `pool.py`'s threads for heavy preparation and big
               documents, and the stream that stands for their work on the loop
     text/     between JSON and token ids: the served model, typed messages, detokenising,

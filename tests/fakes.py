@@ -15,6 +15,7 @@ import numpy as np
 from engine.api import (FINISH_LENGTH, FINISH_STOP, EngineStats, GenRequest, PromptTooLong,
                         PromptLogprobs, TokenOut)
 from engine.core.embedding import EmbedDone
+from server.offloop.pool import OffLoopStream, outcome_of
 from server.worker.admission import QueuePolicy
 from server.worker.bridge import EngineBridge
 from server.worker.tickets import Add, Embed, Ticket
@@ -365,3 +366,19 @@ class FakeTokenizer:
 def tok(token, finish=None, logprob=0.0, top=()) -> TokenOut:
     """One engine output of request 0."""
     return TokenOut(id=0, token=token, finish=finish, logprob=logprob, top_logprobs=top)
+
+
+class ManualOffLoop:
+    """An OffLoop whose work runs when the test says so, on the test's thread."""
+
+    def __init__(self):
+        self.jobs = []
+
+    def run(self, work, finish):
+        stream = OffLoopStream(finish)
+        self.jobs.append((stream, work))
+        return stream
+
+    def finish_all(self):
+        for stream, work in self.jobs:
+            stream.deliver(outcome_of(work))

@@ -17,7 +17,9 @@
   text layer the engine worker; the worker none; the off-loop pool none (it is thread
   infrastructure: it runs any pure function and hands back a `Stream`, so it needs no
   OpenAI meaning and no engine); the front door and observation no room that holds OpenAI
-  meaning (api/, text/); the shared top modules (errors, replies, state) are open to all;
+  meaning (api/, text/); batch work the API's field parser and the door's request id
+  (it drives any `App` it is handed, so it needs no other room); the shared top modules
+  (errors, replies, state) are open to all;
 - no import cycle between modules anywhere, imports under `if TYPE_CHECKING:` and inside
   functions included (a cycle only type checkers see is still two modules that cannot be
   read apart); the layer rules above count run-time imports only.
@@ -66,6 +68,7 @@ ROOMS_MAY_IMPORT = {
     "server.offloop": set(),
     "server.api": {"server.door", "server.text", "server.worker", "server.observe",
                    "server.offloop"},
+    "server.batch": {"server.api", "server.door"},
 }
 SHARED = {"server.http", "server.errors", "server.replies", "server.state"}
 

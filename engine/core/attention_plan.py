@@ -22,13 +22,18 @@ windows differ per member and leave a long shared prefix behind, so they read th
 `window` -- unless no query of the group is past the window's length (the usual chat
 below 512 tokens): then every layer reads the same keys, shared blocks included.
 
+With a window pool (engine/kv/window.py) the sliding layers' blocks have ids of their own:
+`window` is then built from the members' window tables, and below the window's length a
+group carries `local`, the same group over the window tables (its shared leading blocks
+split off on those tables: the shared-prefix shortcut per layer kind).
+
 A group's score array [B, KV, G*n, L] stays below `llama.MAX_SCORE_ELEMENTS` (read at call
 time, one source): a long single prefill is cut into query pieces that each fit, and
 equal-length chunks share a group only while it fits.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Union
 
 import numpy as np
@@ -51,6 +56,7 @@ class Member:
     start_pos: int                   # the position of its first query
     block_table: tuple[int, ...]     # its sequence's blocks, covering every query's position
     seq_id: int                      # the decode mirror's key (-1: none)
+    window_table: tuple[int, ...] | None = None   # the sliding layers' blocks (None: block_table)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +79,7 @@ class GatherGroup:
     num_queries: int                 # n
     shared_blocks: np.ndarray | None = None  # [S] leading blocks every member has (None: none)
     window: WindowKeys | None = None         # the sliding layers' keys (None: read the above)
+    local: GatherGroup | None = None         # ... below the window, over the window tables
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +131,7 @@ class AttentionPlanner:
         for c in chunks:
             n = len(c.tokens)
             max_queries = max(1, limit // (heads * (c.start_pos + n)))
-            member = Member(first_row, c.start_pos, c.block_table, c.seq_id)
+            member = Member(first_row, c.start_pos, c.block_table, c.seq_id, c.window_table)
             if n <= max_queries:
                 batches = by_length.setdefault(n, [[]])
                 if n > 1 and not _fits(batches[-1] + [member], n, heads, limit):
@@ -132,7 +139,8 @@ class AttentionPlanner:
                 batches[-1].append(member)
             else:
                 for off in range(0, n, max_queries):
-                    piece = Member(first_row + off, c.start_pos + off, c.block_table, c.seq_id)
+                    piece = Member(first_row + off, c.start_pos + off, c.block_table, c.seq_id,
+                                   c.window_table)
                     pieces.append(self.gather_group(min(max_queries, n - off), [piece]))
             first_row += n
         decode = by_length.pop(DECODE_QUERIES, None)
@@ -172,7 +180,24 @@ class AttentionPlanner:
         Leading blocks that every member's table holds (a shared system prompt from the
         prefix cache) and that every query sees are split off as `shared_blocks`: they
         are gathered once, not once per member. `block_index` and `bias` cover the rest.
+        The sliding layers read `window` past the window's length, else `local` when their
+        blocks are the window pool's, else the same keys.
         """
+        group = self._gathered(n, members)
+        if self.window_tokens is None:
+            return group
+        windowed = members
+        if members[0].window_table is not None:
+            windowed = [replace(m, block_table=m.window_table) for m in members]
+        q_pos = np.asarray([m.start_pos for m in members])[:, None] + np.arange(n)          # [B, n]
+        if int(q_pos.max()) >= self.window_tokens:
+            return replace(group, window=self.window_keys(windowed, n, q_pos))
+        if windowed is not members:        # below the window nothing was dropped yet
+            return replace(group, local=self._gathered(n, windowed))
+        return group
+
+    def _gathered(self, n: int, members: list[Member]) -> GatherGroup:
+        """The group over the members' block tables, shared leading blocks split off."""
         bs, groups = self.block_size, self.group_size
         batch = len(members)
         shared = self.num_shared_blocks(members)                                            # S_b
@@ -186,12 +211,9 @@ class AttentionPlanner:
         q_pos = np.asarray([m.start_pos for m in members])[:, None] + np.arange(n)          # [B, n]
         k_pos = np.arange(shared * bs, (shared + num_blocks) * bs)                          # [L]
         hidden = k_pos[None, None, :] > q_pos[:, :, None]                                   # [B, n, L]
-        window = None                      # no query past the window: the sliding layers read as the rest
-        if self.window_tokens is not None and int(q_pos.max()) >= self.window_tokens:
-            window = self.window_keys(members, n, q_pos)
         shared_blocks = np.asarray(members[0].block_table[:shared], dtype=np.int64) if shared else None
         return GatherGroup(rows, block_index, _gather_bias(hidden, groups), batch, n,
-                           shared_blocks=shared_blocks, window=window)
+                           shared_blocks=shared_blocks)
 
     def window_keys(self, members: list[Member], n: int, q_pos: np.ndarray) -> WindowKeys:
         """The blocks the sliding layers read: member b's from the block holding its first

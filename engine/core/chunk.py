@@ -5,7 +5,7 @@ last token plus its drafts) of one sequence. `engine/core/runner.py` runs a list
 one batched forward and `engine/core/attention_plan.py` groups them; both import it from
 here, so neither needs the other for the type. A chunk names the LoRA adapter its
 sequence runs on (None: the base); the runner groups the step's rows by it
-(engine/model/lora_batch.py).
+(engine/model/lora_batch.py), and, with a window pool, the sliding layers' own table.
 """
 from __future__ import annotations
 
@@ -25,3 +25,6 @@ class Chunk:
     num_logits: int                  # the last num_logits rows need logits (0: mid-prefill)
     seq_id: int = -1                 # identifies the sequence to the decode mirror (-1: none)
     adapter: LoraAdapter | None = None   # the sequence's LoRA adapter (None: the base alone)
+    # The sliding layers' table (engine/kv/window.py), entry for entry beside block_table; the
+    # entries before the chunk's windows may be -1 (dropped). None: those layers use block_table.
+    window_table: tuple[int, ...] | None = None

@@ -13,6 +13,8 @@ pace while a big embeddings call runs:
 * each step it computes up to `prefill_chunk` of its tokens as a chunk with no logits
   (nothing is sampled); the runner returns the final-normed hidden rows of the chunk
   [n, d], which are summed into the part's running sum [d] (float64);
+* with sliding-window layers it holds window blocks (engine/kv/window.py) for its whole
+  input too, like its blocks: a part is short-lived, so nothing is dropped on the way;
 * after its last token its blocks are released at once (no KV is kept and nothing is
   offered to the prefix cache) and its vector is the mean over its tokens, L2-normalised;
 * when every part of a job is done the job's vectors [n, d] are ready (`take_finished`).
@@ -59,12 +61,13 @@ class EmbedJob:
 
 class EmbedPart:
     """One input of a job on its way through the steps."""
-    __slots__ = ("job", "index", "tokens", "num_computed", "blocks", "hidden_sum")
+    __slots__ = ("job", "index", "tokens", "num_computed", "blocks", "window_blocks", "hidden_sum")
 
     def __init__(self, job: EmbedJob, index: int, tokens: tuple[int, ...], hidden_size: int):
         self.job, self.index, self.tokens = job, index, tokens
         self.num_computed = 0
         self.blocks: list[int] = []
+        self.window_blocks: list[int] = []                                     # window pool only
         self.hidden_sum = np.zeros(hidden_size, dtype=np.float64)              # [d]
 
 
@@ -76,7 +79,8 @@ class EmbedChunk:
 
     def chunk(self) -> Chunk:
         part, start = self.part, self.part.num_computed
-        return Chunk(part.tokens[start:start + self.num_tokens], start, tuple(part.blocks), 0)
+        return Chunk(part.tokens[start:start + self.num_tokens], start, tuple(part.blocks), 0,
+                     window_table=tuple(part.window_blocks) if part.window_blocks else None)
 
 
 class EmbeddingQueue:
@@ -103,7 +107,8 @@ class EmbeddingQueue:
             if len(ids) > self.max_model_len:
                 raise PromptTooLong(f"an embedding input of {len(ids)} tokens exceeds the "
                                     f"context of {self.max_model_len}")
-            if self.blocks.blocks_for_tokens(len(ids)) > self.blocks.num_blocks:
+            room_blocks = min(self._num_window_blocks(), self.blocks.num_blocks)
+            if self.blocks.blocks_for_tokens(len(ids)) > room_blocks:
                 raise PromptTooLong("an embedding input does not fit in the KV cache")
         job = EmbedJob(self._next_id, len(tokens), self.hidden_size)
         self._next_id += 1
@@ -112,6 +117,27 @@ class EmbeddingQueue:
         if not tokens:
             self._complete(job)
         return job.id
+
+    def _num_window_blocks(self) -> int:
+        window = self.blocks.window
+        return self.blocks.num_blocks if window is None else window.num_blocks
+
+    def _take_blocks(self, part: EmbedPart, reserve_blocks: int) -> bool:
+        """Blocks for the part's whole input (both pools), leaving `reserve_blocks` spare."""
+        needed = self.blocks.blocks_for_tokens(len(part.tokens))
+        window = self.blocks.window
+        if window is not None and window.num_available_blocks < needed + reserve_blocks:
+            return False
+        if self.blocks.num_available_blocks < needed + reserve_blocks \
+                or not self.blocks.grow(part.blocks, len(part.tokens)):
+            return False
+        return window is None or window.cover(part.window_blocks, len(part.tokens))
+
+    def _release(self, part: EmbedPart) -> None:
+        self.blocks.release(part.blocks)
+        if self.blocks.window is not None:
+            self.blocks.window.release(part.window_blocks)
+        part.blocks, part.window_blocks = [], []
 
     def has_work(self) -> bool:
         return bool(self.pending or self.active)
@@ -127,9 +153,7 @@ class EmbeddingQueue:
             budget_tokens -= items[-1].num_tokens
         while self.pending and budget_tokens > 0:
             part = self.pending[0]
-            needed = self.blocks.blocks_for_tokens(len(part.tokens))
-            if self.blocks.num_available_blocks < needed + reserve_blocks \
-                    or not self.blocks.grow(part.blocks, len(part.tokens)):
+            if not self._take_blocks(part, reserve_blocks):
                 break
             self.active.append(self.pending.popleft())
             items.append(self._piece(part, budget_tokens))
@@ -154,8 +178,7 @@ class EmbeddingQueue:
 
     def _finish_part(self, part: EmbedPart) -> None:
         self.active.remove(part)
-        self.blocks.release(part.blocks)
-        part.blocks = []
+        self._release(part)
         pooled = part.hidden_sum / len(part.tokens)                            # [d]
         job = part.job
         job.vectors[part.index] = pooled / max(float(np.linalg.norm(pooled)), MIN_NORM)
@@ -177,7 +200,7 @@ class EmbeddingQueue:
             return
         for part in [p for p in self.active if p.job.id == job_id]:
             self.active.remove(part)
-            self.blocks.release(part.blocks)
+            self._release(part)
         self.pending = deque(p for p in self.pending if p.job.id != job_id)
 
     def cancel_all(self) -> None:

@@ -39,7 +39,8 @@ from engine.errors import InvalidRequest, PromptTooLong
 from engine.types import (EngineConfig, EngineStats, GenRequest, KvSize, PromptLogprobs,
                           RequestId, TokenOut)
 from engine.kv.blocks import BlockManager
-from engine.kv.pools import KVCache, num_blocks_for_budget
+from engine.kv.pools import KVCache
+from engine.kv.window import WindowPool, pool_sizes
 from engine.model.spec import Model
 from engine.core.chunk import Chunk
 from engine.core.runner import ModelRunner
@@ -83,9 +84,12 @@ class Engine:
         mc = model.config
         self._max_model_len = min(config.max_model_len or mc.max_position_embeddings,
                                   mc.max_position_embeddings)
-        num_blocks = config.num_kv_blocks or num_blocks_for_budget(mc, config.block_size, config.kv_cache_mib)
-        self.kv = KVCache(mc, num_blocks, config.block_size)
-        self.blocks = BlockManager(num_blocks, config.block_size, config.prefix_cache)
+        # Sliding-window layers get a window pool of their own (engine/kv/window.py).
+        num_blocks, num_window_blocks = pool_sizes(mc, config)
+        self.kv = KVCache(mc, num_blocks, config.block_size, num_window_blocks)
+        window = None if num_window_blocks is None else \
+            WindowPool(num_window_blocks, config.block_size, mc.options.sliding_window)
+        self.blocks = BlockManager(num_blocks, config.block_size, config.prefix_cache, window)
         # The decode mirror may hold at most as many bytes as the pools (see engine/kv/mirror.py).
         self.runner = ModelRunner(mc, model.weights, self.kv, self._max_model_len,
                                   mirror_bytes=self.kv.nbytes)
@@ -170,7 +174,8 @@ class Engine:
         """The plan's prefix copies, then ONE forward over its chunks with the embedding
         pieces' rows after them; the embeddings take their hidden states [E, d]."""
         for copy in plan.copies:                         # prefix hits that end inside a block
-            self.kv.copy_rows(copy.src_block, copy.dst_block, copy.num_tokens)
+            self.kv.copy_rows(copy.src_block, copy.dst_block, copy.num_tokens,
+                              copy.window_src, copy.window_dst)
         chunks = [self._chunk(item) for item in plan.scheduled]
         num_rows = sum(len(c.tokens) for c in chunks)
         chunks += [e.chunk() for e in embeds]                                  # rows after the rest
@@ -193,7 +198,9 @@ class Engine:
         seq = item.seq
         start = seq.num_computed
         tokens = tuple(seq.tokens[start:start + item.num_tokens]) + item.drafts
-        return Chunk(tokens, start, tuple(seq.blocks), item.num_logits, seq.id)
+        window_table = tuple(seq.window_blocks) if seq.window_blocks else None
+        return Chunk(tokens, start, tuple(seq.blocks), item.num_logits, seq.id,
+                     window_table=window_table)
 
     # ----------------------------------------------------------------- side doors
 

@@ -44,6 +44,8 @@ class BlockCopy:
     src_block: int
     dst_block: int
     num_tokens: int
+    window_src: int = -1                # the same in the window pool's layers (-1: no window pool)
+    window_dst: int = -1
 
 
 @dataclass(slots=True)

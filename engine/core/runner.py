@@ -17,7 +17,8 @@ Attention groups chunks of equal length (the plan: `engine/core/attention_plan.p
 once per step and reused by every layer), gathers their blocks as `[B, L, KV, hd]` and
 runs batched matmuls over `[B, KV, G*n, ...]`; a key is visible to a query iff its
 position is <= the query's (and, in a sliding layer, inside its window: such a layer
-gathers only the blocks its windows reach, and slices the decode mirror's rows to them).
+gathers only the blocks its windows reach, and slices the decode mirror's rows to them;
+with a window pool, engine/kv/window.py, it writes and reads them by the window table).
 Leading blocks that all of a group's members share (a system prompt from the prefix
 cache) are gathered once and met by one gemm per KV head over all members' queries,
 instead of B copies and B small gemms. The one-token (decode) rows instead read the
@@ -126,6 +127,11 @@ class ModelRunner:
             step_ropes.setdefault(id(cos_table), (cos_table[positions], sin_table[positions]))  # [N, hd/2]
         slots = np.concatenate([slots_for(c.block_table, c.start_pos, len(c.tokens), self.block_size)
                                 for c in chunks])                                           # [N]
+        window_slots = slots                                                                # [N]: the window pool's
+        if any(self.kv.in_window_pool):
+            window_slots = np.concatenate([
+                slots_for(c.block_table if c.window_table is None else c.window_table,
+                          c.start_pos, len(c.tokens), self.block_size) for c in chunks])
         groups = self.planner.plan(chunks)
         lora = LoraBatch.of_chunks([c.adapter for c in chunks], [len(c.tokens) for c in chunks])
         mirrored = [(g, positions[g.rows]) for g in groups if isinstance(g, MirrorGroup)]  # [B] each
@@ -135,7 +141,7 @@ class ModelRunner:
             cos, sin = step_ropes[id(self.rope_tables[index][0])]                            # [N, hd/2]
             layer_lora = None if lora is None else lora.layer(index)                        # this step's adapter rows
             q, k, v = llama.qkv_project(h, layer, cfg, cos, sin, layer_lora)                 # [N, H|KV, hd]
-            self.kv.write(index, slots, k, v)
+            self.kv.write(index, window_slots if self.kv.in_window_pool[index] else slots, k, v)
             for group, group_positions in mirrored:
                 self.mirror.write(index, group.mirror_rows, group_positions,
                                   k[group.rows], v[group.rows])
@@ -174,6 +180,8 @@ class ModelRunner:
             return self._attend_mirror(qg, layer, g, local)
         if local and g.window is not None:                              # the window's blocks only
             return self._attend_window(qg, layer, g)
+        if local and g.local is not None:                               # the window pool's blocks
+            return self._attend_gathered(qg, layer, g.local)
         return self._attend_gathered(qg, layer, g)
 
     def _attend_gathered(self, qg: np.ndarray, layer: int, g: GatherGroup) -> np.ndarray:

@@ -16,6 +16,9 @@ step), except that one prompt may always take a whole `prefill_chunk`.
    its one token (plus the drafts the speculation policy chooses for this batch size,
    engine/core/drafts/policy.py, within the budget), a prefilling one its next
    piece of at most `prefill_chunk` tokens -- so long prompts never stall the decodes;
+   With sliding-window layers each sequence also holds a window table (engine/kv/window.py):
+   grown with its block table, and after every step its entries behind the window are
+   released, so the sliding layers' blocks a sequence holds stay about one window's worth;
 2. if a running sequence needs a block and none is left (after evicting cached blocks),
    the lowest-priority, latest-arrived running sequence is *preempted by recompute*: its
    blocks are released (its full blocks stay in the prefix cache) and it goes back to
@@ -45,6 +48,10 @@ verifies drafts (engine/core/speculative.py) and offers full blocks to the prefi
 finished sequence releases its blocks at once; its text joins the speculation policy's store.
 
 What it is not: the forward pass or sampling.
+
+Size: one concept, the step's batching decision and its consequences for the sequences'
+blocks (both tables, the prefix cache, preemption); splitting planning from `postprocess`
+would split the one table of live sequences the two share.
 """
 from __future__ import annotations
 
@@ -113,8 +120,8 @@ class Scheduler:
             self.running.remove(seq)
         elif seq in self.waiting:
             self.waiting.remove(seq)
-        self.blocks.release(seq.blocks)
-        seq.blocks = []
+        self._release(seq)
+        seq.blocks, seq.window_blocks = [], []
         if self.drafts is not None:
             self.drafts.finish(seq)                # its text joins the suffix store
 
@@ -200,7 +207,7 @@ class Scheduler:
         want = min(remaining, self.config.prefill_chunk, budget)
         while True:
             drafts = draft.tokens if draft is not None else ()
-            if self.blocks.grow(seq.blocks, seq.num_computed + want + len(drafts)):
+            if self._grow(seq, seq.num_computed + want + len(drafts)):
                 return Scheduled.of(seq, want, want == remaining, drafts, draft.source if draft else "")
             if draft is not None:          # try again without the speculation first
                 self._draft_batch.give_back(draft)
@@ -217,7 +224,7 @@ class Scheduler:
 
     def _preempt(self, seq: Sequence, plan: StepPlan) -> None:
         self.running.remove(seq)
-        self.blocks.release(seq.blocks)
+        self._release(seq)
         seq.reset_for_recompute()
         self._enqueue(seq)
         plan.preempted.append(seq)
@@ -234,8 +241,8 @@ class Scheduler:
                 continue
             copy = self._take_cached_prefix(seq)
             want = min(seq.num_uncomputed, self.config.prefill_chunk, budget)
-            if not self.blocks.grow(seq.blocks, seq.num_computed + want):
-                self.blocks.release(seq.blocks)
+            if not self._grow(seq, seq.num_computed + want):
+                self._release(seq)
                 seq.reset_for_recompute()
                 break
             if copy is not None:
@@ -249,6 +256,19 @@ class Scheduler:
             plan.scheduled.append(Scheduled.of(seq, want, want == seq.num_uncomputed))
             budget -= want
         return start_budget - budget
+
+    def _grow(self, seq: Sequence, num_tokens: int) -> bool:
+        """Blocks for positions 0..num_tokens-1 in both tables; False if either lacks room."""
+        if not self.blocks.grow(seq.blocks, num_tokens):
+            return False
+        window = self.blocks.window
+        return window is None or window.cover(seq.window_blocks, num_tokens)
+
+    def _release(self, seq: Sequence) -> None:
+        """Drop `seq`'s references on its blocks (both tables); the lists are the caller's."""
+        self.blocks.release(seq.blocks)
+        if self.blocks.window is not None:
+            self.blocks.window.release(seq.window_blocks)
 
     def _waits_for_prefix(self, seq: Sequence) -> bool:
         """Should `seq` wait for a prefix a running sequence is computing? (counted once)"""
@@ -288,17 +308,28 @@ class Scheduler:
         src, common = self.blocks.match_partial(node, seq.tokens[done:len(seq.tokens) - 1])
         if common == 0:
             return None
+        window, window_src = self.blocks.window, -1
+        if window is not None:             # the sliding layers copy the block's window rows too
+            window_src = window.of_tree.get(src, -1)
+            if window_src < 0 or window.num_available_blocks < 1:
+                return None
         fresh = self.blocks.allocate(1)
         if fresh is None:
             return None
         seq.blocks.append(fresh[0])
+        window_dst = -1
+        if window is not None:             # evicting window_src for it is harmless: the copy
+            window_dst = window.allocate(1)[0]   # runs before any forward writes a block
+            seq.window_blocks.append(window_dst)
         seq.num_computed = done + common
-        return BlockCopy(src, fresh[0], common)
+        return BlockCopy(src, fresh[0], common, window_src, window_dst)
 
     def _share_blocks(self, seq: Sequence, max_blocks: int):
         """Take the longest cached run of whole blocks; returns its tree node."""
         blocks, node = self.blocks.match_prefix(seq.tokens, max_blocks)
         seq.blocks = blocks
+        if self.blocks.window is not None:
+            seq.window_blocks = self.blocks.window.share(blocks)
         seq.radix_node = node
         seq.num_committed_blocks = len(blocks)
         seq.num_computed = len(blocks) * self.blocks.block_size
@@ -384,8 +415,9 @@ class Scheduler:
         return finish
 
     def _commit_full_blocks(self, seq: Sequence) -> None:
-        """Offer newly filled blocks of computed tokens to the prefix cache."""
-        bs = self.blocks.block_size
+        """Offer newly filled blocks of computed tokens to the prefix cache; then release
+        the window blocks no later query of `seq` reads (engine/kv/window.py)."""
+        bs, window = self.blocks.block_size, self.blocks.window
         full = seq.num_computed // bs
         while seq.radix_node is not None and seq.num_committed_blocks < full:
             i = seq.num_committed_blocks
@@ -393,6 +425,10 @@ class Scheduler:
             node = self.blocks.commit(seq.radix_node, key, seq.blocks[i])
             if node is not None:
                 seq.blocks[i] = node.block           # the tree's copy, when it already had one
+                if window is not None:
+                    seq.window_blocks[i] = window.commit(node.block, seq.window_blocks[i])
             seq.radix_node = node
             seq.num_committed_blocks += 1
+        if window is not None:
+            window.drop_behind(seq.window_blocks, seq.num_computed)
 

@@ -7,6 +7,8 @@ in a `__slots__` class (ARCHITECTURE 3.4). Invariants:
   A sequence is *decoding* when exactly one token is left to compute (the last sampled
   one), *prefilling* when more are (the prompt, or prompt + output after a preemption).
 * `blocks` is the block table: `blocks[i]` holds positions `i*bs .. (i+1)*bs - 1`.
+* `window_blocks` is the window table (engine/kv/window.py) when the model has a window
+  pool: the sliding layers' block for each entry of `blocks`, -1 once behind the window.
 * `num_committed_blocks` leading blocks are in the radix tree (or shared from it), and
   `radix_node` is the tree node of the last of them (None: this sequence does not share).
 
@@ -18,7 +20,8 @@ from engine.types import GenRequest
 
 
 class Sequence:
-    __slots__ = ("id", "req", "tokens", "num_prompt", "num_computed", "blocks", "seed",
+    __slots__ = ("id", "req", "tokens", "num_prompt", "num_computed", "blocks", "window_blocks",
+                 "seed",
                  "arrival", "num_generated", "output_counts", "radix_node",
                  "num_committed_blocks", "was_scheduled", "stop_ids", "eos_ids",
                  "_prompt_set", "constraint", "num_prompt_scored", "prompt_scored",
@@ -32,6 +35,7 @@ class Sequence:
         self.num_prompt = len(self.tokens)
         self.num_computed = 0
         self.blocks: list[int] = []
+        self.window_blocks: list[int] = []           # the sliding layers' table (window pool only)
         self.seed = seed
         self.arrival = arrival                       # admission order (FCFS tie-break)
         self.num_generated = 0
@@ -87,5 +91,6 @@ class Sequence:
         """After preemption: nothing cached any more; prompt + output will be prefilled."""
         self.num_computed = 0
         self.blocks = []
+        self.window_blocks = []
         self.radix_node = None
         self.num_committed_blocks = 0

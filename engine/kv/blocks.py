@@ -25,6 +25,7 @@ from __future__ import annotations
 from engine.errors import InvalidConfig
 from engine.kv.pools import blocks_for_tokens
 from engine.kv.radix import RadixCache, RadixNode
+from engine.kv.window import WindowPool
 from engine.types import PREFIX_CACHE_MODES
 
 # How a refused mode is described, to the engine's callers and the server's config alike.
@@ -40,7 +41,8 @@ def check_prefix_cache(mode: object) -> None:
 class BlockManager:
     """Reference-counted KV blocks, a free list and (optionally) a radix prefix cache."""
 
-    def __init__(self, num_blocks: int, block_size: int, prefix_cache: str = "radix"):
+    def __init__(self, num_blocks: int, block_size: int, prefix_cache: str = "radix",
+                 window: WindowPool | None = None):
         check_prefix_cache(prefix_cache)
         if num_blocks < 1 or block_size < 1:
             raise ValueError("num_blocks and block_size must be positive")
@@ -51,6 +53,7 @@ class BlockManager:
         self._free = list(range(num_blocks - 1, -1, -1))  # a stack: block 0 is handed out first
         self.num_used_blocks = 0
         self.evictions_total = 0
+        self.window = window               # the sliding layers' blocks (None: no such layer)
 
     # ----------------------------------------------------------------- state
 
@@ -87,7 +90,10 @@ class BlockManager:
         out = []
         for _ in range(num_blocks):
             if not self._free:
-                self._free.append(self.radix.evict_one(self._is_unreferenced))
+                evicted = self.radix.evict_one(self._is_unreferenced)
+                if self.window is not None:
+                    self.window.forget(evicted)
+                self._free.append(evicted)
                 self.evictions_total += 1
             block = self._free.pop()
             self.ref_counts[block] = 1
@@ -128,11 +134,14 @@ class BlockManager:
         """Take a reference on the longest cached prefix of `tokens` (at most `max_blocks`).
 
         Returns (block ids, the deepest node) -- the node is the tree root when nothing
-        matched, and None when the cache is off.
+        matched, and None when the cache is off. With a window pool the match ends where
+        the window blocks its next query reads are all still cached.
         """
         if self.radix is None:
             return [], None
         path = self.radix.match(tokens, max_blocks)
+        if self.window is not None:
+            path = path[:self.window.usable_prefix([node.block for node in path])]
         for node in path:
             self._take_ref(node)
         return [node.block for node in path], (path[-1] if path else self.radix.root)

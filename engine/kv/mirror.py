@@ -22,6 +22,8 @@ Rows are assigned to sequences by id, lowest free row first, and dropped as soon
 sequence is not in a step's decode group (finished, preempted, prefilling again). A row
 whose copy is behind (new, or its sequence verified drafts through the paged path) is
 refilled once from the pools. Rows not in the current group are computed and ignored.
+The window pool's layers (engine/kv/window.py) refill from the sequence's window table,
+only the blocks it still holds: their positions before the window are never read.
 
 Bounded: the mirror never holds more bytes than `max_bytes` (the engine passes the
 pool's own size); when a step would need more, the runner falls back to the gather.
@@ -55,6 +57,7 @@ class MirrorMember(Protocol):
     seq_id: int                      # the row's key
     start_pos: int                   # positions 0..start_pos-1 must already be in the row
     block_table: tuple[int, ...]     # where to refill them from when the row is behind
+    window_table: tuple[int, ...] | None   # ... in the window pool's layers (None: block_table)
 
 
 class DecodeMirror:
@@ -95,7 +98,7 @@ class DecodeMirror:
         rows = np.asarray([self.row_of[m.seq_id] for m in members], dtype=np.int64)
         for m, row in zip(members, rows):
             if self.valid_tokens[int(row)] < m.start_pos:
-                self._refill(int(row), m.start_pos, m.block_table)
+                self._refill(int(row), m.start_pos, m.block_table, m.window_table)
             self.valid_tokens[int(row)] = m.start_pos + num_queries
         self._grow_ahead(need_rows, need_tokens)
         return rows
@@ -203,15 +206,28 @@ class DecodeMirror:
         self.layers_grown_total += 1
         return True
 
-    def _refill(self, row: int, num_tokens: int, table: tuple[int, ...]) -> None:
-        """Copy positions 0..num_tokens-1 of a sequence from the paged pools into its row."""
-        used = blocks_for_tokens(num_tokens, self.kv.block_size)
+    def _refill(self, row: int, num_tokens: int, table: tuple[int, ...],
+                window_table: tuple[int, ...] | None) -> None:
+        """Copy positions 0..num_tokens-1 of a sequence from the paged pools into its row
+        (in the window pool's layers, from the first block its window table still holds)."""
+        bs = self.kv.block_size
+        used = blocks_for_tokens(num_tokens, bs)
         blocks = np.asarray(table[:used], dtype=np.int64)                   # [used]
+        window_part = None                 # (first position, blocks) the window table still holds
+        if window_table is not None:
+            kept = np.asarray(window_table[:used], dtype=np.int64)          # [used], -1: dropped
+            first = int(np.argmax(kept >= 0)) if (kept >= 0).any() else used
+            window_part = (first * bs, kept[first:])
         for i in range(self.num_layers):
-            k, v = self.kv.gather_blocks(i, blocks)                         # [used*bs, KV, hd] each
-            k, v = k[:num_tokens], v[:num_tokens]                           # [T, KV, hd]
-            self.k[i][row, :, :num_tokens] = k.transpose(1, 0, 2)           # [KV, T, hd]
-            self.v[i][row, :, :num_tokens] = v.transpose(1, 0, 2)           # [KV, T, hd]
+            start, layer_blocks = 0, blocks
+            if window_part is not None and self.kv.in_window_pool[i]:
+                start, layer_blocks = window_part
+            if start >= num_tokens:
+                continue
+            k, v = self.kv.gather_blocks(i, layer_blocks)                   # [blocks*bs, KV, hd] each
+            k, v = k[:num_tokens - start], v[:num_tokens - start]           # [T, KV, hd]
+            self.k[i][row, :, start:num_tokens] = k.transpose(1, 0, 2)      # [KV, T, hd]
+            self.v[i][row, :, start:num_tokens] = v.transpose(1, 0, 2)      # [KV, T, hd]
 
     # ----------------------------------------------------------------- per layer
 

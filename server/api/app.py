@@ -1,25 +1,29 @@
 """The OpenAI API application (the health/metrics listener is server/observe/health.py).
 
-`ApiApp.handle(request)` is the thin dispatcher: it answers an API request in two halves.
+`ApiApp.handle(request)` is the thin dispatcher:
 
     loop thread:   route table (server/api/routes.py) -> draining? -> the row's handler,
                    handed to the off-loop pool when the row says so
-    pool thread:   the endpoint parses, checks and prepares: a `Prepared` value
-                   (server/api/prepared.py), a `Launch` or a whole Response (e.g.
-                   /tokenize). One module or package per endpoint family:
-                   chat/, completions.py, responses/, messages/ (Anthropic's),
-                   embeddings.py, rerank.py (and score), tokenize.py, models.py
-                   (generations share server/api/launch.py)
-    loop thread:   a Launch is started: client.generate (admission: 429 now if the queue
-                   is full) -> GenerationStream; count the status, add X-Request-Id
+    pool thread:   the endpoint parses, checks, prepares and starts its work: one module or
+                   package per endpoint family (chat/, completions.py, responses/,
+                   messages/ (Anthropic's), embeddings.py, rerank.py (and score),
+                   tokenize.py, models.py; generations share server/api/launch.py). A generation is admitted
+                   here (client.generate: 429 now if the queue is full) and the handler
+                   returns its Stream; a short answer is a whole Response.
+    loop thread:   a Stream is the answer as it is (it counts its own status and carries
+                   X-Request-Id); a Response or an ApiError is finished here: the status
+                   counted, X-Request-Id added, an error as its OpenAI document
+                   (Anthropic's on /v1/messages*).
 
 The heavy, pure half of chat, completions, responses, embeddings and tokenize (the rows
-marked `off_loop`) runs on a thread of `server/offloop/pool.py` (the one seam), so the loop
-never blocks on a grammar compile or a long history; admission, metrics and tickets stay
-on the loop thread. Small routes (models, detokenize, healthz) answer at once. Every
-response, errors and 404s included, carries `X-Request-Id` (echoed when the client sent a
-sane one). Drain (SIGTERM, server/http/connstate.py) flips `ServerState.is_draining`: new API requests get 503,
+marked `off_loop`) runs on a thread of `server/offloop/pool.py`, so the loop never blocks on
+a grammar compile or a long history; metrics and sockets stay on the loop thread. Small
+routes (models, detokenize, healthz) answer at once. Every response, errors and 404s
+included, carries `X-Request-Id` (echoed when the client sent a sane one). Drain (SIGTERM,
+server/http/connstate.py) flips `ServerState.is_draining`: new API requests get 503,
 `/readyz` 503, `/healthz` stays 200; a request already being prepared is still answered.
+A handler's result is matched by type (`Response`, or the declared `Stream` protocol);
+anything else is a bug: a logged 500.
 """
 from __future__ import annotations
 
@@ -32,7 +36,6 @@ from typing import Callable, Mapping
 from server.api.generation import DEFAULT_MAX_STOP_STRINGS
 from server.api.launch import ApiContext, ChatModel
 from server.offloop.pool import Inline, OffLoop, Outcome, outcome_of
-from server.api.prepared import Launch, Prepared
 from server.api.routes import API_ROUTES, ApiHandler, task_paths
 from server.api.streams import StreamContext
 from server.door.request_id import id_header
@@ -83,30 +86,29 @@ class ApiApp:
             refusal = ApiError("shutting_down", "The server is shutting down; retry elsewhere.")
             return self._answer(label, request, extra, Outcome(error=refusal))
         prepare = self._preparation(route, request, params, extra)
-        if route.off_loop:      # prepared on a pool thread; launched back on the loop thread
+        if route.off_loop:      # prepared and started on a pool thread
             return self.offloop.run(prepare, partial(self._answer, label, request, extra))
         return self._answer(label, request, extra, outcome_of(prepare))
 
     def _preparation(self, route: Route[ApiHandler], request: Request, params: Params,
-                     extra: Headers) -> Callable[[], Prepared]:
+                     extra: Headers) -> Callable[[], Response | Stream]:
         """The work that prepares the answer of `route` (a page file needs no context)."""
         if isinstance(route.handler, WebFile):
             return partial(self.web.answer, route.handler, params)
         return partial(route.handler, self.ctx, request, params, extra)
 
     def _answer(self, label: str, request: Request, extra: Headers,
-                outcome: Outcome[Prepared]) -> Response | Stream:
-        """A handler's outcome as the answer, on the loop thread: a `Launch` is started
-        (admission), an ApiError becomes its OpenAI error, anything else (a handler's bug)
-        a logged 500; the status of a whole Response is counted here (a stream counts its
-        own)."""
+                outcome: Outcome[Response | Stream]) -> Response | Stream:
+        """A handler's outcome as the answer, on the loop thread: a Stream as it is, an
+        ApiError as its OpenAI error, anything else (a handler's bug) a logged 500; the
+        status of a whole Response is counted here (a stream counts its own)."""
         try:
             prepared = outcome.get()
-            if isinstance(prepared, Launch):
-                return prepared.start()         # admission and tickets, on this thread
+            if isinstance(prepared, Stream):
+                return prepared
             if not isinstance(prepared, Response):
                 raise TypeError(f"handler {label} returned a {type(prepared).__name__}, "
-                                "neither a Response nor a Launch")
+                                "neither a Response nor a Stream")
         except ApiError as err:
             self._count(label, err.status_in(ErrorShape.for_path(request.path)), err.model)
             return error_response(err, extra, request.path)

@@ -13,12 +13,14 @@ from server.api.defaults import SamplingDefaults
 from server.api.fields import bad, boolean, integer, is_int, load_json_object, token_ids, unsupported
 from server.api.generation import DEFAULT_MAX_STOP_STRINGS, GenSpec, common_fields
 from server.api.prediction import parse_prediction
-from server.api.launch import ApiContext, Endpoint, Launch, launch_generation
+from server.api.launch import ApiContext, Endpoint, launch_generation
 from server.door.routes import Params
-from server.replies import Headers
-from server.api.streams import Collected, Renderer, SseRenderer, WholeRenderer
+from server.errors import ApiError
+from server.replies import Headers, json_bytes
+from server.api.streams import Collected, GenerationStream, Renderer, WholeRenderer
 from server.http.protocol import Request
 from server.text.client import Echo, Piece, TokenLogprob
+from sse import DONE, event
 
 MAX_COMPLETION_LOGPROBS = MAX_TOP_LOGPROBS   # `logprobs`: 0..20 (vLLM's bound)
 MAX_COMPLETION_PROMPTS = 64     # prompts in one call (one choice each)
@@ -80,15 +82,17 @@ def _completion_entry(lp: TokenLogprob) -> tuple:
     return (lp.text, lp.logprob, None if lp.top is None else list(lp.top))
 
 
-class CompletionChunks(SseRenderer):
-    """text_completion events; logprobs' text_offset runs on across a choice's chunks (an
-    echoed prompt's tokens first), as in one answer."""
+class CompletionChunks:
+    """text_completion events, each naming its choice's `index`; logprobs' text_offset runs
+    on across a choice's chunks (an echoed prompt's tokens first), as in one answer; the
+    usage chunk when asked; `[DONE]` at the end."""
+    streamed = True
 
     def __init__(self, header: docs.Header, spec: GenSpec):
-        super().__init__(header, spec)
+        self.header, self.include_usage = header, spec.include_usage
         self._text_offset_chars: dict[int, int] = {}
 
-    def _chunk(self, piece: Piece) -> dict:
+    def piece(self, piece: Piece) -> bytes:
         entries = list(piece.prompt) + ([] if piece.logprob is None else [piece.logprob])
         logprobs = None
         if entries:
@@ -96,11 +100,16 @@ class CompletionChunks(SseRenderer):
             logprobs = docs.completion_logprobs([_completion_entry(e) for e in entries],
                                                 start_offset=start)
             self._text_offset_chars[piece.index] = start + sum(len(e.text) for e in entries)
-        return docs.completion(self.header, piece.text, piece.finish, None, logprobs,
-                               index=piece.index)
+        return event(json_bytes(docs.completion(self.header, piece.text, piece.finish, None,
+                                                logprobs, index=piece.index)))
 
-    def _usage_chunk(self, usage: dict) -> dict:
-        return docs.completion_usage_chunk(self.header, usage)
+    def finish(self, usage: dict) -> bytes:
+        tail = (event(json_bytes(docs.completion_usage_chunk(self.header, usage)))
+                if self.include_usage else b"")
+        return tail + DONE
+
+    def error(self, err: ApiError) -> bytes:
+        return event(json_bytes(err.document())) + DONE
 
 
 class CompletionDocument(WholeRenderer):
@@ -117,7 +126,7 @@ def renderer(spec: GenSpec, header: docs.Header) -> Renderer:
 
 # ---- the handler ------------------------------------------------------------------------------
 
-def completions(api: ApiContext, request: Request, params: Params, extra: Headers) -> Launch:
+def completions(api: ApiContext, request: Request, params: Params, extra: Headers) -> GenerationStream:
     spec = parse_completion(request.body, api.defaults_for(request.body), api.max_stop_strings)
     with api.serving(spec.model) as ctx:
         served = ctx.served

@@ -16,7 +16,6 @@ and then piece by piece (`json_bytes_piecewise`), so the encoder never holds the
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 from typing import Callable, Protocol, Sequence
 
 from engine.api import Encoder, InputTooLong, InvalidRequest
@@ -25,7 +24,6 @@ from server.api import documents as docs
 from server.replies import JSON_CONTENT_TYPE, json_bytes, json_bytes_piecewise
 from server.api.fields import bad, is_int, load_json_object, model_name, token_ids, unsupported
 from server.api.launch import TASK_EMBED, ApiContext, ModelContext
-from server.api.prepared import Launch
 from server.door.routes import Params
 from server.replies import Headers
 from server.worker.embedding_jobs import EmbedTicket
@@ -117,14 +115,14 @@ def encoder_rows(encoder: Encoder, inputs: Sequence[str | tuple[int, ...]],
             for x, row in zip(inputs, rows)]
 
 
-def embeddings(api: ApiContext, request: Request, params: Params, extra: Headers) -> Launch:
+def embeddings(api: ApiContext, request: Request, params: Params, extra: Headers) -> EmbedStream:
     spec = parse_embeddings(request.body)
     with api.serving(spec.model, TASK_EMBED) as ctx:
         enc_thread = ctx.encoder
         if enc_thread is not None:
             rows = encoder_rows(enc_thread.encoder, spec.inputs, spec.truncate_tokens)
-            return Launch(partial(launch_embedding, ctx, enc_thread, spec.model, rows,
-                                  spec.encoding_format, extra, request.request_id))
+            return launch_embedding(ctx, enc_thread, spec.model, rows,
+                                    spec.encoding_format, extra, request.request_id)
         if spec.truncate_tokens is not None:
             raise unsupported("truncate_prompt_tokens", "'truncate_prompt_tokens' is served "
                               "for sentence-embedding models only; this chat model embeds "
@@ -137,8 +135,8 @@ def embeddings(api: ApiContext, request: Request, params: Params, extra: Headers
         inputs = [list(x) if isinstance(x, tuple) else ctx.served.encode(x) for x in spec.inputs]
         for ids in inputs:
             ctx.served.check_input_length(ids, "input")
-        return Launch(partial(launch_embedding, ctx, ctx.client, ctx.served.id, inputs,
-                              spec.encoding_format, extra, request.request_id))
+        return launch_embedding(ctx, ctx.client, ctx.served.id, inputs,
+                                spec.encoding_format, extra, request.request_id)
 
 
 Render = Callable[[list, int], dict]       # (vectors, prompt tokens) -> the answer's document
@@ -154,7 +152,7 @@ def launch_embedding(ctx: ModelContext, embedder: Embedder, model_id: str,
                      inputs: list[list[int]], encoding_format: str, extra: Headers,
                      request_id: str, route: str = "embeddings",
                      render: Render | None = None) -> EmbedStream:
-    """Admission on the loop thread (429 when the model's queue is full), then the stream
+    """Admission where the handler runs (429 when the model's queue is full), then the stream
     that answers with `render(vectors, prompt_tokens)` (default: the embeddings list)."""
     try:
         ticket = embedder.embed(inputs, encoding_format,    # 429 when its queue is full

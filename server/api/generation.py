@@ -7,7 +7,7 @@ path): the validated `GenSpec` and the fields that fill it, refused as follows.
 * `response_format`, `guided_*`, `structured_outputs`: server/api/structured.py
 * unknown fields                                 -> ignored (clients send many)
 
-Each endpoint parses its own fields (server/api/chat/parse.py, server/api/completions.py,
+Each endpoint parses its own fields (server/api/chat/request.py, server/api/completions.py,
 server/api/responses/parse.py) over `common_fields`; the served-model and context checks
 need the model, so they run after parsing (server/api/launch.py, server/text/served.py).
 `parse_priority` reads the `X-TL-Priority` header.

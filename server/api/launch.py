@@ -6,12 +6,14 @@ alike), `chat_prompt` (the template rendered, the answer's thinking split decide
 `launch_generation`, the one way a chat, completion or Responses request becomes engine
 requests and a `GenerationStream`.
 
-    off the loop:   priority header -> logit_bias ids -> grammar (compiled once, shared by
-                    every choice) -> the prediction's token ids (once) -> one GenRequest per
-                    choice (the context and KV rules of server/text/served.py) => a `Launch`
-    loop thread:    the Launch: `client.generate` (admission: a slot per choice in the
-                    engine's queue, or 429; all or none) -> GenerationStream with the
-                    renderer the endpoint chose
+    priority header -> logit_bias ids -> grammar (compiled once, shared by every choice)
+    -> the prediction's token ids (once) -> one GenRequest per choice (the context and KV
+    rules of server/text/served.py) -> `client.generate` (admission: a slot per choice in
+    the engine's queue, or 429; all or none) -> GenerationStream with the renderer the
+    endpoint chose
+
+All of it runs where the handler runs: on a pool thread for the off-loop rows (admission
+and the engine's inbox are thread-safe), so the loop thread only ever sends the stream.
 
 The endpoint chooses its renderer (server/api/chat/render.py, completions.py,
 responses/render.py) and hands it in as `render(header)`: the shell never chooses.
@@ -23,7 +25,7 @@ import json
 import time
 from dataclasses import dataclass, field, replace
 from contextlib import contextmanager
-from functools import cached_property, partial
+from functools import cached_property
 from typing import Callable, Iterator, Mapping
 
 from engine.api import KIND_CHAT, KIND_EMBEDDING, GenRequest, Grammar
@@ -31,7 +33,6 @@ from server.api import documents as docs
 from server.api.defaults import SamplingDefaults
 from server.api.generation import DEFAULT_MAX_STOP_STRINGS, GenSpec, parse_priority
 from server.offloop.pool import OffLoop
-from server.api.prepared import Launch
 from server.api.streams import GenerationStream, Renderer, StreamContext
 from server.api.structured import Structured, compile_structured
 from server.api.thinking import after_thinking
@@ -194,10 +195,10 @@ def priority_of(request: Request) -> int:
 
 def launch_generation(ctx: ModelContext, request: Request, spec: GenSpec,
                       prompts: list[list[int]], endpoint: Endpoint, extra: Headers,
-                      render: RenderFor, echoes: list[Echo] | None = None) -> Launch:
+                      render: RenderFor, echoes: list[Echo] | None = None) -> GenerationStream:
     """One engine request per choice (`n` per prompt; choice index = prompt * n + j, as
-    OpenAI numbers them), prepared here (off the loop: the grammar, the context rule);
-    the launch admits them on the loop thread."""
+    OpenAI numbers them), prepared here (the grammar, the context rule) and admitted
+    together: the whole answer or none of it (the 429 is raised here)."""
     priority = priority_of(request)
     ctx.served.check_token_ids(tuple(t for t, _ in spec.params.logit_bias), "logit_bias")
     structured = after_thinking(spec.structured, spec.thinking)    # the answer's, not the thinking's
@@ -208,8 +209,17 @@ def launch_generation(ctx: ModelContext, request: Request, spec: GenSpec,
     requests = [_gen_request(ctx.served, spec, prompt, endpoint.prompt_param, priority, j,
                              grammar, predicted)
                 for prompt in prompts for j in range(spec.n)]
-    return Launch(partial(_launch, ctx, requests, spec, sum(map(len, prompts)), endpoint,
-                          extra, echoes, render, request.request_id))
+    now = ctx.api.clock()
+    try:
+        generation = ctx.client.generate(requests, text_rules(spec), request_id=request.request_id,
+                                         echoes=echoes)
+    except ApiError as err:
+        raise err.about(spec.model)
+    header = docs.Header.new(endpoint.id_prefix, ctx.served.id)
+    return GenerationStream(ctx=ctx.api.stream_ctx, generation=generation, spec=spec,
+                            header=header, prompt_tokens=sum(map(len, prompts)),
+                            route=endpoint.route, headers=extra, arrival_s=now,
+                            renderer=render(header), errors=endpoint.errors)
 
 
 def text_rules(spec: GenSpec) -> TextRules:
@@ -220,23 +230,6 @@ def text_rules(spec: GenSpec) -> TextRules:
              if tools is not None and tools.offered else None)
     return TextRules(stop=spec.stop, logprobs=spec.logprobs, top_logprobs=spec.top_logprobs,
                      thinking=spec.thinking, calls=calls)
-
-
-def _launch(ctx: ModelContext, requests: list[GenRequest], spec: GenSpec, prompt_tokens: int,
-            endpoint: Endpoint, extra: Headers, echoes: list[Echo] | None,
-            render: RenderFor, request_id: str) -> GenerationStream:
-    """Admission, on the loop thread: the whole answer or none of it."""
-    now = ctx.api.clock()
-    try:
-        generation = ctx.client.generate(requests, text_rules(spec), request_id=request_id,
-                                         echoes=echoes)
-    except ApiError as err:
-        raise err.about(spec.model)
-    header = docs.Header.new(endpoint.id_prefix, ctx.served.id)
-    return GenerationStream(ctx=ctx.api.stream_ctx, generation=generation, spec=spec,
-                            header=header, prompt_tokens=prompt_tokens, route=endpoint.route,
-                            headers=extra, arrival_s=now, renderer=render(header),
-                            errors=endpoint.errors)
 
 
 def _gen_request(served: ServedModel, spec: GenSpec, prompt: list[int], prompt_param: str,

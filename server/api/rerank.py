@@ -24,10 +24,9 @@ from functools import partial
 import numpy as np
 
 from server.api import documents as docs
-from server.api.embeddings import encoder_rows, launch_embedding
+from server.api.embeddings import EmbedStream, encoder_rows, launch_embedding
 from server.api.fields import bad, boolean, is_int, load_json_object, model_name
 from server.api.launch import TASK_RERANK, TASK_SCORE, ApiContext
-from server.api.prepared import Launch
 from server.door.routes import Params
 from server.http.protocol import Request
 from server.replies import Headers
@@ -112,16 +111,16 @@ def cosines(vectors: list, left: int) -> np.ndarray:
     return (b @ a[0]) if left == 1 else np.einsum("rh,rh->r", a, b)
 
 
-def rerank(api: ApiContext, request: Request, params: Params, extra: Headers) -> Launch:
+def rerank(api: ApiContext, request: Request, params: Params, extra: Headers) -> EmbedStream:
     spec = parse_rerank(request.body)
     with api.serving(spec.model, TASK_RERANK) as ctx:
         texts = (spec.query,) + spec.documents
         rows = encoder_rows(ctx.encoder.encoder, texts, None,
                             lambda i: ("query", "The query") if i == 0 else
                             ("documents", f"Document {i - 1}"))
-        return Launch(partial(launch_embedding, ctx, ctx.encoder, spec.model, rows,
-                              ENCODING_VECTORS, extra, request.request_id, "rerank",
-                              partial(_rerank_document, spec)))
+        return launch_embedding(ctx, ctx.encoder, spec.model, rows,
+                                ENCODING_VECTORS, extra, request.request_id, "rerank",
+                                partial(_rerank_document, spec))
 
 
 def _rerank_document(spec: RerankSpec, vectors: list, prompt_tokens: int) -> dict:
@@ -135,16 +134,16 @@ def _rerank_document(spec: RerankSpec, vectors: list, prompt_tokens: int) -> dic
             "results": results}
 
 
-def score(api: ApiContext, request: Request, params: Params, extra: Headers) -> Launch:
+def score(api: ApiContext, request: Request, params: Params, extra: Headers) -> EmbedStream:
     spec = parse_score(request.body)
     with api.serving(spec.model, TASK_SCORE) as ctx:
         n_left = len(spec.left)
         rows = encoder_rows(ctx.encoder.encoder, spec.left + spec.right, None,
                             lambda i: ("text_1", f"text_1[{i}]") if i < n_left else
                             ("text_2", f"text_2[{i - n_left}]"))
-        return Launch(partial(launch_embedding, ctx, ctx.encoder, spec.model, rows,
-                              ENCODING_VECTORS, extra, request.request_id, "score",
-                              partial(_score_document, spec)))
+        return launch_embedding(ctx, ctx.encoder, spec.model, rows,
+                                ENCODING_VECTORS, extra, request.request_id, "score",
+                                partial(_score_document, spec))
 
 
 def _score_document(spec: ScoreSpec, vectors: list, prompt_tokens: int) -> dict:

@@ -13,8 +13,10 @@ render a template, tokenize or compile a grammar, so the loop thread never block
 serve.py hands the same table to the door's `LoadingApp`, which answers from it while the
 models load; tests/server/api/test_openapi.py checks openapi.yaml against it.
 
-A handler is `(ctx, request, params, extra headers) -> Prepared` (server/api/prepared.py),
-or a `WebFile`: a page served from server/observe/web/.
+A handler is `(ctx, request, params, extra headers) -> Response | Stream`: the whole answer
+(`/v1/models`, `/v1/tokenize`), or the stream of work it has started (a generation, admitted
+by the handler: 429 raised there when the queue is full); an `ApiError` it raises becomes the
+error document. A row may instead name a `WebFile`: a page served from server/observe/web/.
 """
 from __future__ import annotations
 
@@ -27,16 +29,15 @@ from server.api.messages import count_tokens, messages
 from server.api.launch import (TASK_EMBED, TASK_GENERATE, TASK_RERANK, TASK_SCORE,
                                TASK_TOKENIZE, ApiContext)
 from server.api.models import model, models
-from server.api.prepared import Prepared
 from server.api.rerank import rerank, score
 from server.api.responses import responses
 from server.api.tokenize import detokenize, tokenize
 from server.door.routes import LIVENESS, Params, Route, health_ok
-from server.http.protocol import Request, Response
+from server.http.protocol import Request, Response, Stream
 from server.observe.static import CHAT_PAGE, FAVICON, WebFile
 from server.replies import Headers
 
-Handler = Callable[[ApiContext, Request, Params, Headers], Prepared]
+Handler = Callable[[ApiContext, Request, Params, Headers], Response | Stream]
 ApiHandler = Union[Handler, WebFile]
 
 

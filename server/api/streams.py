@@ -10,9 +10,10 @@ A generation is three small parts, read top to bottom:
 2. A renderer per output shape, each in its endpoint's module (server/api/chat/render.py,
    server/api/completions.py, server/api/responses/render.py), all with the `Renderer`
    interface: `piece(Piece) -> bytes`, `finish(usage) -> bytes`, `error(ApiError) -> bytes`.
-   Streamed ones return SSE bytes from every call (`SseRenderer`); whole ones collect and
-   return one JSON document from `finish` (`WholeRenderer`). The endpoint chooses its
-   renderer and hands it in; the shell never chooses.
+   Streamed ones return SSE bytes from every call, each a whole object of its endpoint's
+   module (the frames from `sse/`); whole ones collect and return one JSON document from
+   `finish` (their shared base `WholeRenderer`, below). The endpoint chooses its renderer
+   and hands it in; the shell never chooses.
 3. `GenerationStream` — the thin `server.http.protocol.Stream` shell the loop polls when the
    engine thread has given it pieces (`has_output`), and at `next_deadline_s()` (SSE pings). It does head timing,
    pings and metrics; a large whole document (many logprobs) is built off the loop
@@ -38,7 +39,7 @@ from server.replies import JSON_CONTENT_TYPE, json_bytes, json_bytes_piecewise
 from server.http.protocol import Response, ResponseHead, Stream, StreamPoll
 from server.observe.vllm_metrics import FinishedRequest
 from server.offloop.pool import Inline, OffLoop, Outcome
-from sse import DONE, PING, event
+from sse import PING
 
 SSE_HEADERS = (("Content-Type", "text/event-stream; charset=utf-8"),
                ("Cache-Control", "no-cache"), ("X-Accel-Buffering", "no"))
@@ -56,7 +57,7 @@ class StreamContext:
     offloop: OffLoop = Inline()               # where a large whole document is built
 
 
-# ---- 2. the renderers' interface and their two bases ----------------------------------------
+# ---- 2. the renderers' interface and the base of the whole ones ----------------------------------------
 
 class Renderer(Protocol):
     streamed: bool                # SSE bytes from every call, or one document at the end
@@ -66,34 +67,6 @@ class Renderer(Protocol):
     def finish(self, usage: dict) -> bytes: ...
 
     def error(self, err: ApiError) -> bytes: ...
-
-
-class SseRenderer:
-    """Chunks as SSE events, each naming its choice's `index`; the usage chunk when asked;
-    `[DONE]` at the end. Choices interleave in the order their tokens arrive."""
-    streamed = True
-
-    def __init__(self, header: docs.Header, spec: GenSpec):
-        self.header, self.include_usage = header, spec.include_usage
-
-    def piece(self, piece: Piece) -> bytes:
-        return self._frame(self._chunk(piece), piece.index)
-
-    def finish(self, usage: dict) -> bytes:
-        tail = event(json_bytes(self._usage_chunk(usage))) if self.include_usage else b""
-        return tail + DONE
-
-    def error(self, err: ApiError) -> bytes:
-        return event(json_bytes(err.document())) + DONE
-
-    def _frame(self, chunk: dict, index: int) -> bytes:
-        return event(json_bytes(chunk))
-
-    def _chunk(self, piece: Piece) -> dict:
-        raise NotImplementedError
-
-    def _usage_chunk(self, usage: dict) -> dict:
-        raise NotImplementedError
 
 
 @dataclass
@@ -174,7 +147,7 @@ class GenerationStream:
         """Pieces to render, or a built document to send: the loop polls us on a wake."""
         if self.tail is not None:
             return self.tail.has_output()
-        return self.done or self.generation.has_output()
+        return self.done or bool(self.generation.pieces)
 
     def poll(self, now_s: float) -> StreamPoll:
         if self.tail is not None:
@@ -217,7 +190,9 @@ class GenerationStream:
     def _render_pieces(self) -> bool | ApiError:
         """Render the pieces that arrived; True when every choice has finished, or the
         error that ends the whole answer."""
-        for piece in self.generation.take():
+        pieces = self.generation.pieces             # the engine thread appends to it
+        while pieces:
+            piece = pieces.popleft()
             if isinstance(piece, ApiError):
                 return piece
             data = self.render.piece(piece)

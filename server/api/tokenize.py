@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 
 from server.api import documents as docs
 from server import replies
-from server.api.chat.parse import parse_messages
+from server.api.chat.request import parse_messages
 from server.replies import JSON_CONTENT_TYPE, json_bytes_piecewise
 from server.api.fields import bad, boolean, load_json_object, model_name, token_ids
 from server.api.launch import TASK_TOKENIZE, ApiContext

@@ -121,6 +121,8 @@ class LoggedStream:
     def poll(self, now_s: float) -> StreamPoll:
         try:
             out = self.inner.poll(now_s)
+            if out.successor is not None:        # a stand-in's answer: poll it from now on
+                self.inner, out.successor = out.successor, None
         except Exception as exc:
             errors_log.exception("request %s: stream failed", self.entry.request_id or "?")
             self._log({"error": "internal error (logged with the traceback)"},

@@ -379,6 +379,8 @@ class EventLoop:
             return self._update(conn)            # backpressure: resumes when writable
         try:
             poll = stream.poll(now)
+            if poll.successor is not None:               # a stand-in's answer, now polled itself
+                conn.stream = poll.successor
             self._send(conn, conn.http.send_poll(poll))  # one write per poll: one packet
         except Exception as exc:
             if not isinstance(exc, AppFailure):         # AppFailure: already logged

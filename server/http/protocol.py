@@ -9,7 +9,9 @@ values and one protocol:
   loop, the loop polls it if it says it has output (`has_output`); it polls it too at the
   deadline the stream asks for (pings, queue timeouts), and calls `cancel()` as soon as
   the client goes away;
-* `StreamPoll` / `ResponseHead` — what a poll found ready.
+* `StreamPoll` / `ResponseHead` — what a poll found ready; a stream that only stood in
+  for an answer still being prepared (server/offloop/pool.py) names, once it is ready, the
+  stream to poll from then on (`successor`), so the holder polls the answer itself.
 
 An `App` turns a `Request` into a `Response` or a `Stream`, and renders the errors the
 transport finds. Nothing here does I/O or knows JSON.
@@ -61,6 +63,10 @@ class StreamPoll:
     head: ResponseHead | None = None             # given exactly once, on or before the first body bytes
     chunks: list[bytes] = field(default_factory=list)   # body bytes ready now, in order
     done: bool = False                           # no more chunks will come
+    # A stand-in's answer, ready: whoever holds the stand-in may poll this one from now on
+    # (this poll already carries its first output). Ignoring it is correct too: the
+    # stand-in keeps passing polls on.
+    successor: "Stream | None" = None
 
 
 class AppFailure(Exception):
@@ -68,6 +74,7 @@ class AppFailure(Exception):
     id and traceback): the transport answers or closes as for any exception, logging nothing."""
 
 
+@runtime_checkable
 class Stream(Protocol):
     """An answer produced over time. Every method is called on the loop thread only."""
 

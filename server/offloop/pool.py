@@ -3,26 +3,30 @@
 The loop thread must never block (it serves every socket), yet some requests
 need seconds of pure Python before the engine sees them — compiling a grammar, rendering a
 long history, tokenizing large inputs — and some answers need a big JSON document built.
-`OffLoopPool.run(work, then)` hands `work` (a pure function: no bridge, no metrics, no
-socket) to a small pool of threads and returns at once an `OffLoopStream`, which the loop
-polls like any other `Stream`:
+`OffLoopPool.run(work, finish)` hands `work` to a small pool of threads and returns at once
+an `OffLoopStream`, which the loop polls like any other `Stream`:
 
-    loop thread                        pool thread
-      pool.run(work, then) -> stream     work() -> Outcome (value or exception)
-      stream.poll(): nothing yet   <---  stream.deliver(outcome); wake()
-      stream.poll(): then(outcome) -> Response | Stream (ON the loop thread), then delegate
+    loop thread                          pool thread
+      pool.run(work, finish) -> stream     work() -> Outcome: a Stream, a Response, or
+                                           the exception it raised
+      stream.poll(): nothing yet     <---  stream.deliver(outcome); wake()
+      stream.poll(): the answer's first poll, naming the answer as its `successor`
 
-`then` is the light continuation: admission, metrics, tickets, headers — everything that
-belongs to the loop thread. A `Response` it returns is sent as one poll (head with its
-Content-Length, the body, done); a `Stream` takes over poll / next_deadline_s / cancel.
-`cancel()` before the work is done marks the stream: the result is dropped when it comes
-(a job not started yet is skipped), and `then` never runs, so no ticket is ever created.
+`work` may start engine work itself (a generation is admitted on the pool thread: admission
+is thread-safe, server/worker/admission.py); the `Stream` it returns is the answer as it
+is. What is not yet a stream, a whole `Response` or an error, goes through `finish` on the
+loop thread (headers, the status counted, the error document) and is sent as one poll
+(head with its Content-Length, the body, done). The first poll with the answer names it
+as `StreamPoll.successor`: the holder (the access log's wrapper, the loop) polls the answer
+itself from then on; a holder that does not is still served, each poll passed on.
+`cancel()` marks the stream: a job not started yet is skipped, an outcome that comes later
+is dropped, and a stream the work already started (tickets admitted) is cancelled at once,
+so nothing runs for a client that has left.
 
 What crosses threads: the job (stream + work) through a `queue.SimpleQueue`, and the
-outcome through one attribute written once by a pool thread and read by the loop (a
-reference swap), announced by `wake()` — the same thread-safe wake the engine bridge uses.
-`Inline` runs the work at once on the caller's thread (tests, and apps with nothing heavy):
-the same stream, already done.
+outcome through `deliver`, which a lock orders against `cancel`; the loop is told by
+`wake()` — the same thread-safe wake the engine bridge uses. `Inline` runs the work at once
+on the caller's thread (tests, and apps with nothing heavy): the same stream, already done.
 
 The cyclic garbage collector stops every thread while it scans the live heap, and heavy
 work grows that heap: during a Zod integer schema's compile full collections paused the whole
@@ -89,7 +93,7 @@ def _without_frames(err: ApiError) -> ApiError:
     return err
 
 
-Continuation = Callable[[Outcome], "Response | Stream"]
+Finish = Callable[[Outcome], "Response | Stream"]
 
 
 class ResponseStream:
@@ -127,27 +131,43 @@ def as_stream(result: Response | Stream) -> Stream:
 
 
 class OffLoopStream:
-    """Stands for work running off the loop; becomes the answer `then` makes of it."""
+    """Stands for work running off the loop; becomes the answer once the work is done."""
 
-    def __init__(self, then: Continuation):
-        self._then: Continuation | None = then
+    def __init__(self, finish: Finish):
+        self._finish: Finish | None = finish
         self._outcome: Outcome | None = None    # written once by a pool thread, read by the loop
-        self.delegate: Stream | None = None     # the real answer, once `then` has run
+        self._lock = threading.Lock()           # orders `deliver` (pool) against `cancel` (loop)
+        self.delegate: Stream | None = None     # the real answer, once the outcome is in
         self.is_cancelled = False
 
     def deliver(self, outcome: Outcome) -> None:
-        """Called by a pool thread (any thread): the loop picks it up at its next poll."""
-        if not self.is_cancelled:               # cancelled: the result is dropped
-            self._outcome = outcome
+        """Called by a pool thread (any thread): the loop picks it up at its next poll. A
+        stream delivered after `cancel` is cancelled here: its client has gone."""
+        with self._lock:
+            late = self.is_cancelled
+            if not late:
+                self._outcome = outcome
+        if late and isinstance(outcome.value, Stream):
+            outcome.value.cancel()
 
     def poll(self, now_s: float) -> StreamPoll:
-        if self.delegate is None:
-            outcome, then = self._outcome, self._then
-            if self.is_cancelled or outcome is None or then is None:
-                return StreamPoll(done=self.is_cancelled)
-            self._then = None                   # runs once, on the loop thread
-            self.delegate = as_stream(then(outcome))
-        return self.delegate.poll(now_s)
+        if self.delegate is not None:           # a holder that ignored `successor`
+            return self.delegate.poll(now_s)
+        outcome = self._outcome
+        if self.is_cancelled or outcome is None:
+            return StreamPoll(done=self.is_cancelled)
+        self.delegate = self._answer(outcome)
+        out = self.delegate.poll(now_s)
+        out.successor = self.delegate
+        return out
+
+    def _answer(self, outcome: Outcome) -> Stream:
+        """The outcome as the stream to send: a Stream the work made is the answer; the rest
+        is finished on this (the loop) thread, once."""
+        if outcome.error is None and isinstance(outcome.value, Stream):
+            return outcome.value
+        finish, self._finish = self._finish, None
+        return as_stream(finish(outcome))
 
     def has_output(self) -> bool:
         """The worker's outcome has arrived (or the real answer has output), or the
@@ -160,10 +180,12 @@ class OffLoopStream:
         return None if self.delegate is None else self.delegate.next_deadline_s()
 
     def cancel(self) -> None:
-        self.is_cancelled = True
-        self._outcome = None
-        if self.delegate is not None:           # tickets exist: the delegate aborts them
-            self.delegate.cancel()
+        with self._lock:
+            self.is_cancelled = True
+            outcome, self._outcome = self._outcome, None
+        started = self.delegate or (outcome.value if outcome is not None else None)
+        if isinstance(started, Stream):         # tickets exist: the answer aborts them
+            started.cancel()
 
     def access_fields(self) -> dict:
         """`Logged`: the access log's fields of the real answer (server/door/access.py)."""
@@ -171,15 +193,16 @@ class OffLoopStream:
 
 
 class OffLoop(Protocol):
-    def run(self, work: Callable[[], Any], then: Continuation) -> OffLoopStream:
-        """Start `work` away from the loop; `then` turns its outcome into the answer."""
+    def run(self, work: Callable[[], Any], finish: Finish) -> OffLoopStream:
+        """Start `work` away from the loop; `finish` turns an outcome that is not yet a
+        Stream (a Response, an error) into the answer, on the loop thread."""
 
 
 class Inline:
     """Runs the work at once on the caller's thread: for tests and tools without a loop."""
 
-    def run(self, work: Callable[[], Any], then: Continuation) -> OffLoopStream:
-        stream = OffLoopStream(then)
+    def run(self, work: Callable[[], Any], finish: Finish) -> OffLoopStream:
+        stream = OffLoopStream(finish)
         stream.deliver(outcome_of(work))
         return stream
 
@@ -239,8 +262,8 @@ class OffLoopPool:
             if thread.is_alive():
                 thread.join(join_s)
 
-    def run(self, work: Callable[[], Any], then: Continuation) -> OffLoopStream:
-        stream = OffLoopStream(then)
+    def run(self, work: Callable[[], Any], finish: Finish) -> OffLoopStream:
+        stream = OffLoopStream(finish)
         self._jobs.put((stream, work))
         return stream
 

@@ -14,8 +14,8 @@ right after every step, the bridge hands each ticket's events to `ChoiceOutput.t
                      entries, the finish reason, the reasoning split (server/text/
                      reasoning.py) -> `AnswerCalls` when tools are offered (content and
                      calls apart: server/text/toolparse.py) -> Piece
-                     -> the choice's `pieces` deque                       (engine thread)
-    the stream takes the pieces (`Generation.take`) and renders them      (loop thread)
+                     -> the generation's `pieces` deque                   (engine thread)
+    the stream pops the pieces off `Generation.pieces` and renders them   (loop thread)
 
 `take` answers True when the request must end now: a stop string matched, or a tool call
 repeated an earlier one; the bridge aborts it before the next step, and nothing calls
@@ -28,8 +28,10 @@ answer thinks (`Thinking`) each piece carries the reasoning and the answer apart
 reads `Piece.text` (tool calls, JSON) sees the answer only; `Echo` is what `echo: true`
 sends first. cli/generate.py runs `GenerationText` alone on an engine of its own.
 
-Each deque has one producer (the engine thread) and one consumer (the loop thread);
-append and popleft are atomic under the GIL, and the counters are plain ints read after.
+The deque is the hand-off itself: one producer (the engine thread: every choice appends its
+pieces in the order the steps made them, each naming its choice) and one consumer (the loop
+thread); append and popleft are atomic under the GIL, and the counters are plain ints read
+after.
 """
 from __future__ import annotations
 
@@ -241,13 +243,13 @@ class ChoiceOutput:
     """One choice's text, fed on the engine thread, taken on the loop thread."""
 
     def __init__(self, tokenizer: Tokenizer, rules: TextRules, index: int,
-                 echo: Echo | None = None):
+                 pieces: deque[Piece | ApiError], echo: Echo | None = None):
         self.index = index
         self.text = GenerationText(tokenizer=tokenizer, stop=rules.stop,
                                    logprobs=rules.logprobs, top_logprobs=rules.top_logprobs,
                                    index=index, echo=echo, thinking=rules.thinking)
         self.calls = None if rules.calls is None else AnswerCalls(rules.calls, index)
-        self.pieces: deque[Piece | ApiError] = deque()
+        self.pieces = pieces                    # the generation's: shared by its choices
         self.is_done = False                    # its last piece (or its error) is queued
         self.ticket: Ticket | None = None       # set by the client when it is admitted
 
@@ -278,28 +280,19 @@ class ChoiceOutput:
 
 
 class Generation:
-    """The choices of one request, their pieces, and the way to end them."""
+    """The choices of one request, their pieces, and the way to end them. `pieces` is the
+    hand-off: the engine thread appends, the stream pops (`popleft`) on the loop thread."""
 
-    def __init__(self, choices: list[ChoiceOutput], bridge: EngineBridge):
+    def __init__(self, choices: list[ChoiceOutput], bridge: EngineBridge,
+                 pieces: deque[Piece | ApiError]):
         self.choices = choices
+        self.pieces = pieces
         self._bridge = bridge
 
     @property
     def first(self) -> Ticket:
         """The first choice's ticket: its timings are the request's (metrics, access log)."""
         return self.choices[0].ticket
-
-    def has_output(self) -> bool:
-        return any(choice.pieces for choice in self.choices)
-
-    def take(self) -> list[Piece | ApiError]:
-        """Every piece queued so far, choice by choice (loop thread)."""
-        out: list[Piece | ApiError] = []
-        for choice in self.choices:
-            pieces = choice.pieces
-            while pieces:
-                out.append(pieces.popleft())
-        return out
 
     def cancel(self) -> None:
         """End every choice in the engine (a no-op for those already ended)."""
@@ -320,8 +313,9 @@ class Generation:
 
 
 def choice_outputs(tokenizer: Tokenizer, rules: TextRules, count: int,
+                   pieces: deque[Piece | ApiError],
                    echoes: Sequence[Echo | None] | None = None) -> list[ChoiceOutput]:
-    return [ChoiceOutput(tokenizer, rules, index, echoes[index] if echoes else None)
+    return [ChoiceOutput(tokenizer, rules, index, pieces, echoes[index] if echoes else None)
             for index in range(count)]
 
 
@@ -338,10 +332,12 @@ class EngineClient:
 
     def generate(self, requests: Sequence[GenRequest], rules: TextRules, *,
                  request_id: str = "", echoes: Sequence[Echo | None] | None = None) -> Generation:
-        """One engine request per choice, admitted together (loop thread): the whole
-        answer or none of it. Raises the refusal (429, 500 engine down) unchanged."""
-        choices = choice_outputs(self.served.tokenizer, rules, len(requests), echoes)
-        generation = Generation(choices, self._bridge)
+        """One engine request per choice, admitted together (any thread: admission and the
+        engine's inbox are thread-safe): the whole answer or none of it. Raises the refusal
+        (429, 500 engine down) unchanged."""
+        pieces: deque[Piece | ApiError] = deque()
+        choices = choice_outputs(self.served.tokenizer, rules, len(requests), pieces, echoes)
+        generation = Generation(choices, self._bridge, pieces)
         admitted = []
         try:
             for request, choice in zip(requests, choices):

@@ -5,7 +5,7 @@ template boundary only.
    string or a list of parts. A `text` part is `{"type": "text", "text": str}`; an image,
    audio or file part is a 422 naming `messages[i].content[j].type` (this server serves
    text models); any other part is a 400. Every role may send parts. Parts become `TextPart`s.
-2. The parsers (server/api/chat/parse.py, server/api/responses/parse.py) build frozen
+2. The parsers (server/api/chat/request.py, server/api/responses/parse.py) build frozen
    `Message`s, and nothing copies them on the way to the template.
 3. `for_template(messages, iterates_parts)` is the one conversion to the plain values the
    Jinja template reads (server/text/served.py calls it): the `developer` role becomes

@@ -74,13 +74,15 @@ class EngineLoad:
 
 class EngineAdmission:
     """One engine's door: the gate, the wait estimate and the refused clients. `admit` is
-    called on the loop thread; the estimator is fed on the engine thread."""
+    called where a request is prepared (a pool thread, or the loop thread for a test's
+    inline app): the gate and the refused clients are locked; the estimator is fed on the
+    engine thread."""
 
     def __init__(self, policy: QueuePolicy, clock: Callable[[], float] = time.monotonic):
         self.policy = policy
         self.gate = AdmissionGate(policy.capacity_requests)
         self.estimator = WaitEstimator()        # measured on the engine thread, read here
-        self.refused = RefusedClients()         # loop thread: 429s not yet back
+        self.refused = RefusedClients()         # 429s not yet back (locked: read by all)
         self._clock = clock
 
     def admit(self, load: EngineLoad) -> None:

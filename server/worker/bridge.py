@@ -1,6 +1,7 @@
 """The engine thread and the one bounded queue in front of it (docs/CONTRACT.md).
 
-The loop thread and the engine thread share exactly three things:
+The threads that submit (the pool threads that prepare requests; the loop thread, which
+aborts) and the engine thread share exactly three things:
 
 * the **inbox** — typed commands (`Add`, `Abort`, `Embed`: server/worker/tickets.py) guarded
   by a Condition; the engine thread drains it between steps, so aborts and embeddings
@@ -12,7 +13,7 @@ The loop thread and the engine thread share exactly three things:
 * a **wake callback** — after each turn that produced events the engine thread calls
   `EventLoop.wake()`, and the loop polls the streams that have something to send.
 
-    loop thread                                engine thread
+    pool thread / loop thread                  engine thread
     submit(GenRequest) -> inbox: Add    -->    take commands (Add / Abort / Embed)
                                                step() -> ticket.events -> ticket.output
                                                abort what the outputs ended

@@ -1,4 +1,4 @@
-"""What the loop thread hands the engine thread, and what it gets back: tickets and commands.
+"""What the API's threads hand the engine thread, and what they get back: tickets and commands.
 
 A `Ticket` is one generation request as both threads see it: the engine thread appends the
 request's `Event`s (server/worker/events.py) to `ticket.events` and keeps its timings; the
@@ -9,8 +9,9 @@ string matched, a repeated tool call): that abort comes back as data and the eng
 thread applies it before its next step. A ticket without an output (the CLI, tests) keeps
 its events for whoever reads them.
 
-The inbox carries three typed commands, one per thing the loop thread can ask: `Add` a
-generation, `Abort` one, `Embed` a batch of inputs.
+The inbox carries three typed commands, one per thing the API can ask: `Add` a generation
+(from the pool thread that prepared it), `Abort` one (the loop thread: the client left; a
+refused choice's siblings), `Embed` a batch of inputs.
 """
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ class Ticket:
         self.events: deque[Event] = deque()
         self.output = output                    # the text layer's side (None: events kept)
         self.engine_id: int | None = None       # set on the engine thread
-        self.is_aborted = False                 # set on the loop thread
+        self.is_aborted = False                 # set by `EngineBridge.abort` (API side)
         self.is_scheduled = False
         self.is_finished = False
         self.on_leave_queue = on_leave_queue    # releases the admission slot, once

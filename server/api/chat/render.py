@@ -26,25 +26,42 @@ import json
 
 from server.api import documents as docs
 from server.api.generation import GenSpec
-from server.api.streams import Collected, Renderer, SseRenderer, WholeRenderer
+from server.api.streams import Collected, Renderer, WholeRenderer
+from server.errors import ApiError
 from server.replies import json_bytes
 from server.api.tools import argument_fragments
 from server.text.client import FinishReason, Piece, TokenLogprob
 from server.text.toolformats import ToolCallFormat
 from server.text.toolparse import Call, CallOut, new_call_id, split_calls
-from sse import event
+from sse import DONE, event
 
 
 def _chat_entry(lp: TokenLogprob) -> dict:
     return docs.chat_logprob_entry(lp.text, lp.raw, lp.logprob, list(lp.top))
 
 
-class ChatChunks(SseRenderer):
-    """chat.completion.chunk events; each choice's first one carries the role."""
+class ChatChunks:
+    """chat.completion.chunk events, each naming its choice's `index` (choices interleave
+    in the order their tokens arrive); each choice's first one carries the role; the usage
+    chunk when asked; `[DONE]` at the end."""
+    streamed = True
 
     def __init__(self, header: docs.Header, spec: GenSpec):
-        super().__init__(header, spec)
+        self.header, self.include_usage = header, spec.include_usage
         self._role_sent: set[int] = set()
+
+    def piece(self, piece: Piece) -> bytes:
+        entries = None if piece.logprob is None else [_chat_entry(piece.logprob)]
+        return self._frame(docs.chat_chunk(self.header, content_delta(piece), piece.finish,
+                                           entries, index=piece.index), piece.index)
+
+    def finish(self, usage: dict) -> bytes:
+        tail = (event(json_bytes(docs.chat_usage_chunk(self.header, usage)))
+                if self.include_usage else b"")
+        return tail + DONE
+
+    def error(self, err: ApiError) -> bytes:
+        return event(json_bytes(err.document())) + DONE
 
     def _frame(self, chunk: dict, index: int) -> bytes:
         role = b""
@@ -52,15 +69,7 @@ class ChatChunks(SseRenderer):
             self._role_sent.add(index)
             role = event(json_bytes(docs.chat_chunk(self.header, {"role": "assistant",
                                                                   "content": ""}, index=index)))
-        return role + super()._frame(chunk, index)
-
-    def _chunk(self, piece: Piece) -> dict:
-        entries = None if piece.logprob is None else [_chat_entry(piece.logprob)]
-        return docs.chat_chunk(self.header, content_delta(piece), piece.finish, entries,
-                               index=piece.index)
-
-    def _usage_chunk(self, usage: dict) -> dict:
-        return docs.chat_usage_chunk(self.header, usage)
+        return role + event(json_bytes(chunk))
 
 
 def content_delta(piece: Piece) -> dict:

@@ -17,10 +17,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 from server.api.generation import GenSpec
-from server.api.launch import (ApiContext, Endpoint, Launch, ModelContext, chat_prompt,
+from server.api.launch import (ApiContext, Endpoint, ModelContext, chat_prompt,
                                launch_generation, with_tools)
 from server.api.messages.parse import parse_messages_request
 from server.api.messages.render import ID_PREFIX, renderer
+from server.api.streams import GenerationStream
 from server.door.routes import Params
 from server.errors import ErrorShape
 from server.http.protocol import Request, Response
@@ -37,7 +38,8 @@ def _prompt(ctx: ModelContext, spec: GenSpec) -> tuple[GenSpec, list[int]]:
     return chat_prompt(ctx, spec, offered)
 
 
-def messages(api: ApiContext, request: Request, params: Params, extra: Headers) -> Launch:
+def messages(api: ApiContext, request: Request, params: Params,
+             extra: Headers) -> GenerationStream:
     spec = parse_messages_request(request.body, api.defaults_for(request.body),
                                   api.max_stop_strings)
     with api.serving(spec.model) as ctx:

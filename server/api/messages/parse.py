@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from server.api.chat.parse import MAX_MESSAGES
+from server.api.chat.request import MAX_MESSAGES
 from server.api.defaults import SamplingDefaults
 from server.api.fields import bad, load_json_object
 from server.api.generation import DEFAULT_MAX_STOP_STRINGS, GenSpec, common_fields

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from server.api.launch import (ApiContext, Endpoint, Launch, chat_prompt,
+from server.api.launch import (ApiContext, Endpoint, chat_prompt,
                                launch_generation, with_tools)
 from server.door.routes import Params
 from server.replies import Headers
@@ -42,7 +42,7 @@ __all__ = ["RESPONSES", "ResponsesSpec", "parse_responses", "renderer", "respons
 RESPONSES = Endpoint(route="responses", id_prefix="resp", prompt_param="input")
 
 
-def responses(api: ApiContext, request: Request, params: Params, extra: Headers) -> Launch:
+def responses(api: ApiContext, request: Request, params: Params, extra: Headers) -> GenerationStream:
     """The handler: the chat path (tools, template, tokens), the Responses renderer."""
     spec = parse_responses(request.body, api.defaults_for(request.body))
     with api.serving(spec.gen.model) as ctx:

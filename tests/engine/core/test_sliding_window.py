@@ -17,10 +17,11 @@ import pytest
 
 from engine.api import EngineConfig, GenRequest
 from engine.core.engine import Engine
+from engine.errors import PromptTooLong
 from engine.model import llama
 from engine.model.spec import FamilyOptions, Model
-from tests.engine.core.engine_models import (GREEDY, dense_greedy, random_model, run_to_completion,
-                                             tokens_of)
+from tests.engine.core.engine_models import (GREEDY, dense_embeddings, dense_greedy, random_model,
+                                             run_embeddings, run_to_completion, tokens_of)
 
 WINDOW = 6
 D_MODEL = 32
@@ -238,3 +239,103 @@ def test_query_blocks_of_a_sliding_layer_see_their_whole_windows(monkeypatch, qu
     want = [dense_greedy(model, p, NEW_TOKENS) for p in PROMPTS]
     engine = Engine(model, PAGED)
     assert engine_tokens(engine, PROMPTS) == want
+
+
+# ----------------------------------------------------------------- the window pool
+
+# One sequence at a time and small steps: the window pool holds 1 * (2 + 2) + 2 = 6 blocks
+# (engine/kv/window.py), 24 positions, while the answers below need up to 72. The global
+# pool is large enough that the decode mirror (sized by the pools' bytes) holds the row.
+ONE_AT_A_TIME = EngineConfig(block_size=4, num_kv_blocks=512, prefill_chunk=5, max_num_seqs=1,
+                             max_batched_tokens=8)
+LONG_PROMPTS = [[(5 * i + 3) % 61 + 1 for i in range(length)] for length in (23, 60)]
+
+
+def test_a_long_chat_holds_window_blocks_by_the_window_not_the_context():
+    """Answers far longer than the window pool equal the dense reference, without
+    preemption, and the sliding layers' blocks held at once stay one window's worth for a
+    prompt of 23 and of 60 tokens alike: kept past the window, they would not fit."""
+    from engine.kv.pools import blocks_for_tokens
+    model = _gemma_like()
+    for prompt in LONG_PROMPTS:
+        engine = Engine(model, ONE_AT_A_TIME)
+        window = engine.blocks.window
+        assert window.num_blocks == 6 < blocks_for_tokens(len(prompt) + NEW_TOKENS, 4)
+        assert engine_tokens(engine, [prompt]) == [dense_greedy(model, prompt, NEW_TOKENS)]
+        assert engine.stats().preemptions_total == 0
+        assert window.num_held_peak <= blocks_for_tokens(WINDOW, 4) + 2
+        assert window.num_held_blocks == 0                      # all released at the end
+        assert engine.runner.mirror.layers_grown_total > 0      # decode rows read the mirror
+
+
+def test_the_sliding_layers_arrays_hold_only_the_window_pool():
+    model = _gemma_like()
+    engine = Engine(model, ONE_AT_A_TIME)
+    sizes = [k.shape[0] for k in engine.kv.k]                  # blocks per layer
+    assert sizes == [6, 6, 512]                                 # layers 0 and 1 slide
+
+
+@pytest.mark.parametrize("shared, hit", [(36, 36), (38, 38), (32, 0)])
+def test_a_cached_prefix_past_the_window_pool_is_reused_as_far_as_its_windows_are_kept(shared, hit):
+    """After a 40-token prompt and its answer, the tree keeps only the last few window
+    blocks (the pool holds 6): a prompt sharing 36 tokens finds the window of position 36
+    cached and starts there (38: the last two rows copied from a cached block, in the window
+    pool too); one sharing 32 needs blocks 6 and 7, gone, and so does every
+    shorter match: it starts from nothing. Both answers equal the dense reference."""
+    model = _gemma_like()
+    first = LONG_PROMPTS[1][:40]
+    second = first[:shared] + [9, 4, 33]
+    engine = Engine(model, ONE_AT_A_TIME)
+    assert engine_tokens(engine, [first]) == [dense_greedy(model, first, NEW_TOKENS)]
+    assert engine_tokens(engine, [second]) == [dense_greedy(model, second, NEW_TOKENS)]
+    assert engine.stats().prefix_hit_tokens == hit
+    assert engine.blocks.window.evictions_total > 0
+
+
+def test_embeddings_write_and_read_the_sliding_layers_by_their_window_table():
+    """After a chat has moved the window pool's free list apart from the global one, an
+    embedding input's sliding layers must still go through its own window blocks."""
+    model = _gemma_like()
+    engine = Engine(model, ONE_AT_A_TIME)
+    engine_tokens(engine, [LONG_PROMPTS[0]])
+    inputs = [LONG_PROMPTS[1][:20], LONG_PROMPTS[1][30:45]]
+    with pytest.raises(PromptTooLong):                          # 7 window blocks: more than the pool
+        engine.add_embedding([LONG_PROMPTS[1][:28]])
+    np.testing.assert_allclose(run_embeddings(engine, inputs), dense_embeddings(model, inputs),
+                               atol=1e-5)
+    assert engine.blocks.window.num_held_blocks == 0
+
+
+def test_preemption_releases_both_tables_and_the_answers_stay_exact():
+    """Two 23-token prompts and their answers need 9 blocks each of a 10-block global pool:
+    one is preempted and recomputed, while the window tables have drifted apart from the
+    block tables; the answers equal the dense reference and nothing stays held."""
+    model = _gemma_like()
+    config = dataclasses.replace(ONE_AT_A_TIME, num_kv_blocks=10, max_num_seqs=2, prefix_cache="none")
+    engine = Engine(model, config)
+    prompts = [LONG_PROMPTS[0], [(t + 11) % 61 + 1 for t in LONG_PROMPTS[0]]]
+    assert engine_tokens(engine, prompts) == [dense_greedy(model, p, NEW_TOKENS) for p in prompts]
+    assert engine.stats().preemptions_total > 0
+    assert engine.blocks.window.num_free_blocks == engine.blocks.window.num_blocks
+
+
+def test_the_budget_a_window_pool_saves_goes_to_more_global_blocks():
+    from engine.kv.pools import BYTES_PER_MIB, num_blocks_for_budget
+    from engine.kv.window import pool_sizes
+    model = _gemma_like()
+    config = EngineConfig(block_size=4, kv_cache_mib=1, max_num_seqs=2, max_batched_tokens=16)
+    every_layer = num_blocks_for_budget(model.config, 4, 1)
+    num_blocks, num_window_blocks = pool_sizes(model.config, config)
+    assert num_window_blocks == 2 * (2 + 2) + 4
+    assert num_blocks > 2 * every_layer
+    engine = Engine(model, config)
+    assert engine.kv.nbytes <= BYTES_PER_MIB and engine.kv.num_blocks == num_blocks
+
+
+def test_a_model_without_sliding_layers_has_no_window_pool():
+    from engine.kv.pools import num_blocks_for_budget
+    model = random_model(vocab=64, d=D_MODEL, layers=3, seed=5)
+    engine = Engine(model, EngineConfig(block_size=4, kv_cache_mib=1))
+    assert engine.blocks.window is None and not any(engine.kv.in_window_pool)
+    assert engine.kv.num_blocks == num_blocks_for_budget(model.config, 4, 1)
+    assert {k.shape[0] for k in engine.kv.k} == {engine.kv.num_blocks}

@@ -8,7 +8,7 @@ import pytest
 from server.api import documents as docs
 from server.errors import ApiError
 from server.text.messages import Message
-from server.api.chat.parse import MAX_MESSAGES, parse_chat
+from server.api.chat.request import MAX_MESSAGES, parse_chat
 from server.api.completions import MAX_COMPLETION_PROMPTS, parse_completion
 from server.api.embeddings import MAX_EMBEDDING_INPUTS, parse_embeddings
 from server.api.generation import DEFAULT_MAX_STOP_STRINGS, MAX_CHOICES, parse_priority

@@ -9,7 +9,7 @@ import pytest
 
 from engine.api import FINISH_LENGTH, FINISH_STOP, TokenOut
 from server.api import documents as docs
-from server.api.chat.parse import parse_chat
+from server.api.chat.request import parse_chat
 from server.api.chat.render import renderer as chat_renderer
 from server.api.completions import parse_completion
 from server.api.generation import GenSpec

@@ -1,6 +1,6 @@
 """The API's route table (server/api/routes.py) as the app reads it: 404 / 405 with `Allow`,
 each request counted under its row's name, the rows marked off the loop prepared on the
-pool, and a handler's outcome matched by its declared type (server/api/prepared.py)."""
+pool, and a handler's outcome matched by its declared type (a Response or a Stream)."""
 from __future__ import annotations
 
 import json
@@ -9,10 +9,9 @@ import pytest
 
 from server.api import app as app_module
 from server.api.app import ApiApp
-from server.api.chat import CHAT, chat
+from server.api.chat.request import CHAT, chat
 from server.api.completions import COMPLETIONS, completions
 from server.offloop.pool import Inline, OffLoopStream
-from server.api.prepared import Launch
 from server.api.responses import RESPONSES, responses
 from server.api.routes import API_ROUTES
 from server.door.routes import Route
@@ -94,18 +93,17 @@ def one_route_app(monkeypatch, handler) -> ApiApp:
     return bare_app()
 
 
-def test_a_launch_is_started_once_on_the_loop_thread_and_its_stream_is_the_answer(monkeypatch):
-    started = []
+def test_a_stream_a_handler_returns_is_the_answer_as_it_is(monkeypatch):
+    """The handler started its work (a generation is admitted where the handler runs): its
+    stream is sent as it is, with nothing of the app's wrapped around it."""
     stream = Inline().run(lambda: Response(status=201), lambda outcome: outcome.get())
-    app = one_route_app(monkeypatch, lambda ctx, request, params, extra:
-                        Launch(start=lambda: started.append(1) or stream))
+    app = one_route_app(monkeypatch, lambda ctx, request, params, extra: stream)
     assert app.handle(Request(method="POST", path="/v1/x")) is stream
-    assert started == [1]
 
 
 def test_a_handler_outcome_of_no_declared_type_is_a_logged_500_never_called(monkeypatch,
                                                                               caplog):
-    """A callable is not a Launch: the app matches types, not shapes."""
+    """A callable is neither a Response nor a Stream: the app matches declared types."""
     called = []
     app = one_route_app(monkeypatch, lambda ctx, request, params, extra:
                         lambda: called.append(1))
@@ -115,7 +113,7 @@ def test_a_handler_outcome_of_no_declared_type_is_a_logged_500_never_called(monk
     assert status == 500 and json.loads(body)["error"]["code"] == "internal_error"
     assert called == [] and app.state.metrics.requests == {("x", 500, ""): 1}
     [record] = [r for r in caplog.records if "rid-x" in r.getMessage()]
-    assert "neither a Response nor a Launch" in str(record.exc_info[1])
+    assert "neither a Response nor a Stream" in str(record.exc_info[1])
 
 
 def test_a_task_names_the_paths_of_its_rows():

@@ -13,7 +13,7 @@ from openai.types.responses import Response
 
 from engine.api import FINISH_LENGTH, FINISH_STOP, GrammarSpec, ThinkPrefix
 from server.api import documents as docs
-from server.api.chat.parse import parse_chat
+from server.api.chat.request import parse_chat
 from server.api.chat.render import renderer as chat_renderer
 from server.api.responses import parse_responses
 from server.api.responses import renderer as responses_renderer

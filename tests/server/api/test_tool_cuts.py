@@ -12,7 +12,7 @@ from dataclasses import replace
 import pytest
 
 from server.api import documents as docs
-from server.api.chat.parse import parse_chat
+from server.api.chat.request import parse_chat
 from server.api.chat.render import renderer as chat_renderer
 from server.api.responses.parse import parse_responses
 from server.api.responses.render import ResponseDocument, ResponseEvents

@@ -14,7 +14,7 @@ from server.api import documents as docs
 from server.text.served import ServedModel
 from server.errors import ApiError
 from server.text.messages import Message, ToolCall, for_template
-from server.api.chat.parse import parse_chat
+from server.api.chat.request import parse_chat
 from server.api.completions import parse_completion
 from server.text.client import Piece
 from server.api.chat.render import ToolChatChunks, ToolChatDocument, chat_deltas

@@ -1,5 +1,5 @@
 """The off-loop seam (server/offloop/pool.py): work on a pool thread, the answer made on the
-polling thread, errors and cancels; and the app's prepare/launch split through it. Synchronised on
+polling thread, errors and cancels; and the app through it (prepared and admitted on a pool thread). Synchronised on
 events (the work blocks on one, the pool's wake sets another), never on sleeps."""
 from __future__ import annotations
 
@@ -17,17 +17,13 @@ from server.api.app import ApiApp
 from server.api.launch import ChatModel
 from server.state import ServerState
 from server.text.served import ServedModel
-from server.api.embeddings import INLINE_DOCUMENT_MAX_VALUES, EmbedStream
-from server.worker.embedding_jobs import EmbedTicket
 from server.door.access import AccessLog, LoggedStream
 from server.errors import ApiError, error_response
 from server.http.protocol import Request, Response, StreamPoll
-from server.offloop.pool import (CollectorPause, Inline, OffLoopPool, OffLoopStream, Outcome,
-                                 outcome_of)
+from server.offloop.pool import CollectorPause, Inline, OffLoopPool, Outcome, outcome_of
 from server.api.chat.render import renderer as chat_renderer
 from server.api.generation import GenSpec
-from server.api.streams import INLINE_DOCUMENT_MAX_ENTRIES
-from tests.fakes import IdleBridge, tok
+from tests.fakes import IdleBridge, ManualOffLoop, tok
 from tests.server.api.stream_helpers import generation_stream
 
 WAIT_S = 10.0
@@ -56,22 +52,6 @@ def pool():
     offloop_pool.start()
     yield offloop_pool, woken
     offloop_pool.stop()
-
-
-class ManualOffLoop:
-    """An OffLoop whose work runs when the test says so, on the test's thread."""
-
-    def __init__(self):
-        self.jobs = []
-
-    def run(self, work, then):
-        stream = OffLoopStream(then)
-        self.jobs.append((stream, work))
-        return stream
-
-    def finish_all(self):
-        for stream, work in self.jobs:
-            stream.deliver(outcome_of(work))
 
 
 class Built:
@@ -198,7 +178,7 @@ def test_an_expected_error_drops_the_frames_of_the_work():
     assert isinstance(bug, ZeroDivisionError) and bug.__traceback__ is not None   # logged
 
 
-# ---- the app: prepare on a pool thread, launch on the loop ----------------------------------
+# ---- the app: prepared and admitted on a pool thread, sent by the loop ---------------------
 
 @pytest.fixture
 def app(succ_model_dir, pool):
@@ -256,17 +236,56 @@ def test_an_unexpected_prepare_failure_is_a_logged_500(app, caplog, monkeypatch)
     assert len(logged) == 1 and "tokenizer bug" in str(logged[0].exc_info[1])
 
 
-def test_admission_happens_at_the_poll_and_a_cancel_after_it_aborts_the_ticket(app):
+def test_admission_happens_on_the_pool_thread_and_a_cancel_after_it_aborts_the_ticket(app):
     api, bridge, woken = app
     body = json.dumps({"model": "succ", "messages": [{"role": "user", "content": "ab"}],
                        "stream": True}).encode()
     stream = post(api, "/v1/chat/completions", body)
     woken.wait()
-    assert bridge.verbs == [] and bridge.admission.gate.waiting == 0      # prepared, not yet admitted
-    assert stream.poll(0.0).head is None                        # queued: no head yet
-    assert bridge.verbs == ["add"] and bridge.admission.gate.waiting == 1
+    assert bridge.verbs == ["add"] and bridge.admission.gate.waiting == 1   # admitted there
+    first = stream.poll(0.0)
+    assert first.head is None and first.successor is not None    # queued: no head yet
+    assert first.successor is stream.delegate
     stream.cancel()
     assert bridge.verbs == ["add", "abort"]
+
+
+def test_a_client_gone_while_its_generation_is_admitted_has_it_aborted(app, monkeypatch):
+    """The cancel comes while the pool thread is inside the handler: the stream it returns
+    is cancelled as it is delivered, so its ticket never waits for a client."""
+    api, bridge, woken = app
+    inside, release = threading.Event(), threading.Event()
+    prompt_of = api.ctx.chats["succ"].served.encode
+
+    def held_encode(text):
+        inside.set()
+        assert release.wait(WAIT_S)
+        return prompt_of(text)
+
+    monkeypatch.setattr(api.ctx.chats["succ"].served, "encode", held_encode)
+    body = json.dumps({"model": "succ", "messages": [{"role": "user", "content": "ab"}],
+                       "stream": True}).encode()
+    stream = post(api, "/v1/chat/completions", body)
+    assert inside.wait(WAIT_S)
+    stream.cancel()                             # the client left mid-preparation
+    release.set()
+    woken.wait()
+    assert bridge.verbs == ["add", "abort"] and stream.poll(0.0) == StreamPoll(done=True)
+
+
+def test_the_access_wrapper_polls_the_answer_itself_once_it_is_named():
+    lines = []
+    access = AccessLog(lines.append)
+    spec, header = GenSpec(kind="chat", model="m", stream=True), docs.Header("i", 0, "m")
+    made, (ticket,), bridge = generation_stream(spec, header, chat_renderer(spec, header),
+                                                prompt_tokens=1, route="chat")
+    request = Request(method="POST", path="/v1/chat/completions")
+    logged = LoggedStream(Inline().run(lambda: made, lambda outcome: None),
+                          access.begin(request), access)
+    bridge.feed(ticket, tok(1))
+    first = logged.poll(1.0)
+    assert first.head.status == 200 and first.successor is None   # taken, not passed on
+    assert logged.inner is made
 
 
 def test_small_routes_answer_at_once(app):
@@ -308,64 +327,3 @@ def test_an_error_after_the_body_parsed_is_noted_with_its_model(app, path, body,
     assert stream.poll(0.0).done
     line = json.loads(lines[0])
     assert line["status"] == status and line["model"] == model
-
-
-# ---- big documents: built off the loop ------------------------------------------------------
-
-def test_a_large_whole_document_is_built_off_the_loop_then_counted():
-    offloop, statuses, finished = ManualOffLoop(), [], []
-    spec = GenSpec(kind="chat", model="m", logprobs=True, top_logprobs=2)
-    header = docs.Header("i", 0, "m")
-    stream, (ticket,), bridge = generation_stream(
-        spec, header, chat_renderer(spec, header), prompt_tokens=1, route="chat",
-        statuses=statuses, finished=finished, offloop=offloop)
-    tokens = INLINE_DOCUMENT_MAX_ENTRIES // 3 + 1          # 3 entries a token: just over
-    for _ in range(tokens - 1):
-        bridge.feed(ticket, tok(1, top=((1, -0.1), (2, -0.2))))
-    bridge.feed(ticket, tok(2, finish="length", top=((1, -0.1), (2, -0.2))))
-    waiting = stream.poll(1.0)
-    assert waiting.head is None and not waiting.done and len(offloop.jobs) == 1
-    assert statuses == [] and finished == []
-    offloop.finish_all()
-    out = stream.poll(2.0)
-    assert out.head.status == 200 and out.done and statuses == [200] and len(finished) == 1
-    document = json.loads(b"".join(out.chunks))
-    assert len(document["choices"][0]["logprobs"]["content"]) == tokens
-
-
-def embed_stream(vectors: list, offloop, statuses: list) -> EmbedStream:
-    ticket = EmbedTicket([[1]] * len(vectors), "float")
-    ticket.result, ticket.done = vectors, True
-    return EmbedStream(ticket=ticket, model_id="m", prompt_tokens=len(vectors), headers=(),
-                       on_status=lambda route, s: statuses.append(s), offloop=offloop)
-
-
-def test_a_large_embeddings_document_is_built_off_the_loop_a_small_one_at_once():
-    offloop, statuses = ManualOffLoop(), []
-    small = embed_stream([[0.5, 0.25]], offloop, statuses).poll(0.0)
-    assert small.head.status == 200 and small.done and offloop.jobs == []
-    values = [[0.5] * 64 for _ in range(INLINE_DOCUMENT_MAX_VALUES // 64 + 1)]
-    large = embed_stream(values, offloop, statuses)
-    assert large.poll(0.0).head is None and len(offloop.jobs) == 1 and statuses == [200]
-    offloop.finish_all()
-    out = large.poll(1.0)
-    assert out.head.status == 200 and out.done and statuses == [200, 200]
-    assert len(json.loads(b"".join(out.chunks))["data"]) == len(values)
-
-
-def test_a_wake_finds_output_only_once_the_work_or_the_engine_is_done():
-    offloop, statuses = ManualOffLoop(), []
-    stream = offloop.run(lambda: b"built", lambda outcome: Response(status=200, body=outcome.get()))
-    assert not stream.has_output()              # the work runs: a wake has nothing to fetch
-    offloop.finish_all()
-    assert stream.has_output()
-    assert stream.poll(0.0).chunks == [b"built"]
-    cancelled = offloop.run(lambda: None, lambda outcome: Response(status=200))
-    cancelled.cancel()
-    assert cancelled.has_output()               # its end is due
-    ticket = EmbedTicket([[1]], "float")
-    embed = EmbedStream(ticket=ticket, model_id="m", prompt_tokens=1, headers=(),
-                        on_status=lambda route, s: statuses.append(s), offloop=offloop)
-    assert not embed.has_output()               # the engine has not run the input yet
-    ticket.result, ticket.done = [[0.5]], True
-    assert embed.has_output() and embed.poll(0.0).done and statuses == [200]

@@ -11,7 +11,7 @@ from engine.api import load_model
 from server.errors import ApiError
 from server.text.messages import Message, TextPart, check_content, for_template
 from server.text.served import ServedModel
-from server.api.chat.parse import parse_chat
+from server.api.chat.request import parse_chat
 from template import Template
 from tests.oracle import read_jsonl
 

@@ -1,4 +1,10 @@
-"""The chat request: `parse_chat(body)` -> `GenSpec` (kind "chat") with the conversation as
+"""The chat request, `POST /v1/chat/completions`: read, checked and started.
+
+`chat`, the handler (on a pool thread): served model -> tools -> chat template -> tokens ->
+the generation, started by server/api/launch.py, whose stream renders with the renderer of
+server/api/chat/render.py.
+
+`parse_chat(body)` -> `GenSpec` (kind "chat") with the conversation as
 typed `Message`s (server/text/messages.py), built once here from the JSON. Content parts are
 checked by the text layer; `tools`, `tool_choice`, `parallel_tool_calls` and the history's
 `tool_calls` by server/api/tools.py; `chat_template_kwargs` and `reasoning_effort` by
@@ -12,18 +18,35 @@ from dataclasses import replace
 from typing import Any
 
 from engine.api import MAX_TOP_LOGPROBS
+from server.api.chat.render import renderer
 from server.api.defaults import SamplingDefaults
 from server.api.fields import bad, boolean, integer, load_json_object, unsupported
 from server.api.generation import DEFAULT_MAX_STOP_STRINGS, GenSpec, common_fields
+from server.api.launch import (ApiContext, Endpoint, chat_prompt, launch_generation,
+                               with_tools)
+from server.api.streams import GenerationStream
 from server.api.prediction import parse_prediction
 from server.api.thinking import template_variables
 from server.api.tools import check_tool_calls, check_tool_message, parse_tools
+from server.door.routes import Params
+from server.http.protocol import Request
+from server.replies import Headers
 from server.text.messages import Message, check_content
 
+CHAT = Endpoint(route="chat", id_prefix="chatcmpl", prompt_param="messages")
 MAX_MESSAGES = 4096             # a conversation longer than this is abuse, not chat
 ROLES = frozenset({"system", "user", "assistant", "developer", "tool"})
 MESSAGE_FIELDS = frozenset({"role", "content", "name", "tool_calls", "tool_call_id",
                             "reasoning_content"})
+
+
+def chat(api: ApiContext, request: Request, params: Params, extra: Headers) -> GenerationStream:
+    spec = parse_chat(request.body, api.defaults_for(request.body), api.max_stop_strings)
+    with api.serving(spec.model) as ctx:
+        spec, offered = with_tools(ctx, spec)
+        spec, prompt = chat_prompt(ctx, spec, offered)
+        return launch_generation(ctx, request, spec, [prompt], CHAT, extra,
+                                 lambda header: renderer(spec, header))
 
 
 def _message(i: int, m: Any) -> Message:
