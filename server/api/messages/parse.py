@@ -192,10 +192,12 @@ def _tool(i: int, tool: Any) -> dict:
     if tool.get("type", CUSTOM_TOOL) != CUSTOM_TOOL:
         raise bad(f"{where}.type", f"Server tools ({tool.get('type')!r}) are not supported: "
                                    "this server runs client tools only.")
+    if not isinstance(tool.get("name"), str) or not tool["name"]:
+        raise bad(f"{where}.name", f"'{where}.name' must be a non-empty string.")
     schema = tool.get("input_schema")
     if not isinstance(schema, dict):
         raise bad(f"{where}.input_schema", f"'{where}.input_schema' must be a JSON Schema object.")
-    function = {"name": tool.get("name"), "parameters": schema}
+    function = {"name": tool["name"], "parameters": schema}
     if tool.get("description") is not None:
         function["description"] = tool["description"]
     return {"type": "function", "function": function}

@@ -136,6 +136,7 @@ def test_thinking_turns_the_templates_switch_and_checks_its_budget():
      "messages[0].content[0].type"),
     ({"system": [{"type": "document", "source": {}}]}, "system[0].type"),
     ({"tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "tools[0].type"),
+    ({"tools": [{"input_schema": {"type": "object"}}]}, "tools[0].name"),
     ({"mcp_servers": [{"url": "x"}]}, "mcp_servers"),
     ({"messages": USER + [{"role": "assistant", "content": "The answer is"}]}, "messages[1]"),
     ({"messages": [{"role": "system", "content": "x"}]}, "messages[0].role"),
