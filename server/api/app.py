@@ -7,9 +7,10 @@
     pool thread:   the endpoint parses, checks, prepares and starts its work: one module or
                    package per endpoint family (chat/, completions.py, responses/,
                    messages/ (Anthropic's), embeddings.py, rerank.py (and score),
-                   tokenize.py, models.py; generations share server/api/launch.py). A generation is admitted
-                   here (client.generate: 429 now if the queue is full) and the handler
-                   returns its Stream; a short answer is a whole Response.
+                   tokenize.py, models.py; generations share server/api/launch.py). A
+                   generation is admitted here (client.generate: 429 now if the queue is
+                   full) and the handler returns its Stream; a short answer is a whole
+                   Response.
     loop thread:   a Stream is the answer as it is (it counts its own status and carries
                    X-Request-Id); a Response or an ApiError is finished here: the status
                    counted, X-Request-Id added, an error as its OpenAI document
