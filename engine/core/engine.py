@@ -193,7 +193,8 @@ class Engine:
         seq = item.seq
         start = seq.num_computed
         tokens = tuple(seq.tokens[start:start + item.num_tokens]) + item.drafts
-        return Chunk(tokens, start, tuple(seq.blocks), item.num_logits, seq.id)
+        return Chunk(tokens, start, tuple(seq.blocks), item.num_logits, seq.id,
+                     seq.req.scope.adapter)
 
     # ----------------------------------------------------------------- side doors
 

@@ -169,7 +169,8 @@ def _segments(blocks: BlockManager) -> tuple[RadixSegment, ...]:
     if blocks.radix is None:
         return ()
     out: list[RadixSegment] = []
-    stack: list[tuple[RadixNode, int]] = [(c, -1) for c in blocks.radix.root.children.values()]
+    stack: list[tuple[RadixNode, int]] = [(c, -1) for root in blocks.radix.roots()
+                                          for c in root.children.values()]
     while stack and len(out) < MAX_SNAPSHOT_SEGMENTS:
         node, parent = stack.pop()
         chain = [node]
