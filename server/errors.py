@@ -32,6 +32,8 @@ ERROR_KINDS: dict[str, ErrorKind] = {
     "model_not_found": ErrorKind(404, "invalid_request_error", "model_not_found"),
     "kv_handle_not_found": ErrorKind(404, "invalid_request_error", "kv_handle_not_found"),
     "engine_view_off": ErrorKind(404, "invalid_request_error", "engine_view_disabled"),
+    "lora_not_found": ErrorKind(404, "invalid_request_error", "lora_not_found"),
+    "runtime_lora_disabled": ErrorKind(404, "invalid_request_error", "runtime_lora_disabled"),
     # authentication (server/door/auth.py)
     "invalid_api_key": ErrorKind(401, "invalid_request_error", "invalid_api_key"),
     # routing
