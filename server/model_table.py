@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from engine.api import KIND_CHAT, KIND_EMBEDDING, model_name
+from server.api.adapters import KIND_LORA
 from server.worker.encoder_thread import ENCODER_BATCH_TOKENS
 
-KIND_LORA = "lora"                     # a PEFT adapter served beside its base's engine
 MODEL_KINDS = (KIND_CHAT, KIND_EMBEDDING, KIND_LORA)
 LORA_KEYS = ("id", "kind", "base", "adapter_dir", "scale")
 MAX_LORA_SCALE = 100.0

@@ -33,6 +33,7 @@ from server.errors import ApiError, bad
 from server.replies import Headers
 
 log = logging.getLogger("tlserve")
+KIND_LORA = "lora"                 # a model card's kind, and a `[[models]]` table's
 
 
 @dataclass(frozen=True)

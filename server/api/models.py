@@ -11,7 +11,7 @@ from server.door.routes import Params
 from server.replies import Headers
 from server.http.protocol import Request, Response
 from engine.api import KIND_CHAT, KIND_EMBEDDING
-from server.model_table import KIND_LORA
+from server.api.adapters import KIND_LORA
 
 
 def _cards(ctx: ApiContext) -> dict[str, dict]:

@@ -20,7 +20,8 @@ from server.http.protocol import Request, Response
 from server.state import ServerState
 
 # The heavy, pure routes: they parse, template, tokenize or compile, so never on the loop.
-HEAVY = {"chat", "completions", "responses", "embeddings", "tokenize", "rerank", "score"}
+HEAVY = {"chat", "completions", "responses", "embeddings", "tokenize", "rerank", "score",
+         "load_lora_adapter"}           # reads and fits an adapter folder
 
 
 class CountingOffLoop(Inline):
