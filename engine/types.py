@@ -174,6 +174,11 @@ class EngineStats:
     # Per draft source, since start: (source name, drafted tokens, accepted tokens).
     spec_by_source: tuple[tuple[str, int, int], ...] = ()
     steps_total: int = 0
+    # LoRA adapters (by name, sorted) of the running and of the waiting sequences, and the
+    # most one step holds (EngineConfig.max_loras): the gateway's lora_requests_info.
+    running_adapters: tuple[str, ...] = ()
+    waiting_adapters: tuple[str, ...] = ()
+    max_loras: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)
