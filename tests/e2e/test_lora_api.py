@@ -208,7 +208,19 @@ def test_runtime_load_and_unload(server, written):
     prompt = [504, 3575, 282, 4649, 314]
     assert _complete(server, "again", prompt)["choices"][0]["text"] == \
         _complete(server, WRITTEN, prompt)["choices"][0]["text"]
-    assert _post(server, "/v1/unload_lora_adapter", {"lora_name": "again"}).status_code == 200
+    with requests.post(server.http_url + "/v1/completions", stream=True,
+                       timeout=REAL_CLIENT_TIMEOUT_S, headers={"Authorization": f"Bearer {KEY}"},
+                       json={"model": "again", "prompt": prompt, "max_tokens": 24,
+                             "temperature": 0, "ignore_eos": True, "stream": True}) as running:
+        lines = running.iter_lines()
+        first = next(line for line in lines if line.startswith(b"data: "))   # it has begun
+        unloaded = _post(server, "/v1/unload_lora_adapter", {"lora_name": "again"})
+        assert unloaded.status_code == 200
+        rest = [line for line in lines if line.startswith(b"data: ")]
+    assert rest[-1] == b"data: [DONE]"                        # the stream in flight finished
+    texts = [json.loads(x[6:])["choices"][0]["text"] for x in [first] + rest[:-1]
+             if json.loads(x[6:])["choices"]]
+    assert "".join(texts).startswith(_complete(server, WRITTEN, prompt)["choices"][0]["text"])
     gone = _post(server, "/v1/completions", {"model": "again", "prompt": prompt})
     assert gone.status_code == 404
     assert _post(server, "/v1/unload_lora_adapter", {"lora_name": "again"}).status_code == 404

@@ -132,6 +132,8 @@ def test_max_loras_defers_a_sequence_whose_adapter_would_exceed_it(tmp_path):
                                          scope=CacheScope(adapter=adapter))): adapter
            for adapter in (a, b, None, a)}
     adapters_per_step, outs = [], {}
+    stats = engine.stats()
+    assert (stats.max_loras, stats.running_adapters, stats.waiting_adapters) == (1, (), ("a", "b"))
     while engine.has_work():
         plan_adapters = set()
         original = engine.scheduler.schedule
@@ -145,6 +147,9 @@ def test_max_loras_defers_a_sequence_whose_adapter_would_exceed_it(tmp_path):
             outs.setdefault(out.id, []).append(out)
         engine.scheduler.schedule = original
         adapters_per_step.append(plan_adapters - {None})
+        if len(adapters_per_step) == 1:                       # a runs, b waits for it
+            stats = engine.stats()
+            assert (stats.running_adapters, stats.waiting_adapters) == (("a",), ("b",))
     assert max(len(s) for s in adapters_per_step) == 1
     assert {b} in adapters_per_step                           # b ran once a's sequences ended
     expected = {a: dense_greedy(merged_a, PROMPT, 3), b: dense_greedy(merged_b, PROMPT, 3),
