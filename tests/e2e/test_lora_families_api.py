@@ -34,7 +34,12 @@ def _cases(adapter: str, name: str) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def server():
+def access_log(tmp_path_factory):
+    return tmp_path_factory.mktemp("log") / "access.jsonl"
+
+
+@pytest.fixture(scope="module")
+def server(access_log):
     tables = "".join(f"""
 [[models]]
 id = "{name}"
@@ -48,7 +53,7 @@ model_dir = "{BASES['qwen3-tiny']}"
 model_id = "qwen3-tiny"
 http_listen = "127.0.0.1:0"
 health_listen = "127.0.0.1:0"
-access_log = "off"
+access_log = "{access_log}"
 kv_cache_mib = 16
 [[models]]
 id = "llama32-tiny"
@@ -87,3 +92,22 @@ def test_each_adapter_s_logprobs_are_peft_s(server, adapter):
         assert len(got) == len(case["chosen_logprob"])
         for k, (mine, theirs) in enumerate(zip(got, case["chosen_logprob"])):
             assert abs(mine - theirs) <= LOGPROB_TOLERANCE, (adapter, case["index"], k)
+
+
+def test_responses_on_an_adapter_and_the_access_log_names_it(server, access_log):
+    case = _cases("qwen3-tiny-lora-b", "greedy.jsonl")[0]
+    tokenizer = load_model(BASES["qwen3-tiny"]).tokenizer
+    prompt = tokenizer.decode(case["prompt_ids"])
+    asked = {"input": prompt, "max_output_tokens": 8, "temperature": 0}
+    answers = {}
+    for model in ("qwen3-tiny-lora-b", "qwen3-tiny"):
+        reply = requests.post(server.http_url + "/v1/responses", timeout=TIMEOUT_S,
+                              json={"model": model, **asked})
+        assert reply.status_code == 200, reply.text
+        doc = reply.json()
+        assert doc["model"] == model
+        answers[model] = doc["output"][0]["content"][0]["text"]
+    assert answers["qwen3-tiny-lora-b"] != answers["qwen3-tiny"]      # the adapter ran
+    logged = [json.loads(line) for line in access_log.read_text().splitlines()]
+    assert {e.get("model") for e in logged if e.get("path") == "/v1/responses"} == \
+        {"qwen3-tiny-lora-b", "qwen3-tiny"}
