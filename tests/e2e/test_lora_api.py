@@ -170,7 +170,7 @@ def test_a_streamed_chat_a_tool_call_and_a_json_schema_on_an_adapter(client):
 
 
 def test_cache_salt_is_checked_and_scopes_the_prefix_cache(server):
-    case = _cases("greedy.jsonl")[5]                           # 38 prompt tokens: 2 whole blocks
+    prompt = list(range(1000, 1040))      # 40 tokens no other test sends: 2 whole blocks
     for bad_salt in ("", 7, ["a"]):
         refused = _post(server, "/v1/completions", {"model": BASE, "prompt": "x",
                                                      "cache_salt": bad_salt})
@@ -178,12 +178,13 @@ def test_cache_salt_is_checked_and_scopes_the_prefix_cache(server):
 
     def hits() -> float:
         return metrics(server)["tl_engine_prefix_cache_hit_tokens_total"]
-    _complete(server, BASE, case["prompt_ids"], cache_salt="tenant-a", max_tokens=1)
+    _complete(server, BASE, prompt, cache_salt="tenant-a", max_tokens=1)
     before = hits()
-    _complete(server, BASE, case["prompt_ids"], cache_salt="tenant-b", max_tokens=1)
-    _complete(server, BASE, case["prompt_ids"], prompt_cache_key="tenant-a", max_tokens=1)
-    assert hits() == before                     # another salt, or none: nothing shared
-    _complete(server, BASE, case["prompt_ids"], cache_salt="tenant-a", max_tokens=1)
+    _complete(server, BASE, prompt, cache_salt="tenant-b", max_tokens=1)
+    _complete(server, BASE, prompt, prompt_cache_key="tenant-a", max_tokens=1)
+    _complete(server, ORACLE_LORA, prompt, cache_salt="tenant-a", max_tokens=1)
+    assert hits() == before                     # another salt, none, another adapter: nothing
+    _complete(server, BASE, prompt, cache_salt="tenant-a", max_tokens=1)
     assert hits() > before                      # the same salt shares
 
 
