@@ -155,3 +155,16 @@ def test_max_loras_defers_a_sequence_whose_adapter_would_exceed_it(tmp_path):
     expected = {a: dense_greedy(merged_a, PROMPT, 3), b: dense_greedy(merged_b, PROMPT, 3),
                 None: dense_greedy(model, PROMPT, 3)}
     assert {rid: tokens_of(o) for rid, o in outs.items()} == {rid: expected[ad] for rid, ad in ids.items()}
+
+
+def test_an_adapter_s_scale_multiplies_its_products(tmp_path):
+    model = random_model()
+    ranks = {f"model.layers.{i}.self_attn.v_proj": 4 for i in range(model.config.num_layers)}
+    pairs = random_pairs(model, ranks, seed=3, gain=1.5)
+    write_adapter(tmp_path / "s", pairs, r=4, lora_alpha=8, target_modules=["v_proj"])   # scaling 2
+    halved = load_adapter(tmp_path / "s", model.config, scale=0.5)
+    merged = dataclasses.replace(model, weights=merged_weights(model, pairs, {m: 1.0 for m in pairs}))
+    full = dataclasses.replace(model, weights=merged_weights(model, pairs, {m: 2.0 for m in pairs}))
+    assert dense_greedy(merged, PROMPT, 6) != dense_greedy(full, PROMPT, 6)   # the check can tell
+    engine = Engine(model, EngineConfig(block_size=BS, num_kv_blocks=64))
+    assert _answer(engine, CacheScope(adapter=halved), max_tokens=6)[0] == dense_greedy(merged, PROMPT, 6)
