@@ -31,16 +31,18 @@ from engine.grammar.json_schema import MAX_SCHEMA_DEPTH
 from engine.grammar.thinking import ThinkPrefix
 from engine.kv.blocks import PREFIX_CACHE_RULE, check_prefix_cache
 from engine.memory import tune_malloc
+from engine.model.lora import LoraAdapter, load_adapter
 from engine.model.loader import KIND_CHAT, KIND_EMBEDDING, load_model, model_kind, model_name
 from engine.model.places import DEFAULT_MODEL_DIR, user_model_dir
 from engine.model.spec import Model, ModelConfig
 from engine.tokenizer.base import Tokenizer
-from engine.types import (FINISH_DEADLINE, FINISH_LENGTH, FINISH_STOP, Finish, MAX_TOP_LOGPROBS,
-                          PREFIX_CACHE_MODES, SPECULATIVE_METHODS, EngineConfig, EngineStats,
+from engine.types import (BASE_SCOPE, FINISH_DEADLINE, FINISH_LENGTH, FINISH_STOP, Finish, MAX_TOP_LOGPROBS,
+                          PREFIX_CACHE_MODES, SPECULATIVE_METHODS, CacheScope, EngineConfig, EngineStats,
                           GenRequest, KvSize, PromptLogprobs, RequestId, SamplingParams,
                           SpeculativeConfig, TokenOut)
 
 __all__ = [
+    "BASE_SCOPE", "CacheScope", "load_adapter", "LoraAdapter",
     "BLOCK_CACHED", "BLOCK_FREE", "BLOCK_SHARED", "BLOCK_USED", "CallSyntax", "check_context",
     "check_prefix_cache", "check_speculative_config", "DEFAULT_MODEL_DIR", "Encoder", "Engine",
     "EngineConfig", "EngineSnapshot", "EngineStats", "FINISH_DEADLINE", "FINISH_LENGTH",

@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:                   # for the annotation only: the grammar's own module
+if TYPE_CHECKING:                   # for the annotations only: the grammar's and adapter's modules
     from engine.grammar.automaton import Grammar
+    from engine.model.lora import LoraAdapter
 
 RequestId = int
 
@@ -53,6 +54,24 @@ class SamplingParams:
 
 
 @dataclass(frozen=True, kw_only=True)
+class CacheScope:
+    """Which requests may share what the engine keeps between them: prefix-cache blocks and
+    the suffix store's drafted continuations. Only requests with EQUAL scopes share.
+
+    The adapter changes the K/V (its q/k/v products), so two adapters never share a block;
+    the salt is a tenant's secret (a cached prefix or a drafted answer is a timing side
+    channel), so two salts never share, and a salted request never shares with an unsalted
+    one. The adapter compares by identity (`LoraAdapter` is one object per load): an adapter
+    unloaded and loaded again under its name shares nothing with its earlier self. The
+    adapter also rides here for the forward (`Chunk.adapter`): one value, two uses."""
+    adapter: LoraAdapter | None = None     # None: the base model alone
+    salt: str | None = None                # None: unsalted (the server refuses an empty salt)
+
+
+BASE_SCOPE = CacheScope()
+
+
+@dataclass(frozen=True, kw_only=True)
 class GenRequest:
     prompt: tuple[int, ...]
     params: SamplingParams = field(default_factory=SamplingParams)
@@ -74,6 +93,8 @@ class GenRequest:
     # Predicted output (OpenAI's `prediction`): token ids the answer is expected to repeat
     # (the file being edited). Only a source of speculative drafts: outputs never change.
     prediction: tuple[int, ...] = ()
+    # The LoRA adapter the request runs on and the tenant's salt: what it may share (above).
+    scope: CacheScope = BASE_SCOPE
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -121,6 +142,7 @@ class EngineConfig:
     kv_cache_mib: int = 1536                # memory budget for the K/V pools (smol-135m: 2184 blocks, 35k tokens)
     num_kv_blocks: int | None = None        # overrides kv_cache_mib when set (tests use tiny pools)
     max_num_seqs: int = 128                 # sequences in one step
+    max_loras: int = 4                      # distinct LoRA adapters in one step (the base not counted)
     max_batched_tokens: int = 2048          # tokens in one step (decode rows + prefill chunks)
     prefill_chunk: int = 512                # longest prefill piece of one sequence per step
     tokens_beside_decode: int = 128         # the latency policy: prefill + embedding rows in a step
@@ -152,6 +174,11 @@ class EngineStats:
     # Per draft source, since start: (source name, drafted tokens, accepted tokens).
     spec_by_source: tuple[tuple[str, int, int], ...] = ()
     steps_total: int = 0
+    # LoRA adapters (by name, sorted) of the running and of the waiting sequences, and the
+    # most one step holds (EngineConfig.max_loras): the gateway's lora_requests_info.
+    running_adapters: tuple[str, ...] = ()
+    waiting_adapters: tuple[str, ...] = ()
+    max_loras: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -89,6 +89,8 @@ class ServeConfig:
     reasoning: str = REASONING_AUTO            # "auto": a thinking template's reasoning kept apart; "off"
     models: tuple[ModelEntry, ...] = ()        # [[models]]: more models beside model_dir's
     max_stop_strings: int = DEFAULT_MAX_STOP_STRINGS   # `stop` sequences a request may give
+    allow_runtime_lora: bool = False           # POST /v1/load_lora_adapter and unload (needs api_key)
+    lora_root: str = ""                        # runtime adapters must resolve inside this folder
 
     def __post_init__(self):
         if not self.model_id:
@@ -177,6 +179,9 @@ KEYS: dict[str, Key] = {
     "kv_cache_mib": Key(int, _positive, "an integer >= 1"),
     "num_kv_blocks": Key(int, _positive, "an integer >= 1"),
     "max_num_seqs": Key(int, _positive, "an integer >= 1"),
+    "max_loras": Key(int, _positive, "an integer >= 1"),
+    "allow_runtime_lora": Key(bool, lambda v: True, "true or false"),
+    "lora_root": _ANY,
     "max_batched_tokens": Key(int, _positive, "an integer >= 1"),
     "tokens_beside_decode": Key(int, _positive, "an integer >= 1"),
     "itl_target_ms": Key(int, lambda v: v >= 0, "an integer >= 0 (0: off)"),
@@ -204,14 +209,15 @@ SPECULATIVE_KEYS: dict[str, Key] = {name: Key(kind, lambda v: True, SPECULATIVE_
                                     for name, kind in SPECULATIVE_KINDS.items()}
 ENGINE_FIELDS = ("prefill_chunk", "block_size", "kv_cache_mib", "num_kv_blocks",
                  "max_num_seqs", "max_batched_tokens", "tokens_beside_decode", "itl_target_ms",
-                 "max_model_len", "prefix_cache")
+                 "max_model_len", "prefix_cache", "max_loras")
 SERVE_FIELDS = ("model_dir", "model_id", "http_listen", "health_listen", "queue_capacity",
                 "queue_deadline_ms", "arrival_window_ms", "drain_timeout_s",
                 "ping_interval_s", "engine_view", "trace_file", "trace_max_mib", "chat_template",
-                "reasoning", "max_stop_strings",
+                "reasoning", "max_stop_strings", "allow_runtime_lora", "lora_root",
                 "api_key", "cors_allow_origins", "access_log", "default_overrides", "models")
 # Relative to the config file's own folder when they come from a file.
-PATH_KEYS = ("model_dir", "api_key_file", "access_log", "trace_file", "chat_template")
+PATH_KEYS = ("model_dir", "api_key_file", "access_log", "trace_file", "chat_template",
+             "lora_root")
 
 
 def _checked(name: str, key: Key, value: Any) -> Any:

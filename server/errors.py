@@ -58,6 +58,9 @@ ERROR_KINDS: dict[str, ErrorKind] = {
     "kv_handle_not_found": ErrorKind(404, "invalid_request_error", "kv_handle_not_found",
                                      "not_found_error"),
     "engine_view_off": ErrorKind(404, "invalid_request_error", "engine_view_disabled", "not_found_error"),
+    "lora_not_found": ErrorKind(404, "invalid_request_error", "lora_not_found", "not_found_error"),
+    "runtime_lora_disabled": ErrorKind(404, "invalid_request_error", "runtime_lora_disabled",
+                                       "not_found_error"),
     # authentication (server/door/auth.py)
     "invalid_api_key": ErrorKind(401, "invalid_request_error", "invalid_api_key", "authentication_error"),
     # routing

@@ -6,7 +6,9 @@ becomes an `Engine` behind its own `EngineBridge` (its engine thread) with its t
 `Encoder` behind an `EncoderThread`. Any number of each, ids unique (config.py). Every
 model's thread shares one `ComputeTurn` (server/worker/compute_turn.py): the CPU is handed
 to one chat step or one encoder batch at a time, first come first served. The kind is read from the folder
-(`engine.api.model_kind`) unless the configuration names it.
+(`engine.api.model_kind`) unless the configuration names it. A LoRA adapter (kind "lora")
+is no engine of its own: it is read for its base's model (which must be a chat model served
+here) into the `AdapterTable` the API picks it from by name.
 
 Every failure is a `StartupError`: one line naming the path (and the fetch command where
 fetching would help), never a traceback.
@@ -23,9 +25,10 @@ from typing import Callable
 from engine.api import (KIND_CHAT, Engine, KvSize, ModelFormatError, UnsupportedModel,
                         load_encoder, load_model, model_kind)
 from server.api import defaults as sampling
+from server.api.adapters import AdapterTable, ServedAdapter, read_adapter
 from server.api.launch import ChatModel
 from server.config import ENGINE_FIELDS, REASONING_OFF, ServeConfig
-from server.model_table import ModelEntry
+from server.model_table import KIND_LORA, ModelEntry
 from server.observe.engine_view import EngineView
 from server.observe.trace import TraceWriter
 from server.text.served import ServedModel, TemplateFileError, read_chat_template
@@ -52,6 +55,7 @@ class LoadedModels:
     chats: dict[str, ChatModel] = field(default_factory=dict)          # id -> chat model
     views: dict[str, EngineView] = field(default_factory=dict)        # id -> its engine view
     encoders: dict[str, EncoderThread] = field(default_factory=dict)   # id -> its thread
+    adapters: AdapterTable = field(default_factory=AdapterTable)       # LoRA adapters by name
 
     @property
     def bridge(self) -> EngineBridge | None:
@@ -101,13 +105,34 @@ def load_models(cfg: ServeConfig, wrap_engine: EngineWrapper | None = None) -> L
     compute turn (each chat model its own engine thread, each encoder its own thread)."""
     turn = ComputeTurn()                        # one per process: see the module docstring
     loaded = LoadedModels()
-    for entry in model_entries(cfg):
+    entries = model_entries(cfg)
+    for entry in entries:
+        if entry.kind == KIND_LORA:
+            continue                            # after every base is loaded
         own = model_config(cfg, entry)
         if _kind(entry) == KIND_CHAT:
             _add_chat(own, loaded, turn, wrap_engine)
         else:
             loaded.encoders[entry.id] = _encoder_thread(own, entry, turn)
+    for entry in entries:
+        if entry.kind == KIND_LORA:
+            loaded.adapters.add(_served_adapter(entry, loaded))
     return loaded
+
+
+def _served_adapter(entry: ModelEntry, loaded: LoadedModels) -> ServedAdapter:
+    """A `kind = "lora"` table's adapter, read for its base's model."""
+    base = loaded.chats.get(entry.base)
+    if base is None:
+        raise StartupError(f"LoRA adapter {entry.id}: base = \"{entry.base}\" is not a chat "
+                           f"model served here (chat models: {', '.join(loaded.chats) or 'none'})")
+    try:
+        adapter = read_adapter(entry.adapter_dir, entry.id, base.served.model.config, entry.scale)
+    except (ModelFormatError, OSError) as exc:
+        why = exc.problem if isinstance(exc, ModelFormatError) else (exc.strerror or str(exc))
+        raise StartupError(f"cannot serve the LoRA adapter {entry.id} at {entry.adapter_dir}: "
+                           f"{why}") from None
+    return ServedAdapter(entry.id, entry.base, adapter, int(time.time()))
 
 
 def _add_chat(cfg: ServeConfig, loaded: LoadedModels, turn: ComputeTurn,

@@ -34,6 +34,7 @@ from pathlib import Path
 
 from engine.api import model_name, tune_malloc
 from server.door.access import AccessLog, open_access_log
+from server.api.adapters import RuntimeLora
 from server.api.app import ApiApp
 from server.api.routes import API_ROUTES
 from server.state import ServerState
@@ -48,6 +49,8 @@ from server.observe.health import HEALTH_ROUTES, HealthApp
 from server.http.connstate import BindError
 from server.http.loop import EventLoop, Listener
 from server.offloop.pool import OffLoopPool
+from server.model_table import (KIND_LORA, ModelTableError, check_unique_ids, lora_option,
+                                parse_models)
 from server.loading import (NO_TEMPLATE_WARNING, EngineWrapper, LoadedModels, StartupError,
                             fetch_hint, load_models, model_entries)
 
@@ -113,6 +116,11 @@ def _address(loop: EventLoop, name: str) -> str:
 
 def check_model_path(cfg: ServeConfig) -> None:
     for entry in model_entries(cfg):
+        if entry.kind == KIND_LORA:
+            if not Path(entry.adapter_dir).is_dir():
+                raise StartupError(f"no LoRA adapter folder at {entry.adapter_dir} "
+                                   f"([[models]] {entry.id})")
+            continue
         if not Path(entry.model_dir).exists():
             key = "[engine].model_dir" if entry.id == cfg.model_id else f"[[models]] {entry.id}"
             raise StartupError(f"no model at {entry.model_dir} ({key}); "
@@ -160,7 +168,10 @@ def load(cfg: ServeConfig, handle: ServerHandle, wrap_engine: EngineWrapper | No
     pool.start()
     handle.api.inner = ApiApp(chats=loaded.chats, state=handle.state,
                               ping_interval_s=cfg.ping_interval_s, offloop=pool,
-                              encoders=loaded.encoders, max_stop_strings=cfg.max_stop_strings)
+                              encoders=loaded.encoders, max_stop_strings=cfg.max_stop_strings,
+                              adapters=loaded.adapters,
+                              runtime_lora=RuntimeLora(cfg.allow_runtime_lora, bool(cfg.api_key),
+                                                       cfg.lora_root))
     loop = handle.loop
     handle.health.current = HealthApp(
         engines={model_id: chat.bridge for model_id, chat in loaded.chats.items()},
@@ -268,6 +279,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--reasoning", choices=REASONING_MODES,
                    help="auto: a thinking template's reasoning kept apart (reasoning_content); "
                         "off: answers as generated; overrides [engine].reasoning")
+    p.add_argument("--lora", action="append", default=[], metavar="NAME=DIR",
+                   help="serve the PEFT LoRA adapter in DIR as model NAME on the first chat "
+                        "model (repeatable; as a [[models]] table with kind = \"lora\")")
     p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"),
                    help="logging verbosity (default INFO: one line per start-up phase)")
     return p.parse_args(argv)
@@ -296,7 +310,19 @@ def config_from_args(args: argparse.Namespace, env=None) -> ServeConfig:
         overrides["chat_template"] = args.chat_template
     if args.reasoning:
         overrides["reasoning"] = args.reasoning
-    return replace(cfg, **overrides) if overrides else cfg
+    cfg = replace(cfg, **overrides) if overrides else cfg
+    return _with_loras(cfg, args.lora) if args.lora else cfg
+
+
+def _with_loras(cfg: ServeConfig, options: list[str]) -> ServeConfig:
+    """`--lora NAME=DIR` options as `[[models]]` tables on the first chat model."""
+    try:
+        tables = [{**lora_option(text), "base": cfg.model_id} for text in options]
+        entries = parse_models(tables, lambda where, key, value: value, None, source="--lora")
+        check_unique_ids(cfg.model_id, cfg.models + entries)
+    except ModelTableError as exc:
+        raise ConfigError(str(exc)) from None
+    return replace(cfg, models=cfg.models + entries)
 
 
 def main(argv: list[str], wrap_engine: EngineWrapper | None = None) -> int:

@@ -200,7 +200,7 @@ class Engine:
         tokens = tuple(seq.tokens[start:start + item.num_tokens]) + item.drafts
         window_table = tuple(seq.window_blocks) if seq.window_blocks else None
         return Chunk(tokens, start, tuple(seq.blocks), item.num_logits, seq.id,
-                     window_table=window_table)
+                     seq.req.scope.adapter, window_table=window_table)
 
     # ----------------------------------------------------------------- side doors
 
@@ -239,4 +239,12 @@ class Engine:
             spec_accepted_tokens=sum(accepted for _, _, accepted in by_source),
             spec_by_source=by_source,
             steps_total=self._steps_total,
+            running_adapters=_adapter_names(sch.running),
+            waiting_adapters=_adapter_names(sch.waiting),
+            max_loras=self.config.max_loras,
         )
+
+
+def _adapter_names(seqs: list[Sequence]) -> tuple[str, ...]:
+    """The LoRA adapters `seqs` run on, by name, sorted (the base is none of them)."""
+    return tuple(sorted({s.req.scope.adapter.name for s in seqs if s.req.scope.adapter is not None}))

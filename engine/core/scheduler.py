@@ -33,6 +33,9 @@ step), except that one prompt may always take a whole `prefill_chunk`.
    arrive together on a new shared prefix compute it once. Waiting costs a step, so it
    applies when the prefix in flight is at least `PREFIX_WAIT_MIN_TOKENS` long, or to a
    fork (`GenRequest.wait_for_prefix`: the other choices of an n > 1 request) always.
+   Only a request's own cache scope is matched (`GenRequest.scope`: its LoRA adapter and
+   tenant salt), and one whose adapter would make the running set hold more than
+   `max_loras` adapters is passed over until one of them ends (vLLM's rule).
 
 Waiting is not bounded here: the server's admission queue (server/worker/bridge.py) is the one
 bound on queued requests. Order is strict: a waiting request that cannot get blocks blocks
@@ -50,8 +53,9 @@ finished sequence releases its blocks at once; its text joins the speculation po
 What it is not: the forward pass or sampling.
 
 Size: one concept, the step's batching decision and its consequences for the sequences'
-blocks (both tables, the prefix cache, preemption); splitting planning from `postprocess`
-would split the one table of live sequences the two share.
+blocks (both tables, the prefix cache, preemption, the adapters a step may hold);
+splitting planning from `postprocess` would split the one table of live sequences the two
+share.
 """
 from __future__ import annotations
 
@@ -233,9 +237,15 @@ class Scheduler:
     def _admit(self, plan: StepPlan, budget: int) -> int:
         """Admit waiting sequences in order within `budget` tokens; returns the tokens used."""
         start_budget, index = budget, 0
+        adapters = {s.req.scope.adapter for s in self.running} - {None}
         while index < len(self.waiting) and budget > 0 and \
                 len(self.running) < self.config.max_num_seqs:
             seq = self.waiting[index]
+            adapter = seq.req.scope.adapter
+            if adapter is not None and adapter not in adapters and \
+                    len(adapters) >= self.config.max_loras:
+                index += 1                 # its adapter would exceed max_loras: a later step
+                continue
             if self._waits_for_prefix(seq):
                 index += 1                 # it waits; the requests behind it go on
                 continue
@@ -253,6 +263,8 @@ class Scheduler:
                 self.prompt_tokens += seq.num_prompt
                 self.prefix_hit_tokens += seq.num_computed
             self.running.append(seq)
+            if adapter is not None:
+                adapters.add(adapter)
             plan.scheduled.append(Scheduled.of(seq, want, want == seq.num_uncomputed))
             budget -= want
         return start_budget - budget
@@ -286,6 +298,8 @@ class Scheduler:
         whole = (len(seq.tokens) - 1) // bs * bs          # tokens in shareable whole blocks
         best = 0
         for other in self.running:
+            if other.req.scope != seq.req.scope:
+                continue                                  # never shared: nothing to wait for
             common = 0
             while common < whole and \
                     other.tokens[common:common + bs] == seq.tokens[common:common + bs]:
@@ -326,7 +340,7 @@ class Scheduler:
 
     def _share_blocks(self, seq: Sequence, max_blocks: int):
         """Take the longest cached run of whole blocks; returns its tree node."""
-        blocks, node = self.blocks.match_prefix(seq.tokens, max_blocks)
+        blocks, node = self.blocks.match_prefix(seq.tokens, max_blocks, seq.req.scope)
         seq.blocks = blocks
         if self.blocks.window is not None:
             seq.window_blocks = self.blocks.window.share(blocks)

@@ -100,6 +100,7 @@ class SeqView:
     generated_tokens: int
     num_blocks: int
     blocks: tuple[int, ...]
+    adapter: str = ""               # its LoRA adapter's name ("": the base)
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +142,8 @@ def build_snapshot(running: list[Sequence], waiting: list[Sequence],
         num_blocks=blocks.num_blocks, block_size=blocks.block_size,
         block_states=_block_states(blocks),
         running=tuple(SeqView(s.id, s.req.priority, s.num_prompt, s.num_computed,
-                              s.num_generated, len(s.blocks), tuple(s.blocks[:MAX_SEQ_BLOCKS]))
+                              s.num_generated, len(s.blocks), tuple(s.blocks[:MAX_SEQ_BLOCKS]),
+                              s.req.scope.adapter.name if s.req.scope.adapter else "")
                       for s in running[:MAX_SNAPSHOT_SEQS]),
         waiting=tuple(WaitingView(s.id, s.req.priority, len(s.tokens), s.num_generated)
                       for s in waiting[:MAX_SNAPSHOT_WAITING]),
@@ -169,7 +171,8 @@ def _segments(blocks: BlockManager) -> tuple[RadixSegment, ...]:
     if blocks.radix is None:
         return ()
     out: list[RadixSegment] = []
-    stack: list[tuple[RadixNode, int]] = [(c, -1) for c in blocks.radix.root.children.values()]
+    stack: list[tuple[RadixNode, int]] = [(c, -1) for root in blocks.radix.roots()
+                                          for c in root.children.values()]
     while stack and len(out) < MAX_SNAPSHOT_SEGMENTS:
         node, parent = stack.pop()
         chain = [node]

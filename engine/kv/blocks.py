@@ -26,7 +26,7 @@ from engine.errors import InvalidConfig
 from engine.kv.pools import blocks_for_tokens
 from engine.kv.radix import RadixCache, RadixNode
 from engine.kv.window import WindowPool
-from engine.types import PREFIX_CACHE_MODES
+from engine.types import BASE_SCOPE, PREFIX_CACHE_MODES, CacheScope
 
 # How a refused mode is described, to the engine's callers and the server's config alike.
 PREFIX_CACHE_RULE = " or ".join(f'"{mode}"' for mode in PREFIX_CACHE_MODES)
@@ -130,21 +130,24 @@ class BlockManager:
 
     # ----------------------------------------------------------------- prefix cache
 
-    def match_prefix(self, tokens, max_blocks: int) -> tuple[list[int], RadixNode | None]:
-        """Take a reference on the longest cached prefix of `tokens` (at most `max_blocks`).
+    def match_prefix(self, tokens, max_blocks: int,
+                     scope: CacheScope = BASE_SCOPE) -> tuple[list[int], RadixNode | None]:
+        """Take a reference on the longest prefix of `tokens` (at most `max_blocks`) cached
+        in `scope` (engine.types.CacheScope: only equal scopes share blocks).
 
-        Returns (block ids, the deepest node) -- the node is the tree root when nothing
-        matched, and None when the cache is off. With a window pool the match ends where
-        the window blocks its next query reads are all still cached.
+        Returns (block ids, the deepest node) -- the node is the scope's tree root when
+        nothing matched (commits below it land in that scope), and None when the cache is off.
+        With a window pool the match ends where the window blocks its next query reads are
+        all still cached.
         """
         if self.radix is None:
             return [], None
-        path = self.radix.match(tokens, max_blocks)
+        path = self.radix.match(tokens, max_blocks, scope)
         if self.window is not None:
             path = path[:self.window.usable_prefix([node.block for node in path])]
         for node in path:
             self._take_ref(node)
-        return [node.block for node in path], (path[-1] if path else self.radix.root)
+        return [node.block for node in path], (path[-1] if path else self.radix.root_of(scope))
 
     def match_partial(self, node: RadixNode | None, tokens) -> tuple[int, int]:
         """After `match_prefix`: a cached block below `node` whose first n ids are

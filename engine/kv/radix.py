@@ -8,6 +8,12 @@ before it, the key of a block is its whole path, which is exactly what a trie gi
     root --(t0..t15)--> A --(t16..t31)--> B        A: block 7, B: block 12
                          \\--(u16..u31)--> C        C: block 3  (same first block, other turn)
 
+One tree per cache scope (`engine.types.CacheScope`: the request's LoRA adapter and its
+tenant salt), so blocks of two scopes never meet on one path, whatever their tokens. A
+scope's root is kept from its first block on and dropped when its last one is evicted (a
+salt that never fills a block leaves nothing behind). The base, unsalted scope's root is
+`root`.
+
 What it is not: the owner of reference counts or the free list. `BlockManager` decides
 when a node's block is unreferenced; this module only keeps the tree, the last-use
 clock of each node, and the set of *evictable* nodes (unreferenced leaves). Eviction is
@@ -16,6 +22,10 @@ longer cached prefix still hangs below it.
 """
 from __future__ import annotations
 
+from typing import Hashable
+
+from engine.types import BASE_SCOPE
+
 # A node with more children than this is not scanned for a partial block (the scan is a
 # Python loop over its children's keys): a root under thousands of unrelated first blocks.
 MAX_PARTIAL_SCAN_CHILDREN = 256
@@ -23,12 +33,14 @@ MAX_PARTIAL_SCAN_CHILDREN = 256
 
 class RadixNode:
     """One full block of a cached prefix."""
-    __slots__ = ("key", "block", "parent", "children", "last_used")
+    __slots__ = ("key", "block", "parent", "children", "last_used", "scope")
 
-    def __init__(self, key: tuple[int, ...], block: int, parent: RadixNode | None):
+    def __init__(self, key: tuple[int, ...], block: int, parent: RadixNode | None,
+                 scope: Hashable = BASE_SCOPE):
         self.key = key                                  # the block's token ids
-        self.block = block                              # KV block id (-1 for the root)
-        self.parent = parent
+        self.block = block                              # KV block id (-1 for a root)
+        self.parent = parent                            # None: a scope's root
+        self.scope = scope                              # read on roots only
         self.children: dict[tuple[int, ...], RadixNode] = {}
         self.last_used = 0                              # logical clock of the last match / release
 
@@ -38,18 +50,31 @@ class RadixCache:
 
     def __init__(self, block_size: int):
         self.block_size = block_size
-        self.root = RadixNode((), -1, None)
+        self.root = RadixNode((), -1, None)                # the base, unsalted scope's
+        self._roots: dict[Hashable, RadixNode] = {BASE_SCOPE: self.root}   # scope -> its tree
         self.node_of_block: dict[int, RadixNode] = {}
         self._evictable: dict[int, RadixNode] = {}       # block id -> unreferenced leaf
         self._clock = 0
 
     # ----------------------------------------------------------------- lookups
 
-    def match(self, tokens, max_blocks: int) -> list[RadixNode]:
-        """The nodes of the longest cached prefix of `tokens`, at most `max_blocks` blocks."""
+    def root_of(self, scope: Hashable) -> RadixNode:
+        """The root of `scope`'s tree; a scope with none gets a fresh root, kept once a
+        block is inserted below it (`insert`)."""
+        root = self._roots.get(scope)
+        return root if root is not None else RadixNode((), -1, None, scope)
+
+    def roots(self) -> list[RadixNode]:
+        return list(self._roots.values())
+
+    def match(self, tokens, max_blocks: int, scope: Hashable = BASE_SCOPE) -> list[RadixNode]:
+        """The nodes of the longest prefix of `tokens` cached in `scope`'s tree, at most
+        `max_blocks` blocks."""
         bs = self.block_size
         path: list[RadixNode] = []
-        node = self.root
+        node = self._roots.get(scope)
+        if node is None:
+            return path
         for i in range(max_blocks):
             child = node.children.get(tuple(tokens[i * bs:(i + 1) * bs]))
             if child is None:
@@ -86,6 +111,8 @@ class RadixCache:
         Returns the new node, or the existing one when a block already holds this prefix
         (computed concurrently by another sequence; its block id differs from `block`).
         """
+        if parent.parent is None:                        # a root: its scope's tree from now on
+            parent = self._roots.setdefault(parent.scope, parent)
         existing = parent.children.get(key)
         if existing is not None:
             return existing
@@ -128,6 +155,13 @@ class RadixCache:
         del self.node_of_block[block]
         parent = node.parent
         del parent.children[node.key]
-        if parent is not self.root and not parent.children and is_unreferenced(parent.block):
+        if parent.parent is None:                        # a scope's root
+            if not parent.children and parent is not self.root:
+                self._drop_root(parent)
+        elif not parent.children and is_unreferenced(parent.block):
             self._evictable[parent.block] = parent
         return block
+
+    def _drop_root(self, root: RadixNode) -> None:
+        """Forget an empty scope's tree (its adapter need not stay alive for it)."""
+        del self._roots[root.scope]

@@ -110,8 +110,10 @@ def _module_places(cfg: ModelConfig) -> dict[str, _Place]:
             "mlp.down_proj": _Place("down", ff, 0, d)}
 
 
-def load_adapter(folder: str | Path, base: ModelConfig, name: str | None = None) -> LoraAdapter:
-    """Read a PEFT LoRA folder and fit it to `base` (see the module docstring)."""
+def load_adapter(folder: str | Path, base: ModelConfig, name: str | None = None,
+                 scale: float = 1.0) -> LoraAdapter:
+    """Read a PEFT LoRA folder and fit it to `base` (see the module docstring); `scale`
+    multiplies every module's product (llama-server's `--lora-scaled`; 1: PEFT's own)."""
     folder = Path(folder)
     config = read_lora_config(folder)
     path = folder / WEIGHTS_FILE
@@ -128,7 +130,7 @@ def load_adapter(folder: str | Path, base: ModelConfig, name: str | None = None)
         place = places[found["proj"]]
         a, b = weights.tensor(key_a), weights.tensor(key_b)         # [r, in], [out, r]
         r = _check_shapes(config, module, place, a, b, key_a, key_b, weights.path)
-        scaled_bt = b.T * np.float32(config.scaling(module))        # [r, out_i]
+        scaled_bt = b.T * np.float32(config.scaling(module) * scale)   # [r, out_i]
         parts[int(found["layer"])].setdefault(place.target, []).append(_Module(place, a, scaled_bt))
         num_parameters += a.size + b.size
         max_rank = max(max_rank, r)

@@ -34,6 +34,7 @@ from dataclasses import replace
 from functools import partial
 from typing import Callable, Mapping
 
+from server.api.adapters import AdapterTable, RuntimeLora
 from server.api.generation import DEFAULT_MAX_STOP_STRINGS
 from server.api.launch import ApiContext, ChatModel
 from server.offloop.pool import Inline, OffLoop, Outcome, outcome_of
@@ -59,7 +60,8 @@ class ApiApp:
                  ping_interval_s: float, clock: Callable[[], float] = time.monotonic,
                  web: StaticFiles | None = None, offloop: OffLoop = Inline(),
                  encoders: Mapping[str, EncoderThread] | None = None,
-                 max_stop_strings: int = DEFAULT_MAX_STOP_STRINGS):
+                 max_stop_strings: int = DEFAULT_MAX_STOP_STRINGS,
+                 adapters: AdapterTable | None = None, runtime_lora: RuntimeLora = RuntimeLora()):
         """`chats`: every chat model by id (none in a server of embedding models only),
         the first answering where one is needed before a request names its model."""
         self.state = state
@@ -72,7 +74,9 @@ class ApiApp:
         self.ctx = ApiContext(stream_ctx=self.stream_ctx, offloop=offloop,
                               count_request=metrics.count_request, clock=clock,
                               encoders=dict(encoders or {}), chats=dict(chats),
-                              max_stop_strings=max_stop_strings, task_paths=task_paths())
+                              max_stop_strings=max_stop_strings, task_paths=task_paths(),
+                              adapters=adapters if adapters is not None else AdapterTable(),
+                              runtime_lora=runtime_lora)
 
     error = staticmethod(kind_response)  # App.error: the document of an error the transport found
 

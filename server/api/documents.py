@@ -129,12 +129,15 @@ def completion_logprobs(entries: list[tuple[str, float | None, list | None]],
 # --- models, embeddings, tokenize ------------------------------------------------------------
 
 def model_card(model_id: str, created: int, max_model_len: int, kind: str,
-               tasks: tuple[str, ...]) -> dict:
-    """OpenAI's model object, with the context length, the kind ("chat" | "embedding")
-    and what it serves (`capabilities`: "generate", "embeddings", "tokenize", "rerank",
-    "score")."""
-    return {"id": model_id, "object": "model", "created": created, "owned_by": OWNED_BY,
+               tasks: tuple[str, ...], parent: str | None = None, root: str | None = None) -> dict:
+    """OpenAI's model object, with the context length, the kind ("chat" | "embedding" |
+    "lora") and what it serves (`capabilities`: "generate", "embeddings", "tokenize",
+    "rerank", "score"); a LoRA adapter's also names its base (`parent`) and folder (`root`)."""
+    card = {"id": model_id, "object": "model", "created": created, "owned_by": OWNED_BY,
             "max_model_len": max_model_len, "kind": kind, "capabilities": list(tasks)}
+    if parent is not None:
+        card.update(parent=parent, root=root)
+    return card
 
 
 def model_list(cards: list[dict]) -> dict:

@@ -5,7 +5,8 @@ path): the validated `GenSpec` and the fields that fill it, refused as follows.
 * a real OpenAI field this engine does not serve -> 422 `unsupported_parameter`
   (`suffix`, the legacy `functions`)
 * `response_format`, `guided_*`, `structured_outputs`: server/api/structured.py
-* unknown fields                                 -> ignored (clients send many)
+* unknown fields                                 -> ignored (clients send many;
+  `prompt_cache_key` among them: a routing hint for the load balancer, it scopes nothing)
 
 Each endpoint parses its own fields (server/api/chat/request.py, server/api/completions.py,
 server/api/responses/parse.py) over `common_fields`; the served-model and context checks
@@ -34,6 +35,7 @@ MAX_LOGIT_BIAS_ENTRIES = 300    # OpenAI's own bound
 MAX_CHOICES = 8                 # `n`: choices per prompt (each one engine sequence)
 MAX_PRIORITY = 100              # X-TL-Priority: -100..100, higher runs first
 MAX_TEMPERATURE = 2.0           # OpenAI's range (Anthropic's is 0..1)
+MAX_CACHE_SALT_CHARS = 1024
 UNSUPPORTED_IF_PRESENT = ("functions", "function_call", "suffix")
 
 
@@ -62,6 +64,19 @@ class GenSpec:
                                                 # once the prompt is rendered: launch.py)
     prediction: str | None = None               # chat, completion: the predicted answer text
                                                 # (server/api/prediction.py), drafts only
+    cache_salt: str | None = None               # the tenant's: scopes the prefix cache and drafts
+
+
+def cache_salt(doc: dict) -> str | None:
+    """`cache_salt` (vLLM's and SGLang's field): requests share cached prefixes and drafted
+    continuations only with requests of the same salt. A non-empty string, or absent."""
+    v = doc.get("cache_salt")
+    if v is None:
+        return None
+    if not isinstance(v, str) or not v or len(v) > MAX_CACHE_SALT_CHARS:
+        raise bad("cache_salt", f"'cache_salt' must be a non-empty string of at most "
+                                f"{MAX_CACHE_SALT_CHARS} characters.")
+    return v
 
 
 def _stop(doc: dict, limit: int, name: str = "stop") -> tuple[str, ...]:
@@ -155,7 +170,7 @@ def common_fields(doc: dict, kind: str, *, default_max: int | None, logprobs: bo
                    stop_ids=() if stop_ids is None else token_ids(stop_ids, "stop_token_ids",
                                                                   limit=MAX_STOP_TOKEN_IDS),
                    logprobs=logprobs, top_logprobs=top_logprobs,
-                   structured=parse_structured(doc))
+                   structured=parse_structured(doc), cache_salt=cache_salt(doc))
 
 
 def parse_priority(value: str | None) -> int:

@@ -28,8 +28,9 @@ from contextlib import contextmanager
 from functools import cached_property
 from typing import Callable, Iterator, Mapping
 
-from engine.api import KIND_CHAT, KIND_EMBEDDING, GenRequest, Grammar
+from engine.api import KIND_CHAT, KIND_EMBEDDING, CacheScope, GenRequest, Grammar, LoraAdapter
 from server.api import documents as docs
+from server.api.adapters import AdapterTable, RuntimeLora
 from server.api.defaults import SamplingDefaults
 from server.api.generation import DEFAULT_MAX_STOP_STRINGS, GenSpec, parse_priority
 from server.offloop.pool import OffLoop
@@ -50,6 +51,7 @@ TASK_GENERATE, TASK_EMBED, TASK_TOKENIZE = "generate", "embeddings", "tokenize"
 TASK_RERANK, TASK_SCORE = "rerank", "score"
 CHAT_TASKS = (TASK_GENERATE, TASK_EMBED, TASK_TOKENIZE)
 ENCODER_TASKS = (TASK_EMBED, TASK_RERANK, TASK_SCORE, TASK_TOKENIZE)
+ADAPTER_TASKS = (TASK_GENERATE, TASK_TOKENIZE)      # a LoRA adapter: its base's, less embeddings
 
 RenderFor = Callable[[docs.Header], Renderer]   # the endpoint's renderer, given the ids
 
@@ -91,11 +93,13 @@ class ApiContext:
     chats: Mapping[str, ChatModel] = field(default_factory=dict)
     max_stop_strings: int = DEFAULT_MAX_STOP_STRINGS   # `stop` sequences a request may give
     task_paths: Mapping[str, str] = field(default_factory=dict)  # task -> its paths, for errors
+    adapters: AdapterTable = field(default_factory=AdapterTable)   # LoRA adapters by name
+    runtime_lora: RuntimeLora = RuntimeLora()  # may adapters be loaded at run time, from where
 
     def model_ids(self) -> list[str]:
-        """Every served id in configuration order: the chat models, then the embedding
-        models (`[engine].model_dir`'s model is the first of its kind)."""
-        return list(self.chats) + list(self.encoders)
+        """Every served id in configuration order: the chat models, the embedding models
+        (`[engine].model_dir`'s model is the first of its kind), then the LoRA adapters."""
+        return list(self.chats) + list(self.encoders) + [a.name for a in self.adapters.all()]
 
     def check_model(self, model: str, task: str | None = None) -> None:
         """404 for an id this server does not serve; 400 naming the model and what it
@@ -105,7 +109,7 @@ class ApiContext:
             raise ApiError("model_not_found", f"The model '{model}' does not exist; this "
                                               f"server serves {served}.", param="model")
         kind, tasks = ((KIND_EMBEDDING, ENCODER_TASKS) if model in self.encoders
-                       else (KIND_CHAT, CHAT_TASKS))
+                       else (KIND_CHAT, CHAT_TASKS))        # an adapter serves as its base
         if task is not None and task not in tasks:
             raise bad("model", f"The model '{model}' is a{'n' if kind[0] in 'aeiou' else ''} "
                                f"{kind} model: it serves {', '.join(self.task_paths[t] for t in tasks)}"
@@ -123,6 +127,8 @@ class ApiContext:
             named = json.loads(body).get("model")
         except (ValueError, AttributeError):
             return first_defaults
+        if isinstance(named, str) and (adapter := self.adapters.get(named)) is not None:
+            named = adapter.base                  # an adapter samples as its base does
         chat = self.chats.get(named) if isinstance(named, str) else None
         return chat.defaults if chat is not None else first_defaults
 
@@ -132,8 +138,17 @@ class ApiContext:
         request's context with that model chosen, and note every error raised from here on
         as about that model (the access log's `model`)."""
         try:
-            self.check_model(model, task)
-            yield ModelContext(self, model)
+            served = self.adapters.get(model)     # held from here on: an unload lets it finish
+            if served is not None:
+                if task not in ADAPTER_TASKS:
+                    raise bad("model", f"The model '{model}' is a LoRA adapter: it serves "
+                                       f"{', '.join(self.task_paths[t] for t in ADAPTER_TASKS)}"
+                                       f", not {self.task_paths[task]}.")
+                self.check_model(served.base, task)
+                yield ModelContext(self, model, served.base, served.adapter)
+            else:
+                self.check_model(model, task)
+                yield ModelContext(self, model, model)
         except ApiError as err:
             raise err.about(model)
 
@@ -141,13 +156,17 @@ class ApiContext:
 @dataclass(frozen=True)
 class ModelContext:
     """A request's context once its body has named a served model: the server's context
-    and that one model (a chat model's client, or an encoder), chosen once here."""
+    and that one model (a chat model's client, or an encoder), chosen once here. A LoRA
+    adapter's request runs on its base (`engine_id`) with `adapter`; `model` is the name the
+    request gave, which its answers carry."""
     api: ApiContext
     model: str
+    engine_id: str                              # the chat model or encoder that runs it
+    adapter: LoraAdapter | None = None          # the request's LoRA adapter (None: the base)
 
     @property
     def chat(self) -> ChatModel:
-        return self.api.chats[self.model]
+        return self.api.chats[self.engine_id]
 
     @property
     def client(self) -> EngineClient:
@@ -164,7 +183,7 @@ class ModelContext:
     @property
     def encoder(self) -> EncoderThread | None:
         """The sentence-embedding model's thread; None for a chat model."""
-        return self.api.encoders.get(self.model)
+        return self.api.encoders.get(self.engine_id)
 
     @property
     def offloop(self) -> OffLoop:
@@ -206,8 +225,9 @@ def launch_generation(ctx: ModelContext, request: Request, spec: GenSpec,
                if structured else None)             # compiled once, shared by every choice
     predicted = (() if spec.prediction is None        # tokenized once, shared like the grammar
                  else tuple(ctx.served.encode_plain(spec.prediction)))
+    scope = CacheScope(adapter=ctx.adapter, salt=spec.cache_salt)   # what it may share
     requests = [_gen_request(ctx.served, spec, prompt, endpoint.prompt_param, priority, j,
-                             grammar, predicted)
+                             grammar, predicted, scope)
                 for prompt in prompts for j in range(spec.n)]
     now = ctx.api.clock()
     try:
@@ -215,7 +235,7 @@ def launch_generation(ctx: ModelContext, request: Request, spec: GenSpec,
                                          echoes=echoes)
     except ApiError as err:
         raise err.about(spec.model)
-    header = docs.Header.new(endpoint.id_prefix, ctx.served.id)
+    header = docs.Header.new(endpoint.id_prefix, ctx.model)     # an adapter's answers: its name
     return GenerationStream(ctx=ctx.api.stream_ctx, generation=generation, spec=spec,
                             header=header, prompt_tokens=sum(map(len, prompts)),
                             route=endpoint.route, headers=extra, arrival_s=now,
@@ -234,7 +254,7 @@ def text_rules(spec: GenSpec) -> TextRules:
 
 def _gen_request(served: ServedModel, spec: GenSpec, prompt: list[int], prompt_param: str,
                  priority: int, choice: int, grammar: Grammar | None,
-                 predicted: tuple[int, ...]) -> GenRequest:
+                 predicted: tuple[int, ...], scope: CacheScope) -> GenRequest:
     """Choice 0 is exactly the n = 1 request; the others are forks of it: their own
     seed (`choice_seed`) and they wait to share the prompt's KV blocks. Every choice
     drafts from the same prediction (`predicted`: token ids, () for none)."""
@@ -243,7 +263,8 @@ def _gen_request(served: ServedModel, spec: GenSpec, prompt: list[int], prompt_p
     return GenRequest(prompt=tuple(prompt), params=spec.params,
                       seed=choice_seed(spec.seed, choice), max_tokens=max_tokens,
                       stop_ids=spec.stop_ids, priority=priority, prompt_logprobs=scored,
-                      wait_for_prefix=choice > 0, grammar=grammar, prediction=predicted)
+                      wait_for_prefix=choice > 0, grammar=grammar, prediction=predicted,
+                      scope=scope)
 
 
 def chat_prompt(ctx: ModelContext, spec: GenSpec,

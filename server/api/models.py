@@ -1,15 +1,17 @@
 """The model list, `GET /v1/models` and `GET /v1/models/{model}`: a card per served model
 (the chat models first, then the sentence-embedding models, each in configuration order),
-each saying its kind and the routes it serves."""
+each saying its kind and the routes it serves; then the LoRA adapters, each with `parent` =
+its base's id and `root` = its folder, as vLLM lists them."""
 from __future__ import annotations
 
 from server.api import documents as docs
 from server import replies
-from server.api.launch import CHAT_TASKS, ENCODER_TASKS, ApiContext
+from server.api.launch import ADAPTER_TASKS, CHAT_TASKS, ENCODER_TASKS, ApiContext
 from server.door.routes import Params
 from server.replies import Headers
 from server.http.protocol import Request, Response
 from engine.api import KIND_CHAT, KIND_EMBEDDING
+from server.api.adapters import KIND_LORA
 
 
 def _cards(ctx: ApiContext) -> dict[str, dict]:
@@ -22,6 +24,11 @@ def _cards(ctx: ApiContext) -> dict[str, dict]:
         cards[model_id] = docs.model_card(model_id, enc_thread.created,
                                           enc_thread.encoder.max_seq_length,
                                           KIND_EMBEDDING, ENCODER_TASKS)
+    for served in ctx.adapters.all():                 # vLLM's card: parent = the base's id
+        base = ctx.chats[served.base].served
+        cards[served.name] = docs.model_card(served.name, served.created, base.max_model_len,
+                                             KIND_LORA, ADAPTER_TASKS, parent=served.base,
+                                             root=served.adapter.path)
     return cards
 
 

@@ -28,6 +28,7 @@ from server.api.embeddings import embeddings
 from server.api.messages import count_tokens, messages
 from server.api.launch import (TASK_EMBED, TASK_GENERATE, TASK_RERANK, TASK_SCORE,
                                TASK_TOKENIZE, ApiContext)
+from server.api.lora_admin import load_lora_adapter, unload_lora_adapter
 from server.api.models import model, models
 from server.api.rerank import rerank, score
 from server.api.responses import responses
@@ -59,6 +60,9 @@ API_ROUTES: tuple[Route[ApiHandler], ...] = (
     Route("POST", "/v1/detokenize", "detokenize", detokenize),
     Route("GET", "/v1/models", "models", models),
     Route("GET", "/v1/models/{model}", "model", model),
+    Route("POST", "/v1/load_lora_adapter", "load_lora_adapter", load_lora_adapter,
+          off_loop=True),                                # reads an adapter folder: a pool thread
+    Route("POST", "/v1/unload_lora_adapter", "unload_lora_adapter", unload_lora_adapter),
     Route("GET", "/healthz", LIVENESS, healthz),
     Route("GET", "/health", LIVENESS, healthz),          # the same, as vLLM and llm-d name it
     Route("GET", "/", "page", WebFile(CHAT_PAGE)),       # the chat page

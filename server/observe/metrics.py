@@ -83,6 +83,10 @@ def _engine_families(s: EngineStats, m: tuple[tuple[str, str], ...] = ()) -> lis
         ("tl_engine_kv_evictions_total", "counter", "Cached KV blocks evicted.",
          [(m, s.evictions_total)]),
         ("tl_engine_steps_total", "counter", "Engine steps run.", [(m, s.steps_total)]),
+        ("tl_engine_lora_adapters", "gauge",
+         "Distinct LoRA adapters of the running and of the waiting requests.",
+         [(m + (("state", "running"),), len(s.running_adapters)),
+          (m + (("state", "waiting"),), len(s.waiting_adapters))]),
         # Speculative decoding per draft source (grammar, prediction, suffix, prompt_lookup):
         # a source the engine has not reported has no sample.
         ("tl_engine_spec_draft_tokens_total", "counter",

@@ -21,8 +21,15 @@ Inter-token latency is one observation per engine step that brought a stream new
 after its first: the time since the previous such step (a speculative step's several
 tokens arrive together: one gap), never a request's mean time per token.
 
-Not written: `vllm:lora_requests_info` (tl-serve serves no adapters yet), and the finish
-reason `abort` (a cancelled stream is not observed here), so `vllm:request_success_total`
+`vllm:lora_requests_info{max_lora, running_lora_adapters, waiting_lora_adapters}` is the
+inference gateway's LoRA affinity signal: per chat engine, the most adapters one step holds
+and the adapters (comma-separated names) of its running and waiting requests. vLLM sets its
+value to the time of the reading and the gateway keeps the largest; tl-serve writes one
+sample per engine per scrape, valued 1 like the other info metrics. Per-adapter request
+series need nothing here: a request's `model_name` is the adapter's name when it named one
+(the request families below), as vLLM's `/v1/models` names it.
+
+Not written: the finish reason `abort` (a cancelled stream is not observed here), so `vllm:request_success_total`
 counts `stop` and `length`.
 """
 from __future__ import annotations
@@ -176,6 +183,13 @@ def engine_families(engines: Sequence[EngineReading]) -> str:
         family("vllm:num_preemptions_total", "counter",
                "Requests preempted for KV blocks.", per_engine(lambda s: s.preemptions_total)),
     ])
+    text += family("vllm:lora_requests_info", "gauge",
+                   "LoRA adapters of the running and waiting requests, as labels (the value "
+                   "is always 1).",
+                   [(_model(e.model) + (("max_lora", str(e.stats.max_loras)),
+                                        ("running_lora_adapters", ",".join(e.stats.running_adapters)),
+                                        ("waiting_lora_adapters", ",".join(e.stats.waiting_adapters))), 1)
+                    for e in engines])
     if sized:
         text += family("vllm:cache_config_info", "gauge",
                        "The KV cache's configuration, as labels (the value is always 1).",

@@ -27,7 +27,8 @@ HEALTH_PORT, API_PORT = 9464, 8000
 # The picker's default metric names (the model-server protocol's vLLM column) and its
 # metric-name flags, deprecated in favour of per-engine mappings
 PICKER_DEFAULT_METRICS = ("vllm:num_requests_waiting", "vllm:num_requests_running",
-                          "vllm:kv_cache_usage_perc", "vllm:cache_config_info")
+                          "vllm:kv_cache_usage_perc", "vllm:cache_config_info",
+                          "vllm:lora_requests_info")
 DEPRECATED_METRIC_FLAGS = {"total-queued-requests-metric", "total-running-requests-metric",
                            "kv-cache-usage-percentage-metric", "lora-info-metric",
                            "cache-info-metric"}
@@ -118,7 +119,8 @@ def test_the_endpoint_picker_reads_vllm_names_at_its_defaults_with_the_prefix_sc
     assert directory == mount["mountPath"] and file_name in config_map
     config = yaml.safe_load(config_map[file_name])
     assert config["kind"] == "EndpointPickerConfig"
-    assert {p["type"] for p in config["plugins"]} >= {"prefix-cache-scorer", "queue-scorer"}
+    assert {p["type"] for p in config["plugins"]} >= {"prefix-cache-scorer", "queue-scorer",
+                                                       "lora-affinity-scorer"}
     profile = {p["pluginRef"]: p.get("weight") for p in config["schedulingProfiles"][0]["plugins"]}
     scorers = {ref: w for ref, w in profile.items() if w is not None}
     assert max(scorers, key=scorers.get) == "prefix-cache-scorer"

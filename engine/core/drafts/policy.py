@@ -278,7 +278,7 @@ class DraftPolicy:
         if source == PREDICTION:
             return state.track.propose(seq.tokens, k) if state.track is not None else []
         if source == SUFFIX:
-            return self.store.propose(seq.tokens, k)
+            return self.store.propose(seq.tokens, k, seq.req.scope)
         return lookup.propose(seq.tokens, self.config, k)
 
     @staticmethod
@@ -311,7 +311,7 @@ class DraftPolicy:
     def finish(self, seq: Sequence) -> None:
         """A request ended: its text joins the suffix store."""
         if self.store is not None and seq.num_generated > 0:
-            self.store.add(seq.tokens)
+            self.store.add(seq.tokens, seq.req.scope)
 
     def by_source(self) -> tuple[tuple[str, int, int], ...]:
         """(source, drafted tokens, accepted tokens) per enabled source, since start."""

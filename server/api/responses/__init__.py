@@ -36,6 +36,7 @@ from server.door.routes import Params
 from server.replies import Headers
 from server.api.responses.parse import ResponsesSpec, parse_responses
 from server.api.responses.render import renderer
+from server.api.streams import GenerationStream
 from server.http.protocol import Request
 
 __all__ = ["RESPONSES", "ResponsesSpec", "parse_responses", "renderer", "responses"]

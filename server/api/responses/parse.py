@@ -12,7 +12,7 @@ from engine.api import GrammarSpec, SamplingParams, schema_spec
 from server.api.defaults import SamplingDefaults
 from server.api.fields import (bad, boolean, integer, load_json_object, model_name, number,
                                unsupported)
-from server.api.generation import GenSpec
+from server.api.generation import GenSpec, cache_salt
 from server.api.responses.tools import function_call, parse_response_tools, tool_message
 from server.api.structured import Structured
 from server.api.thinking import reasoning_effort, template_variables
@@ -195,7 +195,8 @@ def parse_responses(body: bytes, defaults: SamplingDefaults = SamplingDefaults()
     gen = GenSpec(kind="responses", model=model, messages=messages,
                   max_tokens=defaults.max_tokens if max_output is None else max_output,
                   params=params, stream=boolean(doc, "stream"), structured=structured,
-                  tools=tools, template_vars=template_variables(doc, _effort(doc)))
+                  tools=tools, template_vars=template_variables(doc, _effort(doc)),
+                  cache_salt=cache_salt(doc))
     return ResponsesSpec(gen=gen, instructions=instructions, max_output_tokens=max_output,
                          text_format=fmt, tool_choice=doc.get("tool_choice") or "auto",
                          parallel_tool_calls=boolean(doc, "parallel_tool_calls", True),

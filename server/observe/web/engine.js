@@ -51,7 +51,7 @@
   }
 
   function drawTables(snap) {
-    $("running").replaceChildren(...snap.running.map((s) => row([s.id, s.priority,
+    $("running").replaceChildren(...snap.running.map((s) => row([s.id, s.priority, s.adapter || "base",
       s.prompt_tokens, s.computed_tokens, s.generated_tokens, blockList(s.blocks, s.num_blocks)])));
     $("running-count").textContent = `(${snap.num_running})`;
     $("waiting").replaceChildren(...snap.waiting.map((s) => row([s.id, s.priority, s.tokens,

@@ -20,7 +20,7 @@ from server.state import ServerState
 
 # The heavy, pure routes: they parse, template, tokenize or compile, so never on the loop.
 HEAVY = {"chat", "completions", "responses", "embeddings", "tokenize", "rerank", "score", "messages",
-         "count_tokens"}
+         "count_tokens", "load_lora_adapter"}    # the last reads and fits an adapter folder
 
 
 class CountingOffLoop(Inline):

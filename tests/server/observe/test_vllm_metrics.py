@@ -166,3 +166,17 @@ def test_without_a_step_record_the_start_is_the_step_of_the_first_output():
     ticket = run_one_request(None)
     assert ticket.started_s == 11.0 == ticket.scheduled_s
     assert ticket.token_gaps_s == [0.125, 0.375, 0.25]
+
+
+def test_lora_requests_info_names_each_engine_s_running_and_waiting_adapters():
+    busy = EngineStats(max_loras=4, running_adapters=("poet", "sql"), waiting_adapters=("sql",))
+    engines = [EngineReading("smol", busy), EngineReading("tiny", EngineStats(max_loras=2))]
+    family, samples = parse(metrics_text(None, engines=engines))
+    assert family["vllm:lora_requests_info"] == "gauge"
+    info = sorted(k for k in samples if k.startswith("vllm:lora_requests_info"))
+    assert info == ['vllm:lora_requests_info{model_name="smol",max_lora="4",running_lora_adapters='
+                    '"poet,sql",waiting_lora_adapters="sql"}',
+                    'vllm:lora_requests_info{model_name="tiny",max_lora="2",running_lora_adapters='
+                    '"",waiting_lora_adapters=""}']
+    assert samples['tl_engine_lora_adapters{model="smol",state="running"}'] == 2
+    assert samples['tl_engine_lora_adapters{model="smol",state="waiting"}'] == 1
