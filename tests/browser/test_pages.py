@@ -212,8 +212,10 @@ def test_the_engine_view_shows_blocks_used_while_a_request_runs(browser, server,
     worker = threading.Thread(target=post, args=(server, "/v1/chat/completions", body))
     worker.start()
     until(browser, lambda d: cells("u") >= 3)                          # 40 + tokens: 3+ blocks
-    rows = browser.find_elements(By.CSS_SELECTOR, "#running tr")
-    assert len(rows) == 1 and rows[0].find_elements(By.TAG_NAME, "td")[2].text == "40"
+    rows = browser.execute_script(       # read at once: each snapshot redraws the table
+        "return [...document.querySelectorAll('#running tr')]"
+        ".map(r => [...r.cells].map(c => c.textContent))")
+    assert len(rows) == 1 and rows[0][2:4] == ["base", "40"]      # no adapter; 40 prompt tokens
     shot(browser, "engine-busy")
     worker.join(WAIT_S)
     until(browser, lambda d: cells("u") == 0 and cells("c") >= 2)      # back, prompt cached
