@@ -44,6 +44,12 @@ ERROR_KINDS: dict[str, ErrorKind] = {
     "not_ready": ErrorKind(503, "server_error", "not_ready"),
     "engine_unavailable": ErrorKind(503, "server_error", "engine_unavailable"),
     "model_loading": ErrorKind(503, "server_error", "model_loading"),
+    # the Batch API (server/api/files.py, batches.py)
+    "file_not_found": ErrorKind(404, "invalid_request_error", "file_not_found"),
+    "batch_not_found": ErrorKind(404, "invalid_request_error", "batch_not_found"),
+    "batch_api_off": ErrorKind(404, "invalid_request_error", "batch_api_disabled"),
+    "batch_not_cancellable": ErrorKind(409, "invalid_request_error", "batch_not_cancellable"),
+    "storage_full": ErrorKind(507, "server_error", "storage_full"),
     # HTTP framing (server/http/http11.py)
     "malformed_http": ErrorKind(400, "invalid_request_error", "malformed_request"),
     "request_timeout": ErrorKind(408, "invalid_request_error", "request_timeout"),

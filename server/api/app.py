@@ -37,6 +37,7 @@ from server.api.launch import ApiContext, ChatModel
 from server.offloop.pool import Inline, OffLoop, Outcome, outcome_of
 from server.api.routes import API_ROUTES, ApiHandler, task_paths
 from server.api.streams import StreamContext
+from server.batch.worker import BatchApi
 from server.door.request_id import id_header
 from server.door.routes import LIVENESS, Params, Route, resolve
 from server.errors import ApiError, error_response, kind_response
@@ -57,9 +58,12 @@ class ApiApp:
                  ping_interval_s: float, clock: Callable[[], float] = time.monotonic,
                  web: StaticFiles | None = None, offloop: OffLoop = Inline(),
                  encoders: Mapping[str, EncoderThread] | None = None,
-                 max_stop_strings: int = DEFAULT_MAX_STOP_STRINGS):
+                 max_stop_strings: int = DEFAULT_MAX_STOP_STRINGS,
+                 batches: BatchApi | None = None, fixed_priority: int | None = None):
         """`chats`: every chat model by id (none in a server of embedding models only),
-        the first answering where one is needed before a request names its model."""
+        the first answering where one is needed before a request names its model;
+        `batches`: the Batch API's parts (None: its routes answer 404); `fixed_priority`:
+        every generation's priority (the batch worker's own application)."""
         self.state = state
         self.offloop = offloop                   # where the off-loop rows are prepared
         self.web = web or StaticFiles.load()
@@ -70,7 +74,8 @@ class ApiApp:
         self.ctx = ApiContext(stream_ctx=self.stream_ctx, offloop=offloop,
                               count_request=metrics.count_request, clock=clock,
                               encoders=dict(encoders or {}), chats=dict(chats),
-                              max_stop_strings=max_stop_strings, task_paths=task_paths())
+                              max_stop_strings=max_stop_strings, task_paths=task_paths(),
+                              batches=batches, fixed_priority=fixed_priority)
 
     error = staticmethod(kind_response)  # App.error: the document of an error the transport found
 

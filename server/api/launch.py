@@ -36,6 +36,7 @@ from server.offloop.pool import OffLoop
 from server.api.streams import GenerationStream, Renderer, StreamContext
 from server.api.structured import Structured, compile_structured
 from server.api.thinking import after_thinking
+from server.batch.worker import BatchApi
 from server.api.tools import call_grammar_spec, check_tools_compile, with_format
 from server.errors import ApiError, bad
 from server.replies import Headers
@@ -89,6 +90,10 @@ class ApiContext:
     chats: Mapping[str, ChatModel] = field(default_factory=dict)
     max_stop_strings: int = DEFAULT_MAX_STOP_STRINGS   # `stop` sequences a request may give
     task_paths: Mapping[str, str] = field(default_factory=dict)  # task -> its paths, for errors
+    # Every generation of this context at this priority, whatever its header says (the
+    # batch worker's application: below the header's range); None: the header's.
+    fixed_priority: int | None = None
+    batches: BatchApi | None = None           # the Batch API's store and worker (None: off)
 
     def model_ids(self) -> list[str]:
         """Every served id in configuration order: the chat models, then the embedding
@@ -198,6 +203,8 @@ def launch_generation(ctx: ModelContext, request: Request, spec: GenSpec,
     OpenAI numbers them), prepared here (the grammar, the context rule) and admitted
     together: the whole answer or none of it (the 429 is raised here)."""
     priority = priority_of(request)
+    if ctx.api.fixed_priority is not None:
+        priority = ctx.api.fixed_priority
     ctx.served.check_token_ids(tuple(t for t, _ in spec.params.logit_bias), "logit_bias")
     structured = after_thinking(spec.structured, spec.thinking)    # the answer's, not the thinking's
     grammar = (compile_structured(ctx.served.grammars, structured)

@@ -21,7 +21,9 @@ from __future__ import annotations
 
 from typing import Callable, Union
 
+from server.api.batches import cancel_batch, create_batch, list_batches, retrieve_batch
 from server.api.chat import chat
+from server.api.files import delete_file, file_content, list_files, retrieve_file, upload
 from server.api.completions import completions
 from server.api.embeddings import embeddings
 from server.api.launch import (TASK_EMBED, TASK_GENERATE, TASK_RERANK, TASK_SCORE,
@@ -55,6 +57,16 @@ API_ROUTES: tuple[Route[ApiHandler], ...] = (
     Route("POST", "/v1/detokenize", "detokenize", detokenize),
     Route("GET", "/v1/models", "models", models),
     Route("GET", "/v1/models/{model}", "model", model),
+    # the Batch API (files and batches under [batch].dir; 404 batch_api_disabled without it)
+    Route("POST", "/v1/files", "file_upload", upload, off_loop=True),  # parse + write off the loop
+    Route("GET", "/v1/files", "files", list_files),
+    Route("GET", "/v1/files/{file_id}/content", "file_content", file_content, off_loop=True),
+    Route("GET", "/v1/files/{file_id}", "file", retrieve_file),
+    Route("DELETE", "/v1/files/{file_id}", "file_delete", delete_file),
+    Route("POST", "/v1/batches", "batch_create", create_batch),
+    Route("GET", "/v1/batches", "batches", list_batches),
+    Route("GET", "/v1/batches/{batch_id}", "batch", retrieve_batch),
+    Route("POST", "/v1/batches/{batch_id}/cancel", "batch_cancel", cancel_batch),
     Route("GET", "/healthz", LIVENESS, healthz),
     Route("GET", "/health", LIVENESS, healthz),          # the same, as vLLM and llm-d name it
     Route("GET", "/", "page", WebFile(CHAT_PAGE)),       # the chat page

@@ -41,8 +41,10 @@ class HealthApp:
                  views: Mapping[str, EngineView] | None = None, engine_view: bool = True,
                  web: StaticFiles | None = None,
                  loop_stall_s: Callable[[], tuple[float, float]] | None = None,
-                 encoders: Sequence[EncoderThread] = ()):
+                 encoders: Sequence[EncoderThread] = (),
+                 batch_metrics: Callable[[], str] | None = None):
         self.state = state
+        self.batch_metrics = batch_metrics       # the Batch API's families, when it is on
         self.engines = dict(engines or {})       # chat model id -> its engine thread
         self.views = dict(views or {})           # chat model id -> its engine view
         self.engine_view = engine_view           # False: /engine and its JSON are 404
@@ -89,6 +91,8 @@ class HealthApp:
                             encoders=[(e.model_id, e.stats) for e in self.encoders],
                             engines=[EngineReading(m, b.stats, b.kv_size)
                                      for m, b in self.engines.items()])
+        if self.batch_metrics is not None:
+            text += self.batch_metrics()
         return Response(status=200, headers=(("Content-Type", METRICS_TYPE),),
                         body=text.encode("utf-8"))
 
