@@ -36,7 +36,7 @@ from engine.api import model_name, tune_malloc
 from server.door.access import AccessLog, open_access_log
 from server.api.app import ApiApp
 from server.api.routes import API_ROUTES
-from server.batch.service import BatchService, FanOutWake
+from server.batch_serving import BatchService, FanOutWake
 from server.state import ServerState
 from server.door.auth import ApiKeyCheck
 from server.worker.bridge import EngineBridge
@@ -177,14 +177,14 @@ def load(cfg: ServeConfig, handle: ServerHandle, wrap_engine: EngineWrapper | No
     handle.api.inner = ApiApp(chats=loaded.chats, state=handle.state,
                               ping_interval_s=cfg.ping_interval_s, offloop=pool,
                               encoders=loaded.encoders, max_stop_strings=cfg.max_stop_strings,
-                              batches=batch.api if batch else None)
+                              batches=batch.backend if batch else None)
     loop = handle.loop
     handle.health.current = HealthApp(
         engines={model_id: chat.bridge for model_id, chat in loaded.chats.items()},
         views=loaded.views, engine_view=cfg.engine_view, state=handle.state,
         loop_stall_s=lambda: (loop.stall.max_s, loop.stall.max_cpu_s),
         encoders=list(loaded.encoders.values()),
-        batch_metrics=batch.metrics_text if batch else None)
+        batch_reading=batch.reading if batch else None)
 
 
 def build(cfg: ServeConfig, wrap_engine: EngineWrapper | None = None) -> ServerHandle:

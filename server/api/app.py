@@ -37,7 +37,7 @@ from server.api.launch import ApiContext, ChatModel
 from server.offloop.pool import Inline, OffLoop, Outcome, outcome_of
 from server.api.routes import API_ROUTES, ApiHandler, task_paths
 from server.api.streams import StreamContext
-from server.batch.worker import BatchApi
+from server.api.batch_backend import BatchBackend
 from server.door.request_id import id_header
 from server.door.routes import LIVENESS, Params, Route, resolve
 from server.errors import ApiError, error_response, kind_response
@@ -59,10 +59,10 @@ class ApiApp:
                  web: StaticFiles | None = None, offloop: OffLoop = Inline(),
                  encoders: Mapping[str, EncoderThread] | None = None,
                  max_stop_strings: int = DEFAULT_MAX_STOP_STRINGS,
-                 batches: BatchApi | None = None, fixed_priority: int | None = None):
+                 batches: BatchBackend | None = None, fixed_priority: int | None = None):
         """`chats`: every chat model by id (none in a server of embedding models only),
         the first answering where one is needed before a request names its model;
-        `batches`: the Batch API's parts (None: its routes answer 404); `fixed_priority`:
+        `batches`: the Batch API's backend (None: its routes answer 404); `fixed_priority`:
         every generation's priority (the batch worker's own application)."""
         self.state = state
         self.offloop = offloop                   # where the off-loop rows are prepared

@@ -36,7 +36,7 @@ from server.offloop.pool import OffLoop
 from server.api.streams import GenerationStream, Renderer, StreamContext
 from server.api.structured import Structured, compile_structured
 from server.api.thinking import after_thinking
-from server.batch.worker import BatchApi
+from server.api.batch_backend import BatchBackend
 from server.api.tools import call_grammar_spec, check_tools_compile, with_format
 from server.errors import ApiError, bad
 from server.replies import Headers
@@ -93,7 +93,7 @@ class ApiContext:
     # Every generation of this context at this priority, whatever its header says (the
     # batch worker's application: below the header's range); None: the header's.
     fixed_priority: int | None = None
-    batches: BatchApi | None = None           # the Batch API's store and worker (None: off)
+    batches: BatchBackend | None = None        # the Batch API (None: off, its routes 404)
 
     def model_ids(self) -> list[str]:
         """Every served id in configuration order: the chat models, then the embedding

@@ -27,7 +27,7 @@ import logging
 import os
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Callable
 
 from server.api.generation import MAX_PRIORITY
@@ -256,11 +256,3 @@ def _ok(raw: bytes) -> bool:
     return isinstance(status, int) and 200 <= status < 300
 
 
-
-@dataclass(frozen=True)
-class BatchApi:
-    """What the /v1/files and /v1/batches handlers are given: the store, the worker to
-    tell about new and cancelled batches, and the upload's size limit."""
-    store: BatchStore
-    worker: BatchWorker
-    max_file_bytes: int

@@ -1,14 +1,14 @@
-"""The Batch API's parts in a server, built and started and stopped together.
+"""The Batch API's parts in a server, built, started and stopped together (serve.py).
 
-    BatchStore ([batch].dir) -- BatchWorker (its thread) -- an ApiApp of its own
-        (its own ServerState, so its streams' metric callbacks stay on the worker's
-        thread; every generation at BATCH_PRIORITY) -- an off-loop pool of its own
-        (so its preparations wake the worker, not the loop)
+    BatchStore ([batch].dir) -- StoredBatches (what the API's handlers call)
+    BatchWorker (its own thread) -- an ApiApp of its own: its own ServerState, so its
+        streams' metric callbacks run on the worker's thread and touch no counter the
+        loop thread writes; every generation at BATCH_PRIORITY, below every client's
+    an off-loop pool of its own, which wakes the worker (not the loop)
 
 The engine threads wake one callable: `FanOutWake` calls the loop's and the worker's, so
-each finished step reaches whichever thread polls the stream. `metrics_text` renders the
-batch families for /metrics (read from the loop thread: the store and the worker's
-counters take their own locks).
+each finished step reaches whichever thread polls the stream. `reading` is what /metrics
+shows of it (taken from the loop thread: the store and the counters take their locks).
 """
 from __future__ import annotations
 
@@ -16,12 +16,13 @@ from dataclasses import dataclass
 from typing import Callable
 
 from server.api.app import ApiApp
+from server.batch.backend import StoredBatches
 from server.batch.runner import Wake
 from server.batch.settings import BatchConfig
 from server.batch.store import BatchStore
-from server.batch.worker import BATCH_PRIORITY, BatchApi, BatchWorker
+from server.batch.worker import BATCH_PRIORITY, BatchWorker
 from server.loading import LoadedModels
-from server.observe.prom_text import family
+from server.observe.metrics import BatchReading
 from server.offloop.pool import OffLoopPool
 from server.state import ServerState
 
@@ -43,7 +44,8 @@ class FanOutWake:
 
 @dataclass
 class BatchService:
-    api: BatchApi
+    backend: StoredBatches
+    worker: BatchWorker
     wake: Wake
     pool: OffLoopPool
 
@@ -57,25 +59,20 @@ class BatchService:
                      offloop=pool, encoders=loaded.encoders, max_stop_strings=max_stop_strings,
                      fixed_priority=BATCH_PRIORITY)
         worker = BatchWorker(store, app, wake, max_running=cfg.max_running)
-        return BatchService(BatchApi(store, worker, cfg.max_file_mib * MIB), wake, pool)
+        backend = StoredBatches(store, worker, max_file_bytes=cfg.max_file_mib * MIB)
+        return BatchService(backend, worker, wake, pool)
 
     def start(self) -> None:
         """After the models' threads: the worker resumes what a last run left."""
         self.pool.start()
-        self.api.worker.start()
+        self.worker.start()
 
     def stop(self, join_s: float) -> None:
         """Finish the batch requests in flight (checkpointed), then the pool."""
-        self.api.worker.stop(join_s)
+        self.worker.stop(join_s)
         self.pool.stop()
 
-    def metrics_text(self) -> str:
-        done, failed, queued = self.api.worker.stats.read()
-        by_status = self.api.store.counts_by_status()
-        return (family("tl_batches", "gauge", "Batches by status.",
-                       [((("status", status),), n) for status, n in by_status.items()])
-                + family("tl_batch_requests_total", "counter",
-                         "Batch requests answered since start, by outcome.",
-                         [((("outcome", "done"),), done), ((("outcome", "failed"),), failed)])
-                + family("tl_batch_queue_depth", "gauge",
-                         "Lines of the running batch not yet answered.", [((), queued)]))
+    def reading(self) -> BatchReading:
+        done, failed, queued = self.worker.stats.read()
+        return BatchReading(by_status=self.backend.store.counts_by_status(),
+                            requests_done=done, requests_failed=failed, queued_lines=queued)
