@@ -1,7 +1,7 @@
 """The `[batch]` table of runtime.toml: where the Batch API keeps its files, and its bounds.
 
     [batch]
-    dir = "batch-data"       # files/ and batches/ live here ("" = the Batch API is off)
+    dir = "batch-data"       # the uploads, outputs and batch states ("" = the API is off)
     max_file_mib = 8         # the largest upload
     max_dir_mib = 1024       # files and outputs together; an upload past it is refused
     max_running = 8          # batch requests in flight at once

@@ -19,7 +19,8 @@ from server.http.protocol import Request, Response
 from server.state import ServerState
 
 # The heavy, pure routes: they parse, template, tokenize or compile, so never on the loop.
-HEAVY = {"chat", "completions", "responses", "embeddings", "tokenize", "rerank", "score"}
+HEAVY = {"chat", "completions", "responses", "embeddings", "tokenize", "rerank", "score",
+         "file_upload", "file_content"}     # ... or split an upload, or read a whole file
 
 
 class CountingOffLoop(Inline):
