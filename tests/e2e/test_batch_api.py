@@ -169,3 +169,11 @@ def test_metrics_count_batches_and_their_requests(client, server):
     assert after[DONE] - before[DONE] == 3 and after[FAILED] - before[FAILED] == 1
     assert after["tl_batch_queue_depth"] == 0
     assert after['tl_batches{status="in_progress"}'] == 0
+
+
+def test_an_engine_step_wakes_the_batch_worker_too(server):
+    """The engine thread has one wake: it must reach the worker's streams as well as the
+    loop's (else the worker would see each answer only at its longest wait)."""
+    server.batch.wake.event.clear()
+    server.bridge.wake()
+    assert server.batch.wake.event.is_set()
