@@ -57,16 +57,18 @@ API_ROUTES: tuple[Route[ApiHandler], ...] = (
     Route("POST", "/v1/detokenize", "detokenize", detokenize),
     Route("GET", "/v1/models", "models", models),
     Route("GET", "/v1/models/{model}", "model", model),
-    # the Batch API (files and batches under [batch].dir; 404 batch_api_disabled without it)
-    Route("POST", "/v1/files", "file_upload", upload, off_loop=True),  # parse + write off the loop
+    # the Batch API (files and batches under [batch].dir; 404 batch_api_disabled without it):
+    # the rows that write or read the disk are off the loop, the ones that read memory not
+    Route("POST", "/v1/files", "file_upload", upload, off_loop=True),
     Route("GET", "/v1/files", "files", list_files),
     Route("GET", "/v1/files/{file_id}/content", "file_content", file_content, off_loop=True),
     Route("GET", "/v1/files/{file_id}", "file", retrieve_file),
-    Route("DELETE", "/v1/files/{file_id}", "file_delete", delete_file),
-    Route("POST", "/v1/batches", "batch_create", create_batch),
+    Route("DELETE", "/v1/files/{file_id}", "file_delete", delete_file, off_loop=True),
+    Route("POST", "/v1/batches", "batch_create", create_batch, off_loop=True),
     Route("GET", "/v1/batches", "batches", list_batches),
     Route("GET", "/v1/batches/{batch_id}", "batch", retrieve_batch),
-    Route("POST", "/v1/batches/{batch_id}/cancel", "batch_cancel", cancel_batch),
+    Route("POST", "/v1/batches/{batch_id}/cancel", "batch_cancel", cancel_batch,
+          off_loop=True),
     Route("GET", "/healthz", LIVENESS, healthz),
     Route("GET", "/health", LIVENESS, healthz),          # the same, as vLLM and llm-d name it
     Route("GET", "/", "page", WebFile(CHAT_PAGE)),       # the chat page

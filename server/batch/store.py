@@ -7,8 +7,11 @@
 
 Every JSON document is written whole to a temporary file and moved over the old one
 (`os.replace`), so a kill at any moment leaves the old document or the new, never half.
-`BatchStore` reads the directory once at start and keeps the objects in memory; its lock
-makes it safe from the loop thread, the off-loop pool and the batch worker at once.
+`BatchStore` reads the directory once at start and keeps the objects in memory. Two locks
+make it safe from the loop thread, the off-loop pool and the batch worker at once: writers
+take `_write_lock` for the whole change (the disk write, fsync included), and every
+access to the in-memory index takes `_index_lock` only for the moment of the read or the
+swap, so a reader on the loop thread never waits for a disk write.
 Ids are the server's own (`file-<hex>`, `batch_<hex>`); a client's filename is kept as a
 name only (its last path part), never used as a path. The directory's size is bounded
 (`max_dir_bytes`): an upload that would pass it is refused.
@@ -141,7 +144,8 @@ class BatchStore:
         self.files_dir, self.batches_dir = self.root / "files", self.root / "batches"
         for folder in (self.files_dir, self.batches_dir):
             folder.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
+        self._write_lock = threading.Lock()    # one change at a time, disk write included
+        self._index_lock = threading.Lock()    # the dicts below, held for a moment only
         self._files: dict[str, FileRecord] = {}
         self._batches: dict[str, BatchRecord] = {}
         for meta in sorted(self.files_dir.glob("*.json")):
@@ -158,31 +162,34 @@ class BatchStore:
 
     def add_file(self, filename: str, purpose: str, data: bytes) -> FileRecord:
         file_id = f"file-{os.urandom(ID_BYTES).hex()}"
-        with self._lock:
+        with self._write_lock:
             if self.used_bytes() + len(data) > self.max_dir_bytes:
                 raise StoreFull(f"{len(data)} bytes would pass the batch directory's quota "
                                 f"of {self.max_dir_bytes // 2**20} MiB")
             write_atomically(self.files_dir / file_id, data)
             record = FileRecord(file_id, len(data), self.now(), safe_filename(filename), purpose)
             write_atomically(self.files_dir / f"{file_id}.json", json_bytes(asdict(record)))
-            self._files[file_id] = record
+            with self._index_lock:
+                self._files[file_id] = record
         return record
 
     def file(self, file_id: str) -> FileRecord | None:
-        with self._lock:
+        with self._index_lock:
             return self._files.get(file_id)
 
     def files(self) -> list[FileRecord]:
-        with self._lock:
-            return sorted(self._files.values(), key=lambda f: (f.created_at, f.id))
+        with self._index_lock:
+            records = list(self._files.values())
+        return sorted(records, key=lambda f: (f.created_at, f.id))
 
     def file_path(self, file_id: str) -> Path:
         return self.files_dir / file_id
 
     def delete_file(self, file_id: str) -> bool:
-        with self._lock:
-            if self._files.pop(file_id, None) is None:
-                return False
+        with self._write_lock:
+            with self._index_lock:
+                if self._files.pop(file_id, None) is None:
+                    return False
             (self.files_dir / f"{file_id}.json").unlink(missing_ok=True)
             self.file_path(file_id).unlink(missing_ok=True)
             return True
@@ -190,7 +197,7 @@ class BatchStore:
     def used_bytes(self) -> int:
         """Every file's bytes and every running batch's output so far."""
         running = sum(p.stat().st_size for p in self.batches_dir.glob("*.jsonl"))
-        return sum(f.bytes for f in self._files.values()) + running
+        return sum(f.bytes for f in self.files()) + running
 
     # --- batches -------------------------------------------------------------------------
 
@@ -202,43 +209,47 @@ class BatchStore:
         return record
 
     def batch(self, batch_id: str) -> BatchRecord | None:
-        with self._lock:
+        with self._index_lock:
             return self._batches.get(batch_id)
 
     def batches(self) -> list[BatchRecord]:
         """Newest first, as OpenAI lists them."""
-        with self._lock:
-            return sorted(self._batches.values(), key=lambda b: (b.created_at, b.id),
-                          reverse=True)
+        with self._index_lock:
+            records = list(self._batches.values())
+        return sorted(records, key=lambda b: (b.created_at, b.id), reverse=True)
 
     def save(self, record: BatchRecord) -> None:
-        with self._lock:
+        with self._write_lock:
             write_atomically(self.batches_dir / f"{record.id}.json", json_bytes(record.saved()))
-            self._batches[record.id] = record
+            with self._index_lock:
+                self._batches[record.id] = record
 
     def update(self, batch_id: str, change: Callable[[BatchRecord], BatchRecord | None]
                ) -> BatchRecord | None:
-        """Apply `change` to the current record under the lock (None from it: no change)."""
-        with self._lock:
-            current = self._batches.get(batch_id)
+        """Apply `change` to the current record, no other change between (None from it:
+        no change)."""
+        with self._write_lock:
+            current = self.batch(batch_id)
             if current is None:
                 return None
             changed = change(current)
             if changed is None:
                 return current
             write_atomically(self.batches_dir / f"{batch_id}.json", json_bytes(changed.saved()))
-            self._batches[batch_id] = changed
+            with self._index_lock:
+                self._batches[batch_id] = changed
             return changed
 
     def output_path(self, batch_id: str) -> Path:
         return self.batches_dir / f"{batch_id}.jsonl"
 
     def counts_by_status(self) -> dict[str, int]:
-        with self._lock:
-            out = dict.fromkeys(STATUSES, 0)
-            for record in self._batches.values():
-                out[record.status] += 1
-            return out
+        with self._index_lock:
+            statuses = [record.status for record in self._batches.values()]
+        out = dict.fromkeys(STATUSES, 0)
+        for status in statuses:
+            out[status] += 1
+        return out
 
 
 def stamped(record: BatchRecord, status: str, now: int, **more) -> BatchRecord:

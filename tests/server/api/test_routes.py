@@ -20,7 +20,8 @@ from server.state import ServerState
 
 # The heavy, pure routes: they parse, template, tokenize or compile, so never on the loop.
 HEAVY = {"chat", "completions", "responses", "embeddings", "tokenize", "rerank", "score",
-         "file_upload", "file_content"}     # ... or split an upload, or read a whole file
+         # ... or write or read the Batch API's files (an fsync never on the loop)
+         "file_upload", "file_content", "file_delete", "batch_create", "batch_cancel"}
 
 
 class CountingOffLoop(Inline):
