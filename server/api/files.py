@@ -13,6 +13,7 @@ from __future__ import annotations
 from email.message import Message
 from email.parser import BytesParser
 from email.policy import HTTP
+from urllib.parse import parse_qs
 
 from server import replies
 from server.api.batch_backend import BatchBackend
@@ -44,7 +45,10 @@ def upload(ctx: ApiContext, request: Request, params: Params, extra: Headers) ->
 
 
 def list_files(ctx: ApiContext, request: Request, params: Params, extra: Headers) -> Response:
-    return replies.json_response(200, list_document(batch_api(ctx).files(), has_more=False))
+    """Every file, or those of one `purpose` ("batch": uploads, "batch_output": outputs)."""
+    purpose = parse_qs(request.query).get("purpose", [None])[0]
+    documents = [d for d in batch_api(ctx).files() if purpose in (None, d["purpose"])]
+    return replies.json_response(200, list_document(documents, has_more=False))
 
 
 def retrieve_file(ctx: ApiContext, request: Request, params: Params,

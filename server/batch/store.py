@@ -160,10 +160,15 @@ class BatchStore:
 
     # --- files ---------------------------------------------------------------------------
 
-    def add_file(self, filename: str, purpose: str, data: bytes) -> FileRecord:
-        file_id = f"file-{os.urandom(ID_BYTES).hex()}"
+    def add_file(self, filename: str, purpose: str, data: bytes, *,
+                 file_id: str | None = None) -> FileRecord:
+        """A new file (an upload: a fresh id, within the quota), or a batch's output under
+        the id its batch names (written again if a restart finalizes it twice; its bytes
+        were counted while it ran, so the quota does not stop it now)."""
+        is_upload = file_id is None
+        file_id = file_id or f"file-{os.urandom(ID_BYTES).hex()}"
         with self._write_lock:
-            if self.used_bytes() + len(data) > self.max_dir_bytes:
+            if is_upload and self.used_bytes() + len(data) > self.max_dir_bytes:
                 raise StoreFull(f"{len(data)} bytes would pass the batch directory's quota "
                                 f"of {self.max_dir_bytes // 2**20} MiB")
             write_atomically(self.files_dir / file_id, data)
@@ -239,6 +244,12 @@ class BatchStore:
             with self._index_lock:
                 self._batches[batch_id] = changed
             return changed
+
+    def output_file_ids(self, batch_id: str) -> tuple[str, str]:
+        """The ids of a batch's output and error files: fixed by the batch's id, so
+        finalizing again after a restart replaces them instead of adding two more."""
+        suffix = batch_id.removeprefix("batch_")
+        return f"file-{suffix}-output", f"file-{suffix}-errors"
 
     def output_path(self, batch_id: str) -> Path:
         return self.batches_dir / f"{batch_id}.jsonl"

@@ -208,12 +208,16 @@ class BatchWorker:
             OutputFile.open(path).close()           # a partial last line cut off
             for raw in path.read_bytes().splitlines(keepends=True):
                 (good if _ok(raw) else bad).append(raw)
-        output_id = (self.store.add_file(f"{record.id}_output.jsonl", PURPOSE_OUTPUT,
-                                         b"".join(good)).id if good else None)
-        error_id = (self.store.add_file(f"{record.id}_error.jsonl", PURPOSE_OUTPUT,
-                                        b"".join(bad)).id if bad else None)
+        output_id, error_id = self.store.output_file_ids(record.id)
+        if good:
+            self.store.add_file(f"{record.id}_output.jsonl", PURPOSE_OUTPUT, b"".join(good),
+                                file_id=output_id)
+        if bad:
+            self.store.add_file(f"{record.id}_error.jsonl", PURPOSE_OUTPUT, b"".join(bad),
+                                file_id=error_id)
         self.store.update(record.id, lambda r: stamped(
-            r, status, self.store.now(), output_file_id=output_id, error_file_id=error_id,
+            r, status, self.store.now(), output_file_id=output_id if good else None,
+            error_file_id=error_id if bad else None,
             completed=len(good), failed=len(bad)))
         path.unlink(missing_ok=True)
 

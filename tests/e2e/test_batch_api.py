@@ -89,6 +89,8 @@ def test_upload_create_poll_download_list(client, server):
     assert errors["line 4"]["response"]["body"]["error"]["code"] == "invalid_json"
 
     listed = [f.id for f in client.files.list()]
+    outputs = {f.id for f in client.files.list(purpose="batch_output")}
+    assert outputs >= {done.output_file_id, done.error_file_id} and uploaded.id not in outputs
     assert {uploaded.id, done.output_file_id, done.error_file_id} <= set(listed)
     assert batch.id in [b.id for b in client.batches.list()]
     assert client.files.delete(uploaded.id).deleted is True
@@ -177,3 +179,16 @@ def test_an_engine_step_wakes_the_batch_worker_too(server):
     server.batch.wake.event.clear()
     server.bridge.wake()
     assert server.batch.wake.event.is_set()
+
+
+def test_an_embeddings_batch(client):
+    lines = [{"custom_id": f"e-{i}", "method": "POST", "url": "/v1/embeddings",
+              "body": {"model": "succ", "input": text, "encoding_format": "float"}}
+             for i, text in enumerate(["hello", "world"])]
+    batch = client.batches.create(input_file_id=upload(client, jsonl(*lines)).id,
+                                  endpoint="/v1/embeddings", completion_window="24h")
+    done = finished(client, batch.id)
+    assert done and done.status == "completed" and done.request_counts.completed == 2
+    out = output_lines(client, done.output_file_id)
+    direct = client.embeddings.create(model="succ", input="hello", encoding_format="float")
+    assert out["e-0"]["response"]["body"]["data"][0]["embedding"] == direct.data[0].embedding

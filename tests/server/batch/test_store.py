@@ -131,3 +131,18 @@ def test_validation_names_duplicate_lines_and_foreign_endpoints(tmp_path):
 
 def test_batch_priority_is_below_every_client_priority():
     assert BATCH_PRIORITY < -MAX_PRIORITY
+
+
+def test_finalizing_twice_replaces_the_outputs(tmp_path):
+    """A restart while finalizing runs it again: the same two files, never two more."""
+    store = BatchStore(tmp_path, max_dir_bytes=2**20)
+    worker = BatchWorker(store, EchoApp(), Wake(), max_running=1)
+    record = new_batch(store, line("a") + b"not json\n")
+    done = advance_to_end(worker, store, record.id)
+    files_before = {f.id for f in store.files()}
+    store.output_path(record.id).write_bytes(
+        store.file_path(done.output_file_id).read_bytes()
+        + store.file_path(done.error_file_id).read_bytes())
+    worker._finalize(done, "completed")
+    assert {f.id for f in store.files()} == files_before
+    assert store.batch(record.id).output_file_id == done.output_file_id
