@@ -103,7 +103,8 @@ class BatchWorker:
             if self._runner is not None:
                 self._runner.stop()
         self._work.set()
-        self._thread.join(join_s)
+        if self._thread.is_alive():           # never started: a start-up that failed
+            self._thread.join(join_s)
 
     # --- the thread ----------------------------------------------------------------------
 
@@ -153,7 +154,7 @@ class BatchWorker:
         duplicates = duplicate_ids(lines)
         if duplicates:
             self._fail(record, tuple(
-                BatchError("duplicate_custom_id", f"custom_id '{cid}' is also on line(s) "
+                BatchError("duplicate_custom_id", f"custom_id '{cid}' is given on lines "
                            f"{', '.join(map(str, nos))}", line=nos[-1], param="custom_id")
                 for cid, nos in duplicates.items()))
             return
