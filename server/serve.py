@@ -36,6 +36,7 @@ from engine.api import model_name, tune_malloc
 from server.door.access import AccessLog, open_access_log
 from server.api.app import ApiApp
 from server.api.routes import API_ROUTES
+from server.batch.spool import UploadSpool
 from server.batch_serving import BatchService, FanOutWake
 from server.state import ServerState
 from server.door.auth import ApiKeyCheck
@@ -146,7 +147,8 @@ def bind(cfg: ServeConfig) -> ServerHandle:
 
     keys = {cfg.http_listen: "[engine].http_listen", cfg.health_listen: "[engine].health_listen"}
     try:
-        loop = EventLoop([Listener("api", cfg.http_listen, api, True),
+        loop = EventLoop([Listener("api", cfg.http_listen, api, True,
+                                   sinks=_upload_spool(cfg)),
                           Listener("health", cfg.health_listen, StampedApp(health), False)],
                          handle_signals=cfg.handle_signals,
                          drain_timeout_s=cfg.drain_timeout_s, on_drain=on_drain)
@@ -158,6 +160,14 @@ def bind(cfg: ServeConfig) -> ServerHandle:
     log.info("listening: API on %s, health on %s (loading the model)", handle.http_addr,
              handle.health_addr)
     return handle
+
+
+def _upload_spool(cfg: ServeConfig) -> UploadSpool | None:
+    """Where uploads go as they arrive, when the Batch API is on."""
+    if not cfg.batch.is_on:
+        return None
+    return UploadSpool(Path(cfg.batch.dir) / "spool", auth=ApiKeyCheck(cfg.api_key),
+                       max_file_bytes=cfg.batch.max_file_mib * 2**20)
 
 
 def load(cfg: ServeConfig, handle: ServerHandle, wrap_engine: EngineWrapper | None = None) -> None:

@@ -6,13 +6,14 @@ raises an `ApiError` for what the client got wrong (an unknown id, a bad field, 
 directory)."""
 from __future__ import annotations
 
-from typing import Protocol
+from typing import BinaryIO, Protocol
 
 
 class BatchBackend(Protocol):
     max_file_bytes: int                       # the largest upload ([batch].max_file_mib)
 
-    def upload(self, filename: str, purpose: str, data: bytes) -> dict: ...
+    def upload(self, filename: str, purpose: str, source: BinaryIO,
+               size_bytes: int) -> dict: ...   # the file's bytes, read from `source`
 
     def files(self) -> list[dict]: ...       # oldest first
 

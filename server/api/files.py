@@ -3,21 +3,24 @@
 `DELETE /v1/files/{file_id}`.
 
 These handlers read the request and answer the documents; the store behind them is the
-`BatchBackend` (server/api/batch_backend.py) serve.py hands in. The upload is the
-request's body, read whole by the HTTP layer (so it is bounded by the body limit as well
-as by `[batch] max_file_mib`), split by the standard library's MIME parser. Every client
-holding the server's API key sees every file: the server has no notion of owners.
+`BatchBackend` (server/api/batch_backend.py) serve.py hands in. The upload's body was
+written to a spool file as it arrived (server/batch/spool.py, through the HTTP layer's
+body sink), so it may pass the usual 8 MiB body limit up to `[batch] max_file_mib`; the
+form is scanned there in pieces (multipart.py) and the file part copied into the store,
+never held whole. Every client holding the server's API key sees every file: the server
+has no notion of owners.
 """
 from __future__ import annotations
 
-from email.message import Message
-from email.parser import BytesParser
-from email.policy import HTTP
+import io
+import os
+from typing import BinaryIO
 from urllib.parse import parse_qs
 
 from server import replies
 from server.api.batch_backend import BatchBackend
 from server.api.launch import ApiContext
+from server.api.multipart import read_form
 from server.door.routes import Params
 from server.errors import ApiError, bad
 from server.http.protocol import Request, Response
@@ -36,12 +39,35 @@ def batch_api(ctx: ApiContext) -> BatchBackend:
 
 
 def upload(ctx: ApiContext, request: Request, params: Params, extra: Headers) -> Response:
-    api = batch_api(ctx)
-    if len(request.body) > api.max_file_bytes:
-        raise ApiError("body_too_large", f"The file is over the {api.max_file_bytes // 2**20} "
-                                         "MiB limit ([batch].max_file_mib).", param="file")
-    purpose, filename, data = _form(request)
-    return replies.json_response(200, api.upload(filename, purpose, data))
+    """The form read where the body is -- the spool file the HTTP layer wrote as it
+    arrived, or memory for a body it did not spool -- and its file part copied into the
+    store in pieces; the spool file is deleted whatever the answer."""
+    try:
+        api = batch_api(ctx)
+        with _body_source(request) as source:
+            form = read_form(source, request.header("content-type") or "")
+            part = form.files.get("file")
+            if part is None:
+                raise bad("file", "The form has no file field.")
+            if part.length > api.max_file_bytes:
+                raise ApiError("body_too_large", f"The file is over the "
+                               f"{api.max_file_bytes // 2**20} MiB limit "
+                               "([batch].max_file_mib).", param="file")
+            if "purpose" not in form.fields:
+                raise bad("purpose", "The form has no purpose field.")
+            document = api.upload(part.filename or DEFAULT_FILENAME,
+                                  form.fields["purpose"].strip(), part.reader(source),
+                                  part.length)
+    finally:
+        if request.spooled is not None:
+            os.unlink(request.spooled.path)
+    return replies.json_response(200, document)
+
+
+def _body_source(request: Request) -> BinaryIO:
+    if request.spooled is not None:
+        return open(request.spooled.path, "rb")
+    return io.BytesIO(request.body)
 
 
 def list_files(ctx: ApiContext, request: Request, params: Params, extra: Headers) -> Response:
@@ -72,27 +98,3 @@ def list_document(data: list[dict], *, has_more: bool) -> dict:
     return {"object": "list", "data": data, "has_more": has_more,
             "first_id": data[0]["id"] if data else None,
             "last_id": data[-1]["id"] if data else None}
-
-
-def _form(request: Request) -> tuple[str, str, bytes]:
-    """(purpose, filename, file bytes) of a multipart/form-data body, or the 400 saying
-    what is missing."""
-    content_type = request.header("content-type") or ""
-    if not content_type.lower().startswith("multipart/form-data"):
-        raise bad("file", "Upload the file as multipart/form-data (fields purpose and file).")
-    head = f"Content-Type: {content_type}\r\nMIME-Version: 1.0\r\n\r\n".encode("latin-1")
-    message = BytesParser(policy=HTTP).parsebytes(head + request.body)
-    fields: dict[str, Message] = {}
-    if message.is_multipart():
-        for part in message.iter_parts():
-            name = part.get_param("name", header="content-disposition")
-            if isinstance(name, str):
-                fields.setdefault(name, part)
-    if "file" not in fields:
-        raise bad("file", "The form has no file field.")
-    if "purpose" not in fields:
-        raise bad("purpose", "The form has no purpose field.")
-    purpose = (fields["purpose"].get_payload(decode=True) or b"").decode("utf-8", "replace")
-    part = fields["file"]
-    return (purpose.strip(), part.get_filename() or DEFAULT_FILENAME,
-            part.get_payload(decode=True) or b"")

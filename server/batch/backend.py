@@ -11,6 +11,8 @@ at its end cannot be cancelled (409).
 """
 from __future__ import annotations
 
+from typing import BinaryIO
+
 from server.batch.lines import BATCH_URLS
 from server.batch.store import PURPOSE_BATCH, BatchRecord, BatchStore, StoreFull, stamped
 from server.batch.worker import BatchWorker
@@ -27,11 +29,11 @@ class StoredBatches:
 
     # --- files ---------------------------------------------------------------------------
 
-    def upload(self, filename: str, purpose: str, data: bytes) -> dict:
+    def upload(self, filename: str, purpose: str, source: BinaryIO, size_bytes: int) -> dict:
         if purpose != PURPOSE_BATCH:
             raise bad("purpose", f'purpose must be "batch", got {purpose!r}.')
         try:
-            return self.store.add_file(filename, purpose, data).document()
+            return self.store.add_file_from(filename, purpose, source, size_bytes).document()
         except StoreFull as exc:
             raise ApiError("storage_full", f"{exc}; delete files to make room.") from None
 

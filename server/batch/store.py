@@ -18,17 +18,20 @@ name only (its last path part), never used as a path. The directory's size is bo
 """
 from __future__ import annotations
 
+import io
 import json
 import os
+import shutil
 import threading
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Callable
+from typing import BinaryIO, Callable
 
 from server.replies import json_bytes
 
 ID_BYTES = 12
+COPY_BYTES = 1024 * 1024        # an upload is copied into the store this much at a time
 PURPOSE_BATCH = "batch"
 PURPOSE_OUTPUT = "batch_output"
 
@@ -130,6 +133,16 @@ def write_atomically(path: Path, data: bytes) -> None:
     os.replace(temp, path)
 
 
+def copy_atomically(source: BinaryIO, path: Path) -> None:
+    """`source`'s bytes at `path`, copied in pieces, whole or not at all."""
+    temp = path.with_name(path.name + ".tmp")
+    with open(temp, "wb") as handle:
+        shutil.copyfileobj(source, handle, COPY_BYTES)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temp, path)
+
+
 def safe_filename(name: str) -> str:
     """A client's filename as a name only: its last path part, no control characters."""
     last = name.replace("\\", "/").rsplit("/", 1)[-1]
@@ -162,17 +175,24 @@ class BatchStore:
 
     def add_file(self, filename: str, purpose: str, data: bytes, *,
                  file_id: str | None = None) -> FileRecord:
-        """A new file (an upload: a fresh id, within the quota), or a batch's output under
-        the id its batch names (written again if a restart finalizes it twice; its bytes
-        were counted while it ran, so the quota does not stop it now)."""
+        return self.add_file_from(filename, purpose, io.BytesIO(data), len(data),
+                                  file_id=file_id)
+
+    def add_file_from(self, filename: str, purpose: str, source: BinaryIO, size_bytes: int,
+                      *, file_id: str | None = None) -> FileRecord:
+        """A new file copied from `source` in pieces (an upload: a fresh id, within the
+        quota), or a batch's output under the id its batch names (written again if a
+        restart finalizes it twice; its bytes were counted while it ran, so the quota does
+        not stop it now)."""
         is_upload = file_id is None
         file_id = file_id or f"file-{os.urandom(ID_BYTES).hex()}"
         with self._write_lock:
-            if is_upload and self.used_bytes() + len(data) > self.max_dir_bytes:
-                raise StoreFull(f"{len(data)} bytes would pass the batch directory's quota "
+            if is_upload and self.used_bytes() + size_bytes > self.max_dir_bytes:
+                raise StoreFull(f"{size_bytes} bytes would pass the batch directory's quota "
                                 f"of {self.max_dir_bytes // 2**20} MiB")
-            write_atomically(self.files_dir / file_id, data)
-            record = FileRecord(file_id, len(data), self.now(), safe_filename(filename), purpose)
+            copy_atomically(source, self.files_dir / file_id)
+            record = FileRecord(file_id, size_bytes, self.now(), safe_filename(filename),
+                                purpose)
             write_atomically(self.files_dir / f"{file_id}.json", json_bytes(asdict(record)))
             with self._index_lock:
                 self._files[file_id] = record

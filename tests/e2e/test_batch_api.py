@@ -192,3 +192,21 @@ def test_an_embeddings_batch(client):
     out = output_lines(client, done.output_file_id)
     direct = client.embeddings.create(model="succ", input="hello", encoding_format="float")
     assert out["e-0"]["response"]["body"]["data"][0]["embedding"] == direct.data[0].embedding
+
+
+def test_an_upload_above_the_body_limit_streams_to_disk(succ_model_dir, tmp_path):
+    """A 9 MiB file (the usual body limit is 8 MiB) with max_file_mib 10: stored whole,
+    the spool emptied; 11 MiB is refused with 413 and leaves nothing behind."""
+    row = json.dumps(chat_line("x" * 40)).encode() + b"\n"
+    data = row * (9 * 2**20 // len(row) + 1)
+    with running_server(succ_model_dir, batch=BatchConfig(dir=str(tmp_path),
+                                                          max_file_mib=10)) as big:
+        client = openai_client(big, timeout_s=60)
+        uploaded = upload(client, data)
+        assert uploaded.bytes == len(data) > 9 * 2**20
+        assert client.files.content(uploaded.id).content == data
+        with pytest.raises(openai.APIStatusError) as refused:
+            upload(client, b"y" * (11 * 2**20))
+        assert refused.value.status_code == 413
+        assert list((tmp_path / "spool").iterdir()) == []
+        assert [f.id for f in client.files.list()] == [uploaded.id]
