@@ -2,7 +2,7 @@
 
     [batch]
     dir = "batch-data"       # the uploads, outputs and batch states ("" = the API is off)
-    max_file_mib = 8         # the largest upload
+    max_file_mib = 8         # the largest upload (written to disk as it arrives)
     max_dir_mib = 1024       # files and outputs together; an upload past it is refused
     max_running = 8          # batch requests in flight at once
 
