@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import os
 import tomllib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -42,6 +42,7 @@ from server.api import defaults as sampling
 from server.api.generation import DEFAULT_MAX_STOP_STRINGS
 from server.worker.arrivals import DEFAULT_ARRIVAL_WINDOW_MS
 from server.http.connstate import parse_address
+from server.batch.settings import BatchConfig, BatchConfigError, batch_config
 from server.model_table import ModelEntry, ModelTableError, check_unique_ids, parse_models
 
 ENV_PREFIX = "TL_ENGINE__"
@@ -91,6 +92,7 @@ class ServeConfig:
     max_stop_strings: int = DEFAULT_MAX_STOP_STRINGS   # `stop` sequences a request may give
     allow_runtime_lora: bool = False           # POST /v1/load_lora_adapter and unload (needs api_key)
     lora_root: str = ""                        # runtime adapters must resolve inside this folder
+    batch: BatchConfig = field(default_factory=BatchConfig)   # [batch]: the Batch API
 
     def __post_init__(self):
         if not self.model_id:
@@ -111,10 +113,10 @@ class ServeConfig:
             document = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"runtime.toml: {exc}") from None
-        unknown = sorted(set(document) - {"engine", "defaults", "models"})
+        unknown = sorted(set(document) - {"engine", "defaults", "models", "batch"})
         if unknown:
             raise ConfigError(f"unknown table or key {unknown[0]!r} "
-                              "(only [engine], [defaults] and [[models]] are read)")
+                              "(only [engine], [defaults], [[models]] and [batch] are read)")
         table, table_defaults = document.get("engine", {}), document.get("defaults", {})
         if not isinstance(table, dict) or not isinstance(table_defaults, dict):
             raise ConfigError("[engine] and [defaults] must be tables")
@@ -126,6 +128,10 @@ class ServeConfig:
             raise ConfigError(str(exc)) from None
         values["default_overrides"] = tuple(sorted(overrides.items()))
         values["models"] = _models(document.get("models", []), env or {}, base_dir)
+        try:
+            values["batch"] = batch_config(document.get("batch", {}), env or {}, base_dir)
+        except BatchConfigError as exc:
+            raise ConfigError(str(exc)) from None
         return _build(values)
 
     @staticmethod
@@ -358,7 +364,7 @@ def _build(values: dict[str, Any]) -> ServeConfig:
     serve = {k: values[k] for k in SERVE_FIELDS if k in values}
     engine_cfg = EngineConfig(**engine, speculative=_speculative(values.get("speculative",
                                                                            DEFAULT_SPECULATIVE)))
-    cfg = ServeConfig(**serve, engine=engine_cfg)
+    cfg = ServeConfig(**serve, engine=engine_cfg, batch=values.get("batch", BatchConfig()))
     try:
         check_unique_ids(cfg.model_id, cfg.models)
     except ModelTableError as exc:
@@ -374,6 +380,7 @@ def settings(cfg: ServeConfig) -> dict[str, Any]:
     out["[engine].speculative"] = cfg.engine.speculative
     out.update({f"[defaults].{k}": v for k, v in cfg.default_overrides})
     out.update({f"[[models]].{m.id}": m for m in cfg.models})
+    out.update({f"[batch].{f.name}": getattr(cfg.batch, f.name) for f in fields(cfg.batch)})
     if cfg.api_key:
         out["[engine].api_key"] = REDACTED
     return out

@@ -75,6 +75,12 @@ ERROR_KINDS: dict[str, ErrorKind] = {
     "model_loading": ErrorKind(503, "server_error", "model_loading", "api_error", "overloaded"),
     # the Anthropic routes' answer for a full engine or a server that cannot take work now
     "overloaded": ErrorKind(529, "server_error", "overloaded", "overloaded_error"),
+    # the Batch API (server/api/files.py, batches.py)
+    "file_not_found": ErrorKind(404, "invalid_request_error", "file_not_found", "not_found_error"),
+    "batch_not_found": ErrorKind(404, "invalid_request_error", "batch_not_found", "not_found_error"),
+    "batch_api_off": ErrorKind(404, "invalid_request_error", "batch_api_disabled", "not_found_error"),
+    "batch_not_cancellable": ErrorKind(409, "invalid_request_error", "batch_not_cancellable"),
+    "storage_full": ErrorKind(507, "server_error", "storage_full", "api_error"),
     # HTTP framing (server/http/http11.py)
     "malformed_http": ErrorKind(400, "invalid_request_error", "malformed_request"),
     "request_timeout": ErrorKind(408, "invalid_request_error", "request_timeout", "timeout_error"),

@@ -37,6 +37,8 @@ from server.door.access import AccessLog, open_access_log
 from server.api.adapters import RuntimeLora
 from server.api.app import ApiApp
 from server.api.routes import API_ROUTES
+from server.batch.spool import UploadSpool
+from server.batch_serving import BatchService, FanOutWake
 from server.state import ServerState
 from server.door.auth import ApiKeyCheck
 from server.worker.bridge import EngineBridge
@@ -72,6 +74,8 @@ class ServerHandle:
     bridge: EngineBridge | None = None      # the first chat model's engine thread, once loaded
     models: LoadedModels | None = None      # every model's own thread, once loaded
     offloop_pool: OffLoopPool | None = None  # started once the models load
+    batch: BatchService | None = None        # the Batch API ([batch].dir), once loaded
+    drain_timeout_s: float = 60.0            # how long the batch worker may finish its requests
     thread: threading.Thread | None = None
 
     def drain(self) -> None:
@@ -92,8 +96,17 @@ class ServerHandle:
         self.stop_threads()
         return 0
 
+    def start_threads(self) -> None:
+        """Once loaded: the models' threads, then the batch worker (it resumes at once)."""
+        self.models.start()
+        if self.batch is not None:
+            self.batch.start()
+
     def stop_threads(self) -> None:
-        """After the loop: the off-loop pool, then the engine thread."""
+        """After the loop: the batch worker (its requests in flight finished), the
+        off-loop pool, then the engine thread."""
+        if self.batch is not None:
+            self.batch.stop(self.drain_timeout_s)
         if self.offloop_pool is not None:
             self.offloop_pool.stop()
         if self.models is not None:
@@ -142,7 +155,8 @@ def bind(cfg: ServeConfig) -> ServerHandle:
 
     keys = {cfg.http_listen: "[engine].http_listen", cfg.health_listen: "[engine].health_listen"}
     try:
-        loop = EventLoop([Listener("api", cfg.http_listen, api, True),
+        loop = EventLoop([Listener("api", cfg.http_listen, api, True,
+                                   sinks=_upload_spool(cfg)),
                           Listener("health", cfg.health_listen, StampedApp(health), False)],
                          handle_signals=cfg.handle_signals,
                          drain_timeout_s=cfg.drain_timeout_s, on_drain=on_drain)
@@ -156,28 +170,42 @@ def bind(cfg: ServeConfig) -> ServerHandle:
     return handle
 
 
+def _upload_spool(cfg: ServeConfig) -> UploadSpool | None:
+    """Where uploads go as they arrive, when the Batch API is on."""
+    if not cfg.batch.is_on:
+        return None
+    return UploadSpool(Path(cfg.batch.dir) / "spool", auth=ApiKeyCheck(cfg.api_key),
+                       max_file_bytes=cfg.batch.max_file_mib * 2**20)
+
+
 def load(cfg: ServeConfig, handle: ServerHandle, wrap_engine: EngineWrapper | None = None) -> None:
     """Load the models and swap the real applications in; StartupError if one cannot load.
     `wrap_engine` is the tests' fault seam: it may wrap the Engine the bridge drives."""
     tuned = tune_malloc()                # process-wide: numpy's big temporaries stay on the heap
     log.info("malloc tuned for numpy temporaries: %s", "yes" if tuned else "no (not glibc)")
     loaded = load_models(cfg, wrap_engine)
-    loaded.set_wake(handle.loop.wake)
+    batch = (BatchService.build(cfg.batch, loaded, ping_interval_s=cfg.ping_interval_s,
+                                max_stop_strings=cfg.max_stop_strings)
+             if cfg.batch.is_on else None)
+    loaded.set_wake(FanOutWake(handle.loop.wake, batch.wake) if batch else handle.loop.wake)
     pool = OffLoopPool(wake=handle.loop.wake)      # the heavy, pure half of requests
     handle.models, handle.bridge, handle.offloop_pool = loaded, loaded.bridge, pool
+    handle.batch, handle.drain_timeout_s = batch, cfg.drain_timeout_s
     pool.start()
     handle.api.inner = ApiApp(chats=loaded.chats, state=handle.state,
                               ping_interval_s=cfg.ping_interval_s, offloop=pool,
                               encoders=loaded.encoders, max_stop_strings=cfg.max_stop_strings,
                               adapters=loaded.adapters,
                               runtime_lora=RuntimeLora(cfg.allow_runtime_lora, bool(cfg.api_key),
-                                                       cfg.lora_root))
+                                                       cfg.lora_root),
+                              batches=batch.backend if batch else None)
     loop = handle.loop
     handle.health.current = HealthApp(
         engines={model_id: chat.bridge for model_id, chat in loaded.chats.items()},
         views=loaded.views, engine_view=cfg.engine_view, state=handle.state,
         loop_stall_s=lambda: (loop.stall.max_s, loop.stall.max_cpu_s),
-        encoders=list(loaded.encoders.values()))
+        encoders=list(loaded.encoders.values()),
+        batch_reading=batch.reading if batch else None)
 
 
 def build(cfg: ServeConfig, wrap_engine: EngineWrapper | None = None) -> ServerHandle:
@@ -203,7 +231,7 @@ def spawn(cfg: ServeConfig, wrap_engine: EngineWrapper | None = None) -> ServerH
         handle.loop.stop()
         handle.loop.run()                       # closes the listeners
         raise
-    handle.models.start()
+    handle.start_threads()
     handle.thread = threading.Thread(target=handle.loop.run, name="tl-loop", daemon=True)
     handle.thread.start()
     return handle
@@ -223,7 +251,7 @@ def run(cfg: ServeConfig, wrap_engine: EngineWrapper | None = None) -> int:
     def loader() -> None:
         try:
             load(cfg, handle, wrap_engine)
-            handle.models.start()
+            handle.start_threads()
             log.info("ready: API on %s, health on %s", handle.http_addr, handle.health_addr)
         except StartupError as exc:
             failure.append(exc)

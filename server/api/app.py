@@ -40,6 +40,7 @@ from server.api.launch import ApiContext, ChatModel
 from server.offloop.pool import Inline, OffLoop, Outcome, outcome_of
 from server.api.routes import API_ROUTES, ApiHandler, task_paths
 from server.api.streams import StreamContext
+from server.api.batch_backend import BatchBackend
 from server.door.request_id import id_header
 from server.door.routes import LIVENESS, Params, Route, resolve
 from server.errors import ApiError, ErrorShape, error_response, kind_response
@@ -61,9 +62,12 @@ class ApiApp:
                  web: StaticFiles | None = None, offloop: OffLoop = Inline(),
                  encoders: Mapping[str, EncoderThread] | None = None,
                  max_stop_strings: int = DEFAULT_MAX_STOP_STRINGS,
-                 adapters: AdapterTable | None = None, runtime_lora: RuntimeLora = RuntimeLora()):
+                 adapters: AdapterTable | None = None, runtime_lora: RuntimeLora = RuntimeLora(),
+                 batches: BatchBackend | None = None, fixed_priority: int | None = None):
         """`chats`: every chat model by id (none in a server of embedding models only),
-        the first answering where one is needed before a request names its model."""
+        the first answering where one is needed before a request names its model;
+        `batches`: the Batch API's backend (None: its routes answer 404); `fixed_priority`:
+        every generation's priority (the batch worker's own application)."""
         self.state = state
         self.offloop = offloop                   # where the off-loop rows are prepared
         self.web = web or StaticFiles.load()
@@ -76,7 +80,8 @@ class ApiApp:
                               encoders=dict(encoders or {}), chats=dict(chats),
                               max_stop_strings=max_stop_strings, task_paths=task_paths(),
                               adapters=adapters if adapters is not None else AdapterTable(),
-                              runtime_lora=runtime_lora)
+                              runtime_lora=runtime_lora,
+                              batches=batches, fixed_priority=fixed_priority)
 
     error = staticmethod(kind_response)  # App.error: the document of an error the transport found
 

@@ -37,6 +37,7 @@ from server.offloop.pool import OffLoop
 from server.api.streams import GenerationStream, Renderer, StreamContext
 from server.api.structured import Structured, compile_structured
 from server.api.thinking import after_thinking
+from server.api.batch_backend import BatchBackend
 from server.api.tools import call_grammar_spec, check_tools_compile, with_format
 from server.errors import ApiError, ErrorShape, bad
 from server.replies import Headers
@@ -95,6 +96,10 @@ class ApiContext:
     task_paths: Mapping[str, str] = field(default_factory=dict)  # task -> its paths, for errors
     adapters: AdapterTable = field(default_factory=AdapterTable)   # LoRA adapters by name
     runtime_lora: RuntimeLora = RuntimeLora()  # may adapters be loaded at run time, from where
+    # Every generation of this context at this priority, whatever its header says (the
+    # batch worker's application: below the header's range); None: the header's.
+    fixed_priority: int | None = None
+    batches: BatchBackend | None = None        # the Batch API (None: off, its routes 404)
 
     def model_ids(self) -> list[str]:
         """Every served id in configuration order: the chat models, the embedding models
@@ -219,6 +224,8 @@ def launch_generation(ctx: ModelContext, request: Request, spec: GenSpec,
     OpenAI numbers them), prepared here (the grammar, the context rule) and admitted
     together: the whole answer or none of it (the 429 is raised here)."""
     priority = priority_of(request)
+    if ctx.api.fixed_priority is not None:
+        priority = ctx.api.fixed_priority
     ctx.served.check_token_ids(tuple(t for t, _ in spec.params.logit_bias), "logit_bias")
     structured = after_thinking(spec.structured, spec.thinking)    # the answer's, not the thinking's
     grammar = (compile_structured(ctx.served.grammars, structured)

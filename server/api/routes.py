@@ -22,7 +22,9 @@ from __future__ import annotations
 
 from typing import Callable, Union
 
+from server.api.batches import cancel_batch, create_batch, list_batches, retrieve_batch
 from server.api.chat import chat
+from server.api.files import delete_file, file_content, list_files, retrieve_file, upload
 from server.api.completions import completions
 from server.api.embeddings import embeddings
 from server.api.messages import count_tokens, messages
@@ -63,6 +65,18 @@ API_ROUTES: tuple[Route[ApiHandler], ...] = (
     Route("POST", "/v1/load_lora_adapter", "load_lora_adapter", load_lora_adapter,
           off_loop=True),                                # reads an adapter folder: a pool thread
     Route("POST", "/v1/unload_lora_adapter", "unload_lora_adapter", unload_lora_adapter),
+    # the Batch API (files and batches under [batch].dir; 404 batch_api_disabled without it):
+    # the rows that write or read the disk are off the loop, the ones that read memory not
+    Route("POST", "/v1/files", "file_upload", upload, off_loop=True),
+    Route("GET", "/v1/files", "files", list_files),
+    Route("GET", "/v1/files/{file_id}/content", "file_content", file_content, off_loop=True),
+    Route("GET", "/v1/files/{file_id}", "file", retrieve_file),
+    Route("DELETE", "/v1/files/{file_id}", "file_delete", delete_file, off_loop=True),
+    Route("POST", "/v1/batches", "batch_create", create_batch, off_loop=True),
+    Route("GET", "/v1/batches", "batches", list_batches),
+    Route("GET", "/v1/batches/{batch_id}", "batch", retrieve_batch),
+    Route("POST", "/v1/batches/{batch_id}/cancel", "batch_cancel", cancel_batch,
+          off_loop=True),
     Route("GET", "/healthz", LIVENESS, healthz),
     Route("GET", "/health", LIVENESS, healthz),          # the same, as vLLM and llm-d name it
     Route("GET", "/", "page", WebFile(CHAT_PAGE)),       # the chat page

@@ -12,6 +12,7 @@ a known path with the wrong method (405 with `Allow`), and an unknown path (404)
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Generic, Sequence, TypeVar
 
@@ -36,12 +37,28 @@ class Route(Generic[H]):
     off_loop: bool = False    # prepared on an off-loop worker (server/offloop/pool.py)
 
     def match(self, path: str) -> Params | None:
+        """The pattern's parameters in `path`: a `{name}` in the middle is one path
+        segment, a `{name}` at the end the rest of the path (a model id may hold "/")."""
         if "{" not in self.pattern:
             return {} if path == self.pattern else None
-        prefix, _, rest = self.pattern.partition("{")
-        if not path.startswith(prefix) or len(path) == len(prefix):
-            return None
-        return {rest.rstrip("}"): path[len(prefix):]}
+        params: Params = {}
+        rest = path
+        for literal, name in _PLACEHOLDER.findall(self.pattern + "{}"):
+            if not rest.startswith(literal):
+                return None
+            rest = rest[len(literal):]
+            if not name:                       # the end of the pattern
+                return params if rest == "" else None
+            is_last = self.pattern.endswith("{" + name + "}")
+            value, sep, tail = (rest, "", "") if is_last else rest.partition("/")
+            if not value:
+                return None
+            params[name] = value
+            rest = sep + tail
+        return params
+
+
+_PLACEHOLDER = re.compile(r"([^{]*)\{([a-z_]*)\}")
 
 
 def resolve(routes: Sequence[Route[H]], method: str, path: str) -> tuple[Route[H], Params]:

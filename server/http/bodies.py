@@ -6,6 +6,10 @@ trailer fields). `reader_for(head, limits)` picks the reader from `READERS`, a t
 by the framing; the `Connection` (server/http/http11.py) then hands the reader its input
 buffer on each `next_event` until the reader returns the whole body.
 
+A body that a `BodySink` claims (an upload, server/http/protocol.py) is read by
+`SinkReader` instead: exactly `Content-Length` bytes handed to the sink as they arrive, so
+the whole body is never in memory (a chunked upload is read into memory as any other body).
+
 Each reader takes what it can from the front of the buffer and leaves the rest (a
 pipelined request's bytes stay for the next head). `read(buf)` returns the decoded body
 once it is complete, or None while it needs more bytes; a breach of a limit or of the
@@ -21,6 +25,7 @@ from typing import Protocol
 
 from server.http.head import FIELD_LINE, Rejected, RequestHead
 from server.http.limits import HttpLimits
+from server.http.protocol import BodySink
 
 # RFC 9112 7.1: chunk-size = 1*HEXDIG, then optional BWS and extensions after ';'.
 _CHUNK_SIZE = re.compile(rb"([0-9A-Fa-f]{1,16})[ \t]*(?:;.*)?")
@@ -67,6 +72,24 @@ class ContentLengthReader:
         body = bytes(buf[:self.length_bytes])
         del buf[:self.length_bytes]
         return body
+
+
+class SinkReader:
+    """Exactly `Content-Length` bytes, each piece handed to the sink as it arrives; the
+    body it returns is b"" (the bytes are the sink's). The length was checked against the
+    sink's own limit before this reader exists."""
+
+    def __init__(self, head: RequestHead, sink: BodySink):
+        self.left_bytes = head.content_length or 0
+        self.sink = sink
+
+    def read(self, buf: bytearray) -> bytes | None:
+        take = min(self.left_bytes, len(buf))
+        if take:
+            self.sink.write(bytes(buf[:take]))
+            del buf[:take]
+            self.left_bytes -= take
+        return b"" if self.left_bytes == 0 else None
 
 
 class ChunkPhase(Enum):

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Iterator
 
 from server.http.http11 import BODY, IDLE, Connection
 from server.http.limits import HttpLimits
-from server.http.protocol import App, Stream
+from server.http.protocol import App, BodySinks, Stream
 
 if TYPE_CHECKING:                       # for annotations only: the loop owns every socket call
     import socket
@@ -38,6 +38,7 @@ class Listener:
     address: str              # "host:port"; ":8000" = all interfaces; port 0 = pick one
     app: App
     closes_on_drain: bool     # the API listener closes when draining; health stays
+    sinks: BodySinks | None = None   # the bodies written to a file as they arrive (uploads)
 
 
 class BindError(OSError):

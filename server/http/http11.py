@@ -36,10 +36,11 @@ from dataclasses import dataclass
 from enum import Enum
 from http import HTTPStatus
 
-from server.http.bodies import BodyReader, Framing, framing_of, reader_for
+from server.http.bodies import BodyReader, Framing, SinkReader, framing_of, reader_for
 from server.http.head import Rejected, RequestHead, asks_close, interpret_head
 from server.http.limits import HttpLimits
-from server.http.protocol import Request, Response, ResponseHead, StreamPoll
+from server.http.protocol import (BodySink, BodySinks, Request, Response, ResponseHead,
+                                  SpooledBody, StreamPoll)
 
 _HEAD_END = re.compile(rb"\r?\n\r?\n")
 
@@ -88,11 +89,16 @@ class Connection:
     """The HTTP/1.1 state of one connection. Feed `receive_data`, pull `next_event`."""
 
     __slots__ = ("limits", "peer", "state", "_buf", "_scan_from", "_head", "_body_reader",
-                 "_pending_path", "_keep_alive", "_is_head_request", "_is_11", "_is_chunked_out", "_out_left",
+                 "_pending_path", "_sinks", "_sink", "_keep_alive", "_is_head_request", "_is_11",
+                 "_is_chunked_out", "_out_left",
                  "_close_requested", "is_eof", "num_requests")
 
-    def __init__(self, *, limits: HttpLimits = HttpLimits(), peer: str = ""):
+    def __init__(self, *, limits: HttpLimits = HttpLimits(), peer: str = "",
+                 sinks: BodySinks | None = None):
+        """`sinks`: which bodies go to a file as they arrive (an upload), not to memory."""
         self.limits = limits
+        self._sinks = sinks
+        self._sink: BodySink | None = None            # the current body's, when it has one
         self.peer = peer
         self.state = IDLE
         self._buf = bytearray()        # received, not yet consumed (del from the front is O(1))
@@ -139,6 +145,7 @@ class Connection:
         try:
             return self._next_event()
         except Rejected as exc:
+            self.abandon()
             return HttpError(*exc.args, path=self.pending_path)
 
     def _next_event(self) -> Request | Interim | Wait:
@@ -184,23 +191,39 @@ class Connection:
         return interpret_head(raw, self.limits)
 
     def _start_body(self, head: RequestHead) -> None:
-        limit = self.limits.max_body_bytes
+        sink = (self._sinks.sink_for(head.method, head.target_path, head.headers)
+                if self._sinks is not None and head.content_length and not head.is_chunked
+                else None)
+        limit = sink.max_bytes if sink is not None else self.limits.max_body_bytes
         if head.content_length is not None and head.content_length > limit:
+            if sink is not None:
+                sink.discard()
             raise Rejected("body_too_large", f"request body exceeds {limit} bytes")
         self._head = head
-        self._body_reader = reader_for(head, self.limits)
+        self._sink = sink
+        self._body_reader = (SinkReader(head, sink) if sink is not None
+                             else reader_for(head, self.limits))
         self.state = BODY
+
+    def abandon(self) -> None:
+        """The body being read will never be whole (an error, the connection closing):
+        its sink, if it has one, drops what it wrote. Safe to call at any time."""
+        if self._sink is not None:
+            sink, self._sink = self._sink, None
+            sink.discard()
 
     def _finish_request(self, body: bytes) -> Request:
         head = self._head
-        self._head, self._body_reader, self._pending_path = None, None, ""
+        spooled: SpooledBody | None = self._sink.finish() if self._sink is not None else None
+        self._head, self._body_reader, self._sink, self._pending_path = None, None, None, ""
         self._keep_alive = head.keep_alive and not self._close_requested
         self._is_head_request = head.method == "HEAD"
         self._is_11 = head.version == "HTTP/1.1"
         self.state = HANDLING
         self.num_requests += 1
         return Request(method=head.method, path=head.target_path, query=head.query,
-                       headers=head.headers, body=body, version=head.version, peer=self.peer)
+                       headers=head.headers, body=body, version=head.version, peer=self.peer,
+                       spooled=spooled)
 
     # ---- output -----------------------------------------------------------------------
 

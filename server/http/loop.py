@@ -230,7 +230,8 @@ class EventLoop:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             now = self._clock()
             peer = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else str(addr)
-            conn = ConnState(sock, state, Connection(limits=self.limits, peer=peer), now)
+            conn = ConnState(sock, state, Connection(limits=self.limits, peer=peer,
+                                                     sinks=state.spec.sinks), now)
             state.num_connections += 1
             self._conns.add(conn)
             if self._drain.is_draining and state.spec.closes_on_drain:
@@ -486,6 +487,7 @@ class EventLoop:
         if conn.is_closed:
             return
         conn.is_closed = True
+        conn.http.abandon()                  # an upload cut off mid-body: its file goes
         if conn.stream is not None:
             stream = conn.stream
             self._end_stream(conn)

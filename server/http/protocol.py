@@ -3,7 +3,8 @@
 The loop owns sockets and HTTP bytes; the application owns meaning. They meet in four
 values and one protocol:
 
-* `Request`  — one parsed HTTP request, body complete;
+* `Request`  — one parsed HTTP request, body complete (in memory, or, for the requests a
+  `BodySinks` claims -- an upload -- written to a file as it arrived: `SpooledBody`);
 * `Response` — a whole answer, known at once (the loop frames it with Content-Length);
 * `Stream`   — an answer produced over time (a generation): when the engine thread wakes the
   loop, the loop polls it if it says it has output (`has_output`); it polls it too at the
@@ -31,6 +32,7 @@ class Request:
     version: str = "HTTP/1.1"                    # "HTTP/1.1" or "HTTP/1.0"
     peer: str = ""                               # "host:port" of the client
     request_id: str = ""                         # stamped once at the front door (server/door/)
+    spooled: "SpooledBody | None" = None         # the body, when a sink took it (body is b"")
 
     def header(self, name: str, default: str | None = None) -> str | None:
         """The first value of a header (name case-insensitive)."""
@@ -67,6 +69,35 @@ class StreamPoll:
     # (this poll already carries its first output). Ignoring it is correct too: the
     # stand-in keeps passing polls on.
     successor: "Stream | None" = None
+
+
+@dataclass(frozen=True)
+class SpooledBody:
+    """A request body a `BodySink` wrote to a file as it arrived; whoever handles the
+    request owns the file from then on (moves it, or deletes it)."""
+    path: str
+    size_bytes: int
+
+
+class BodySink(Protocol):
+    """Where one request's body goes instead of memory. The HTTP parser calls `write` with
+    each piece as it arrives (a recv's worth at most), then `finish` once the body is whole,
+    or `discard` if it never will be (an error, the client gone)."""
+    max_bytes: int                                # this body's own limit (above the usual)
+
+    def write(self, data: bytes) -> None: ...
+
+    def finish(self) -> SpooledBody: ...
+
+    def discard(self) -> None: ...
+
+
+class BodySinks(Protocol):
+    """Which requests' bodies go to a sink: asked once per request, at its head (method,
+    path, headers as `Request` has them); None keeps the body in memory as usual."""
+
+    def sink_for(self, method: str, path: str,
+                 headers: tuple[tuple[str, str], ...]) -> BodySink | None: ...
 
 
 class AppFailure(Exception):

@@ -27,7 +27,7 @@ from server.observe.engine_view import EngineView, encoder_document, snapshot_do
 from server.errors import ApiError, error_response, kind_response
 from server.http.protocol import Request, Response
 from server.observe.metrics import CONTENT_TYPE as METRICS_TYPE
-from server.observe.metrics import metrics_text
+from server.observe.metrics import BatchReading, batch_metrics_text, metrics_text
 from server.observe.vllm_metrics import EngineReading
 from server.door.request_id import id_header
 from server.door.routes import LIVENESS, Params, Route, health_ok, resolve
@@ -41,8 +41,10 @@ class HealthApp:
                  views: Mapping[str, EngineView] | None = None, engine_view: bool = True,
                  web: StaticFiles | None = None,
                  loop_stall_s: Callable[[], tuple[float, float]] | None = None,
-                 encoders: Sequence[EncoderThread] = ()):
+                 encoders: Sequence[EncoderThread] = (),
+                 batch_reading: Callable[[], BatchReading] | None = None):
         self.state = state
+        self.batch_reading = batch_reading       # the Batch API's numbers, when it is on
         self.engines = dict(engines or {})       # chat model id -> its engine thread
         self.views = dict(views or {})           # chat model id -> its engine view
         self.engine_view = engine_view           # False: /engine and its JSON are 404
@@ -89,6 +91,8 @@ class HealthApp:
                             encoders=[(e.model_id, e.stats) for e in self.encoders],
                             engines=[EngineReading(m, b.stats, b.kv_size)
                                      for m, b in self.engines.items()])
+        if self.batch_reading is not None:
+            text += batch_metrics_text(self.batch_reading())
         return Response(status=200, headers=(("Content-Type", METRICS_TYPE),),
                         body=text.encode("utf-8"))
 

@@ -8,6 +8,8 @@ The format's writers are server/observe/prom_text.py. Four sources feed this pag
 * `server/observe/process_metrics.py`: the standard `process_*` families;
 * `ServerMetrics`, updated on the loop thread only (no lock): requests by route and
   status, prompt/generation tokens, and the latency histograms;
+* the Batch API's `BatchReading`, when it is on (batches by status, its requests, the
+  running batch's lines left);
 * the loop's worst stall (`tl_loop_stall_seconds_max` and `_cpu_seconds_max`, read from
   `EventLoop.stall`).
 The engine and request numbers are written twice: under our `tl_*` names and under vLLM's
@@ -16,7 +18,8 @@ values, so a router or dashboard made for vLLM reads tl-serve unchanged.
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
 
 from engine.api import EngineStats
 from server.observe.process_metrics import process_metrics_text
@@ -188,6 +191,28 @@ def encoder_metrics_text(encoders: Sequence[tuple[str, EncoderStats]]) -> str:
         family("tl_encoder_queue_depth", "gauge", "Embeddings calls waiting for an encoder.",
                per_model(lambda s: s.queue_depth)),
     ])
+
+
+@dataclass(frozen=True)
+class BatchReading:
+    """The Batch API's numbers: batches by status, its requests answered since start (and
+    of those, the ones not 2xx), the running batch's lines not yet answered."""
+    by_status: Mapping[str, int]
+    requests_done: int
+    requests_failed: int
+    queued_lines: int
+
+
+def batch_metrics_text(reading: BatchReading) -> str:
+    return (family("tl_batches", "gauge", "Batches by status.",
+                   [((("status", status),), n) for status, n in reading.by_status.items()])
+            + family("tl_batch_requests_total", "counter",
+                     "Batch requests answered since start (failed: not 2xx, counted in done too).",
+                     [((("outcome", "done"),), reading.requests_done),
+                      ((("outcome", "failed"),), reading.requests_failed)])
+            + family("tl_batch_queue_depth", "gauge",
+                     "Lines of the running batch not yet answered.",
+                     [((), reading.queued_lines)]))
 
 
 def metrics_text(stats: EngineStats | None, server: ServerMetrics | None = None,

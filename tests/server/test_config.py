@@ -193,3 +193,21 @@ def test_reasoning_key_from_the_file_the_env_and_the_command_line():
             ServeConfig.from_toml(text, env={})
     with pytest.raises(SystemExit):
         parse_args(["--reasoning", "maybe"])
+
+
+def test_the_batch_table_with_its_environment_overrides(tmp_path):
+    from server.batch.settings import BatchConfig
+    assert ServeConfig.from_toml("", env={}).batch == BatchConfig()
+    assert not BatchConfig().is_on
+    cfg = ServeConfig.from_toml('[batch]\ndir = "data"\nmax_running = 3\n',
+                                env={"TL_BATCH__MAX_FILE_MIB": "20"}, base_dir=tmp_path)
+    assert cfg.batch == BatchConfig(dir=str(tmp_path / "data"), max_file_mib=20,
+                                    max_dir_mib=1024, max_running=3)
+    assert ServeConfig.from_toml("", env={"TL_BATCH__DIR": "/srv/b"}).batch.dir == "/srv/b"
+    for text, env, named in [('[batch]\nfolder = "x"', {}, "[batch].folder: unknown key"),
+                             ("", {"TL_BATCH__RUNNING": "2"}, "TL_BATCH__RUNNING"),
+                             ("[batch]\nmax_running = 0", {}, "[batch].max_running"),
+                             ("", {"TL_BATCH__MAX_DIR_MIB": "lots"}, "TL_BATCH__MAX_DIR_MIB"),
+                             ("batch = 3", {}, "[batch] must be a table")]:
+        with pytest.raises(ConfigError, match=re.escape(named)):
+            ServeConfig.from_toml(text, env=env)

@@ -157,7 +157,7 @@ def test_auth_and_loading_statuses_are_documented(succ_model_dir):
     handle = spawn(ServeConfig.for_model(succ_model_dir, api_key="k-123"))
     try:
         for route in API_ROUTES:
-            path = route.pattern.replace("{model}", "succ").replace("{name}", "chat.js")
+            path = route.pattern.replace("{model}", "succ").replace("{name}", "chat.js").replace("{file_id}", "f").replace("{batch_id}", "b")
             r = requests.request(route.method, handle.http_url + path, timeout=30, data="{}")
             expected = "401" if path.startswith("/v1") else "200"
             assert str(r.status_code) == expected, route
@@ -167,7 +167,7 @@ def test_auth_and_loading_statuses_are_documented(succ_model_dir):
     for routes in (API_ROUTES, HEALTH_ROUTES):
         app = LoadingApp(routes)
         for route in routes:
-            path = route.pattern.replace("{model}", "succ").replace("{name}", "chat.js")
+            path = route.pattern.replace("{model}", "succ").replace("{name}", "chat.js").replace("{file_id}", "f").replace("{batch_id}", "b")
             status = str(app.handle(Request(method=route.method, path=path)).status)
             busy = "529" if ErrorShape.for_path(path) is ErrorShape.ANTHROPIC else "503"
             assert status == ("200" if route.name == LIVENESS else busy), route
@@ -180,5 +180,5 @@ def test_the_document_is_valid_yaml_with_every_route_and_status():
     document = yaml.safe_load(OPENAPI.read_text(encoding="utf-8"))
     ops, _ = documented()
     parsed = {(method.upper(), path) for path, item in document["paths"].items()
-              for method in item if method in ("get", "post", "options")}
+              for method in item if method in ("get", "post", "delete", "options")}
     assert set(ops) <= parsed

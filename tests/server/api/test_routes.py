@@ -20,7 +20,9 @@ from server.state import ServerState
 
 # The heavy, pure routes: they parse, template, tokenize or compile, so never on the loop.
 HEAVY = {"chat", "completions", "responses", "embeddings", "tokenize", "rerank", "score", "messages",
-         "count_tokens", "load_lora_adapter"}    # the last reads and fits an adapter folder
+         "count_tokens", "load_lora_adapter",    # reads and fits an adapter folder
+         # ... or write or read the Batch API's files (an fsync never on the loop)
+         "file_upload", "file_content", "file_delete", "batch_create", "batch_cancel"}
 
 
 class CountingOffLoop(Inline):

@@ -1,0 +1,64 @@
+"""OpenAI's Batch API: `POST /v1/batches`, `GET /v1/batches`, `GET /v1/batches/{batch_id}`,
+`POST /v1/batches/{batch_id}/cancel`.
+
+The handlers read the request; the `BatchBackend` (server/batch/backend.py behind it)
+checks the fields, stores the batch and tells the worker, which runs it on its own thread.
+The list is newest first, paged by `after` (a batch id) and `limit` (1..100, default 20),
+as OpenAI's.
+"""
+from __future__ import annotations
+
+from urllib.parse import parse_qs
+
+from server import replies
+from server.api.fields import load_json_object
+from server.api.files import batch_api, list_document
+from server.api.launch import ApiContext
+from server.door.routes import Params
+from server.errors import bad
+from server.http.protocol import Request, Response
+from server.replies import Headers
+
+DEFAULT_LIMIT, MAX_LIMIT = 20, 100
+
+
+def create_batch(ctx: ApiContext, request: Request, params: Params,
+                 extra: Headers) -> Response:
+    api = batch_api(ctx)
+    doc = load_json_object(request.body)
+    return replies.json_response(200, api.create(
+        doc.get("input_file_id"), doc.get("endpoint"), doc.get("completion_window"),
+        doc.get("metadata")))
+
+
+def retrieve_batch(ctx: ApiContext, request: Request, params: Params,
+                   extra: Headers) -> Response:
+    return replies.json_response(200, batch_api(ctx).batch(params["batch_id"]))
+
+
+def list_batches(ctx: ApiContext, request: Request, params: Params,
+                 extra: Headers) -> Response:
+    documents = batch_api(ctx).batches()
+    query = parse_qs(request.query)
+    after = query.get("after", [None])[0]
+    limit = _limit(query.get("limit", [str(DEFAULT_LIMIT)])[0])
+    if after is not None:
+        ids = [d["id"] for d in documents]
+        documents = documents[ids.index(after) + 1:] if after in ids else []
+    return replies.json_response(200, list_document(documents[:limit],
+                                                    has_more=len(documents) > limit))
+
+
+def cancel_batch(ctx: ApiContext, request: Request, params: Params,
+                 extra: Headers) -> Response:
+    return replies.json_response(200, batch_api(ctx).cancel(params["batch_id"]))
+
+
+def _limit(text: str) -> int:
+    try:
+        limit = int(text)
+    except ValueError:
+        limit = 0
+    if not 1 <= limit <= MAX_LIMIT:
+        raise bad("limit", f"limit must be an integer in 1..{MAX_LIMIT}, got {text!r}.")
+    return limit

@@ -1,0 +1,100 @@
+"""OpenAI's Files API for batch work: `POST /v1/files` (a multipart upload, purpose
+"batch"), `GET /v1/files`, `GET /v1/files/{file_id}`, `GET /v1/files/{file_id}/content`,
+`DELETE /v1/files/{file_id}`.
+
+These handlers read the request and answer the documents; the store behind them is the
+`BatchBackend` (server/api/batch_backend.py) serve.py hands in. The upload's body was
+written to a spool file as it arrived (server/batch/spool.py, through the HTTP layer's
+body sink), so it may pass the usual 8 MiB body limit up to `[batch] max_file_mib`; the
+form is scanned there in pieces (multipart.py) and the file part copied into the store,
+never held whole. Every client holding the server's API key sees every file: the server
+has no notion of owners.
+"""
+from __future__ import annotations
+
+import io
+import os
+from typing import BinaryIO
+from urllib.parse import parse_qs
+
+from server import replies
+from server.api.batch_backend import BatchBackend
+from server.api.launch import ApiContext
+from server.api.multipart import read_form
+from server.door.routes import Params
+from server.errors import ApiError, bad
+from server.http.protocol import Request, Response
+from server.replies import Headers
+
+JSONL_TYPE = (("Content-Type", "application/jsonl"),)
+DEFAULT_FILENAME = "upload.jsonl"
+
+
+def batch_api(ctx: ApiContext) -> BatchBackend:
+    """The Batch API's backend, or the 404 of a server started without `[batch] dir`."""
+    if ctx.batches is None:
+        raise ApiError("batch_api_off", "The Batch API is off on this server: set "
+                                        "[batch].dir to turn it on.")
+    return ctx.batches
+
+
+def upload(ctx: ApiContext, request: Request, params: Params, extra: Headers) -> Response:
+    """The form read where the body is -- the spool file the HTTP layer wrote as it
+    arrived, or memory for a body it did not spool -- and its file part copied into the
+    store in pieces; the spool file is deleted whatever the answer."""
+    try:
+        api = batch_api(ctx)
+        with _body_source(request) as source:
+            form = read_form(source, request.header("content-type") or "")
+            part = form.files.get("file")
+            if part is None:
+                raise bad("file", "The form has no file field.")
+            if part.length > api.max_file_bytes:
+                raise ApiError("body_too_large", f"The file is over the "
+                               f"{api.max_file_bytes // 2**20} MiB limit "
+                               "([batch].max_file_mib).", param="file")
+            if "purpose" not in form.fields:
+                raise bad("purpose", "The form has no purpose field.")
+            document = api.upload(part.filename or DEFAULT_FILENAME,
+                                  form.fields["purpose"].strip(), part.reader(source),
+                                  part.length)
+    finally:
+        if request.spooled is not None:
+            os.unlink(request.spooled.path)
+    return replies.json_response(200, document)
+
+
+def _body_source(request: Request) -> BinaryIO:
+    if request.spooled is not None:
+        return open(request.spooled.path, "rb")
+    return io.BytesIO(request.body)
+
+
+def list_files(ctx: ApiContext, request: Request, params: Params, extra: Headers) -> Response:
+    """Every file, or those of one `purpose` ("batch": uploads, "batch_output": outputs)."""
+    purpose = parse_qs(request.query).get("purpose", [None])[0]
+    documents = [d for d in batch_api(ctx).files() if purpose in (None, d["purpose"])]
+    return replies.json_response(200, list_document(documents, has_more=False))
+
+
+def retrieve_file(ctx: ApiContext, request: Request, params: Params,
+                  extra: Headers) -> Response:
+    return replies.json_response(200, batch_api(ctx).file(params["file_id"]))
+
+
+def file_content(ctx: ApiContext, request: Request, params: Params,
+                 extra: Headers) -> Response:
+    return Response(status=200, headers=JSONL_TYPE,
+                    body=batch_api(ctx).file_content(params["file_id"]))
+
+
+def delete_file(ctx: ApiContext, request: Request, params: Params,
+                extra: Headers) -> Response:
+    return replies.json_response(200, batch_api(ctx).delete_file(params["file_id"]))
+
+
+def list_document(data: list[dict], *, has_more: bool) -> dict:
+    """OpenAI's list of objects, with the first and last ids for paging."""
+    return {"object": "list", "data": data, "has_more": has_more,
+            "first_id": data[0]["id"] if data else None,
+            "last_id": data[-1]["id"] if data else None}
