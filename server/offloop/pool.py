@@ -93,7 +93,9 @@ def _without_frames(err: ApiError) -> ApiError:
     return err
 
 
-Finish = Callable[[Outcome], "Response | Stream"]
+# What makes a Response or an error the answer, on the loop (engine.api.Finish is another thing:
+# a finish reason).
+AnswerFinish = Callable[[Outcome], "Response | Stream"]
 
 
 class ResponseStream:
@@ -133,8 +135,8 @@ def as_stream(result: Response | Stream) -> Stream:
 class OffLoopStream:
     """Stands for work running off the loop; becomes the answer once the work is done."""
 
-    def __init__(self, finish: Finish):
-        self._finish: Finish | None = finish
+    def __init__(self, finish: AnswerFinish):
+        self._finish: AnswerFinish | None = finish
         self._outcome: Outcome | None = None    # written once by a pool thread, read by the loop
         self._lock = threading.Lock()           # orders `deliver` (pool) against `cancel` (loop)
         self.delegate: Stream | None = None     # the real answer, once the outcome is in
@@ -193,7 +195,7 @@ class OffLoopStream:
 
 
 class OffLoop(Protocol):
-    def run(self, work: Callable[[], Any], finish: Finish) -> OffLoopStream:
+    def run(self, work: Callable[[], Any], finish: AnswerFinish) -> OffLoopStream:
         """Start `work` away from the loop; `finish` turns an outcome that is not yet a
         Stream (a Response, an error) into the answer, on the loop thread."""
 
@@ -201,7 +203,7 @@ class OffLoop(Protocol):
 class Inline:
     """Runs the work at once on the caller's thread: for tests and tools without a loop."""
 
-    def run(self, work: Callable[[], Any], finish: Finish) -> OffLoopStream:
+    def run(self, work: Callable[[], Any], finish: AnswerFinish) -> OffLoopStream:
         stream = OffLoopStream(finish)
         stream.deliver(outcome_of(work))
         return stream
@@ -262,7 +264,7 @@ class OffLoopPool:
             if thread.is_alive():
                 thread.join(join_s)
 
-    def run(self, work: Callable[[], Any], finish: Finish) -> OffLoopStream:
+    def run(self, work: Callable[[], Any], finish: AnswerFinish) -> OffLoopStream:
         stream = OffLoopStream(finish)
         self._jobs.put((stream, work))
         return stream
