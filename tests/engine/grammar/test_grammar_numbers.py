@@ -4,10 +4,8 @@ test against jsonschema over random bounds), exclusive bounds exclude their ends
 spelling, and integer `multipleOf` is served."""
 from __future__ import annotations
 
-import gc
 import json
 import random
-import time
 
 import jsonschema
 import pytest
@@ -35,18 +33,13 @@ def test_zods_safe_integer_bounds_compile_with_little_work():
         assert not accepts(grammar, bad), bad
 
 
-@pytest.mark.timing
-def test_zods_safe_integer_bounds_compile_in_milliseconds():
-    """The best of three compiles per bound (each does all the work): one stall of a shared
-    host or of a garbage collection over the test process's heap is not the compile's."""
-    for bound in (2 ** 31, 10 ** 12, 2 ** 53 - 1, 10 ** 40):
-        took_s = []
-        for _ in range(3):
-            gc.collect()
-            start = time.perf_counter()
-            compiled({"type": "integer", "minimum": -bound, "maximum": bound})
-            took_s.append(time.perf_counter() - start)
-        assert min(took_s) < 0.05, (bound, took_s)
+@pytest.mark.parametrize("bound", [2 ** 31, 10 ** 12, 2 ** 53 - 1, 10 ** 40])
+def test_wide_integer_bounds_compile_with_little_work(bound):
+    """Counted, not timed (bench/grammar_times.py times them): the work grows with the
+    bounds' digits, not with the range's size."""
+    budget = WorkBudget()
+    compiled({"type": "integer", "minimum": -bound, "maximum": bound}, budget)
+    assert 0 < budget.spent < ZOD_INT_WORK, (bound, budget.spent)
 
 
 @pytest.mark.parametrize("lo,hi", [(-9007199254740991, 9007199254740991), (95, 1234), (-1234, -95),
