@@ -232,6 +232,18 @@ def read_until_closed_or(sock: socket.socket, marker: bytes, received: bytes = b
     return received
 
 
+@contextmanager
+def taken_port():
+    """A port another socket listens on, for as long as the block runs: -> its number."""
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    try:
+        yield taken.getsockname()[1]
+    finally:
+        taken.close()
+
+
 def read_startup(proc: subprocess.Popen, timeout_s: float) -> str:
     """A server process's stderr up to its "ready" line (or its one-line refusal); a watchdog
     kills a process that goes silent, so a hang cannot block the suite."""

@@ -9,16 +9,16 @@ import subprocess
 import sys
 import threading
 import time
-from contextlib import contextmanager
 from dataclasses import replace
 
 import pytest
 import requests
 
+from server import serve
 from server.config import ServeConfig
 from server.serve import StartupError, bind, load
 from tests.e2e.helpers import (TIMEOUT_S, chat_body, post, read_startup, running_server,
-                               stream_chunks)
+                               stream_chunks, taken_port)
 from tests.oracle import REPO_ROOT
 
 KEY = "sk-e2e-secret-42"
@@ -92,26 +92,22 @@ def test_listeners_answer_while_the_model_loads(succ_model_dir):
         handle.join(10)
 
 
-@contextmanager
-def taken_port():
-    """A port another socket listens on, for as long as the block runs."""
-    taken = socket.socket()
-    taken.bind(("127.0.0.1", 0))
-    taken.listen(1)
-    try:
-        yield taken.getsockname()[1]
-    finally:
-        taken.close()
+def test_a_taken_port_is_bound_once_and_nothing_loads(succ_model_dir, monkeypatch):
+    """No retries and no model load (bench/serving_stalls.py times the refusal): serving a
+    taken address tries it once and stops before the model loader is called."""
+    loads, binds = [], []
+    monkeypatch.setattr(serve, "load_models", lambda *args: loads.append(args))
+    real_bind = socket.socket.bind
 
-
-@pytest.mark.timing
-def test_a_taken_port_fails_within_a_second(succ_model_dir):
+    def counted_bind(sock, address):
+        binds.append(address)
+        return real_bind(sock, address)
     with taken_port() as port:
+        monkeypatch.setattr(socket.socket, "bind", counted_bind)
         cfg = replace(ServeConfig.for_model(succ_model_dir), health_listen=f"127.0.0.1:{port}")
-        started_s = time.perf_counter()
-        with pytest.raises(StartupError):
-            bind(cfg)
-        assert time.perf_counter() - started_s < 1.0          # no retries, no model load
+        with pytest.raises(StartupError, match=f"127.0.0.1:{port}"):
+            serve.run(cfg)
+    assert [a for a in binds if a[1] == port] == [("127.0.0.1", port)] and loads == []
 
 
 def test_a_taken_port_fails_at_once_naming_address_and_key(succ_model_dir):
