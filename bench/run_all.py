@@ -27,6 +27,7 @@ BENCHMARKS = (
     ("engine_throughput.py", [], ["--quick"]),
     ("bench_http.py", [], ["--rounds", "1"]),
     ("serve_load.py", [], ["--quick"]),
+    ("timing_checks.py", [], []),
 )
 
 

@@ -5,7 +5,7 @@ be made to loop or recurse by a small request: a deep schema, a long enum, digit
 bound, nested regex repeats. One `WorkBudget` is created per compile and every stage spends
 from it, so the whole compile is bounded, not each stage on its own. A unit is about half a
 microsecond of CPython work: `MAX_COMPILE_WORK` units keep any compile well under a second (0.4 s on a loaded 2-core host)
-(tests/engine/grammar/test_grammar_budget.py measures it). Past the budget the compile stops with
+(bench/grammar_times.py measures it). Past the budget the compile stops with
 `GrammarInvalid` naming the limit, and the refusal is cached like a success (compile.py).
 """
 from __future__ import annotations
