@@ -1,8 +1,10 @@
 """`h2load --h1` (Debian's nghttp2-client, `make bench-deps`) as a C load client: a cross-check
 of bench/load_client.py's tokens/s and time to first byte.
 
-h2load sends the same body on every request (one prompt for all: a prefix cache makes it
-easier than the Python client's distinct prompts) and knows nothing of SSE, so tokens/s is
+h2load sends the same body on every request of a run (one prompt for all: a prefix cache
+makes it easier than the Python client's distinct prompts; a caller that runs it again
+gives it a new body, since a body answered once is drafted from the suffix store the next
+time, and `combined` sums the runs) and knows nothing of SSE, so tokens/s is
 requests done x max_tokens (`ignore_eos`) / the whole run, the first round's prefill
 included, and its "time to 1st byte" is TTFT only where the server sends its head with the
 first token (ours does; others may send it earlier).
@@ -39,6 +41,22 @@ def parse(text: str, max_tokens: int) -> dict:
         values = [float(first.group(i)) * UNIT_S[first.group(i + 1)] for i in (1, 3, 5)]
         out.update(ttfb_min_s=round(values[0], 4), ttfb_max_s=round(values[1], 4),
                    ttfb_mean_s=round(values[2], 4))
+    return out
+
+
+def combined(runs: list[dict], max_tokens: int) -> dict:
+    """Several runs one after another -> one row: tokens over their summed wall time, the
+    first byte's min / max over all of them and its mean weighted by each run's requests."""
+    wall_s = sum(r["wall_s"] for r in runs)
+    ok = sum(r["requests_ok"] for r in runs)
+    out = {"wall_s": round(wall_s, 2),
+           "tok_s": round(ok * max_tokens / wall_s, 1) if wall_s else 0.0,
+           "requests_ok": ok, "requests_failed": sum(r["requests_failed"] for r in runs)}
+    if runs and all("ttfb_mean_s" in r for r in runs):
+        out.update(ttfb_min_s=min(r["ttfb_min_s"] for r in runs),
+                   ttfb_max_s=max(r["ttfb_max_s"] for r in runs),
+                   ttfb_mean_s=round(sum(r["ttfb_mean_s"] * r["requests_ok"] for r in runs)
+                                     / max(ok, 1), 4))
     return out
 
 

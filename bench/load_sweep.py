@@ -87,7 +87,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--duration-s", type=float, default=60.0)
     p.add_argument("--requests", type=int, default=0, help="count mode: this many per cell")
     p.add_argument("--client", choices=("python", "h2load"), default="python")
-    p.add_argument("--h2load-rounds", type=int, default=2, help="h2load: requests per connection")
+    p.add_argument("--h2load-rounds", type=int, default=2, help="h2load: runs of one request per connection, each with a new body")
     p.add_argument("--prefix-rounds", type=int, default=3, help="prefix: bursts of each kind")
     p.add_argument("--roofline", action=argparse.BooleanOptionalAction, default=None,
                    help="run the numpy roofline first (default: on, off with --quick)")
@@ -139,10 +139,14 @@ def measure(endpoint, streams: int, cell: int, args: argparse.Namespace) -> dict
         return chat_body(endpoint.model, chat_prompt(base + i), args.max_tokens,
                          ignore_eos=args.ignore_eos)
     if args.client == "h2load":
+        # h2load sends one body on every request of a run. A body answered once would be
+        # drafted whole from the suffix store the next time, so the warm-up and each
+        # measured round get a body of their own: a round is `streams` requests at once.
         warm = min(streams, H2LOAD_WARMUP_STREAMS)        # the server's first requests, uncounted
         h2load_client.run(endpoint.target, body(0), warm, warm, args.max_tokens, H2LOAD_TIMEOUT_S)
-        return h2load_client.run(endpoint.target, body(0), streams, streams * args.h2load_rounds,
-                                 args.max_tokens, H2LOAD_TIMEOUT_S)
+        return h2load_client.combined([
+            h2load_client.run(endpoint.target, body(1 + r), streams, streams, args.max_tokens,
+                              H2LOAD_TIMEOUT_S) for r in range(args.h2load_rounds)], args.max_tokens)
     counters: dict[str, dict[str, float]] = {}
 
     def on_window(phase: str) -> None:

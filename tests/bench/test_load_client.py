@@ -122,6 +122,17 @@ def test_h2load_report_gives_tokens_per_second_and_first_byte():
         h2load_client.parse("connection refused", max_tokens=128)
 
 
+def test_h2load_runs_in_turn_sum_their_tokens_over_their_wall_time():
+    first = h2load_client.parse(H2LOAD_REPORT, max_tokens=128)
+    second = {"wall_s": 7.5, "tok_s": 0.0, "requests_ok": 2, "requests_failed": 0,
+              "ttfb_min_s": 0.1, "ttfb_max_s": 0.2, "ttfb_mean_s": 0.15}
+    out = h2load_client.combined([first, second], max_tokens=128)
+    assert out["tok_s"] == round(32 * 128 / 20.0, 1)
+    assert (out["requests_ok"], out["requests_failed"], out["wall_s"]) == (32, 2, 20.0)
+    assert (out["ttfb_min_s"], out["ttfb_max_s"]) == (0.1, 1.5)
+    assert out["ttfb_mean_s"] == round((0.6 * 30 + 0.15 * 2) / 32, 4)
+
+
 ANSWER = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked"
           b"\r\n\r\n" + chunked(EVENTS))
 GUARD_S = 30.0                  # a broken client must not hang the test: the server gives up
