@@ -20,7 +20,10 @@ still in flight finish on the grouped path. Memory: smol-135m with the oracle's 
 v, o and down on all 30 layers) copies wqkv, wo and w_down of every layer, 30 x (576 x 960
 + 576 x 576 + 1536 x 576) float32 = 212 MB beside the base's 425 MB of layers; an adapter
 on all seven projections copies all of them, 425 MB. `MergedLayers.build_s` says what the
-build cost (smol-135m, oracle adapter: about 0.1-0.2 s on the 2-core machine class).
+build cost: for smol-135m's oracle adapter 0.2 s in bench/lora_step.py and 0.6-1.0 s in a
+plain process, on the shared, busy 2-core machine; the step that builds pays it, so requests
+that take turns on different adapters, one at a time, pay it on each switch
+(`MergedCache.merges_built_total` counts them).
 """
 from __future__ import annotations
 
