@@ -3,7 +3,8 @@
 A step whose rows all run on one adapter runs on that adapter's merged weights; a step
 that also holds base rows or another adapter runs grouped (the base's weights and each
 adapter's products); the engine holds one merged adapter at a time, switches when another
-runs alone, and frees it when told the adapter was unloaded. Everything is observed through
+runs alone, and frees it when told the adapter was unloaded; speculative verification rows
+on one adapter are merged steps too. Everything is observed through
 `Engine.stats()` (what /metrics publishes), and every answer is checked against the dense
 forward of an independent numpy merge (tests/engine/model/lora_writers.py).
 """
@@ -12,11 +13,11 @@ from __future__ import annotations
 import dataclasses
 import weakref
 
-from engine.api import EngineConfig, GenRequest
+from engine.api import EngineConfig, GenRequest, SpeculativeConfig
 from engine.core.engine import Engine
 from engine.model.lora import load_adapter
 from engine.types import CacheScope
-from tests.engine.core.engine_models import (GREEDY, dense_greedy, random_model,
+from tests.engine.core.engine_models import (GREEDY, dense_greedy, frozen_clock, random_model,
                                              run_to_completion, tokens_of)
 from tests.engine.model.lora_writers import merged_weights, random_pairs, write_adapter
 
@@ -35,7 +36,8 @@ def _adapter(tmp_path, model, name: str, seed: int, modules=("q_proj", "v_proj")
 
 
 def _engine(model, **config) -> Engine:
-    return Engine(model, EngineConfig(block_size=BS, num_kv_blocks=64, prefix_cache="none", **config))
+    return Engine(model, EngineConfig(block_size=BS, num_kv_blocks=64, prefix_cache="none", **config),
+                  clock=frozen_clock)         # drafting does not depend on the machine's speed
 
 
 def _run(engine, *adapters) -> list[list[int]]:
@@ -118,3 +120,22 @@ def test_an_unloaded_adapter_s_merged_copy_is_freed_and_never_built_again(tmp_pa
     assert stats.lora_merged_bytes == 0
     assert _run(engine, b) == [dense_greedy(merged_b, PROMPT, MAX_TOKENS)]   # another merges
     assert engine.stats().lora_merged_adapter == "b"
+
+
+def test_speculative_verification_rows_on_one_adapter_run_merged_and_keep_its_answer(tmp_path):
+    """A repetitive prompt makes prompt lookup draft: the verify rows (the last token and its
+    drafts) are one adapter's rows alone, so those steps run merged too."""
+    model = random_model(seed=2)
+    a, merged_a = _adapter(tmp_path, model, "a", seed=1)
+    passage = (5, 9, 14, 2, 30, 11)
+    prompt = passage * 3 + passage[:2]
+    spec = SpeculativeConfig(method="prompt_lookup", num_speculative_tokens=4, prompt_lookup_min=1,
+                             prompt_lookup_max=3)
+    engine = _engine(model, speculative=spec)
+    rid = engine.add_request(GenRequest(prompt=prompt, params=GREEDY, max_tokens=16,
+                                        scope=CacheScope(adapter=a)))
+    tokens = tokens_of(run_to_completion(engine)[rid])
+    stats = engine.stats()
+    assert stats.spec_draft_tokens > 0                                 # verify rows ran
+    assert (stats.lora_merged_steps_total, stats.lora_grouped_steps_total) == (stats.steps_total, 0)
+    assert tokens == dense_greedy(merged_a, prompt, 16)
