@@ -10,7 +10,8 @@ is load_sweep's default workload (bench/load_client.py's closed loop of streamin
 Two pairs of cells, each pair alternating base / adapters for `--rounds` rounds:
 
   16 streams   16 on the base          vs  4 on the base + 3 on each of the 4 adapters
-  1 stream     1 on the base           vs  1 on one adapter
+  1 stream     1 on the base           vs  1 on one adapter (its steps run on the adapter's
+                                           merged weights; `--no-merge`: grouped, as mixed)
 
 A request's model is chosen by its index (request i of a cell: i mod 16 < 4 -> the base,
 else adapter (i mod 16 - 4) // 3), so the closed loop keeps that mix in flight. Printed per
@@ -18,7 +19,7 @@ cell: output tok/s, TTFT and ITL p50; per pair the adapters' tok/s over the base
 median over the rounds (the targets: >= 0.85 at 16 streams, >= 0.9 at 1). Usage (a quiet
 machine; `--quick` is a smoke run of a few seconds a cell):
 
-    python bench/lora_serve.py [--rounds 3] [--duration-s 60] [--max-tokens 128]
+    python bench/lora_serve.py [--rounds 3] [--duration-s 60] [--max-tokens 128] [--no-merge]
 """
 from __future__ import annotations
 
@@ -55,6 +56,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--warmup-s", type=float, default=15.0)
     p.add_argument("--duration-s", type=float, default=60.0)
     p.add_argument("--quick", action="store_true", help="a smoke run (tiny cells)")
+    p.add_argument("--no-merge", action="store_true",
+                   help="serve with lora_merge = false (every step adds the products)")
     args = p.parse_args(argv)
     if args.quick:
         for name, value in QUICK.items():
@@ -90,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
                    "adapter_dir": str(write_random_adapter(Path(tmp) / name, config, seed=k))}
                   for k, name in enumerate(names)]
         env = {ENV_MODELS: json.dumps(tables), ENV_PREFIX + "MAX_LORAS": str(ADAPTERS)}
+        if args.no_merge:
+            env[ENV_PREFIX + "LORA_MERGE"] = "false"
         pairs: dict[int, dict[bool, dict]] = {16: {}, 1: {}}    # streams -> side -> last row
         rows, index = [], 0
         with spawned(args.model_dir, env, "lora") as (endpoint, _server):

@@ -3,10 +3,12 @@
 The runner (engine/core/runner.py) computes the base matmuls once for every row of a step
 and adds each adapter's low-rank product on its rows only (engine/model/lora_batch.py).
 This times its batched forward on the real model, after a 128-token prompt per sequence
-was prefilled through the engine, in two pairs of cells:
+was prefilled through the engine, in three pairs of cells:
 
   16 rows   16 base rows                  vs  4 base rows + 3 rows on each of 4 adapters
-  1 row     1 base row                    vs  1 row on one adapter
+  1 row     1 base row                    vs  1 row on one adapter (its merged weights,
+                                              engine/model/lora_merge.py)
+  1 row     1 base row                    vs  1 row on one adapter, grouped (merging off)
 
 The adapters are shaped like a typical small fine-tune (r = 8 on q_proj, v_proj, o_proj
 and down_proj of every layer, alpha 16), with random weights written as PEFT folders into
@@ -16,8 +18,8 @@ base: the step's cost does not depend on the values. Each cell is the fastest of
 the same machine. Printed: milliseconds per step, the adapters' speed as a fraction of
 the base's (base ms / adapter ms), and the adapters' products alone (grouping the rows
 and every layer's `add_low_rank` calls on activations of the step's shapes): on a busy
-machine the two forwards' difference drowns in noise, that column does not. Usage (a
-quiet machine):
+machine the two forwards' difference drowns in noise, that column does not. Also printed:
+how long merging one adapter took and the bytes it copied. Usage (a quiet machine):
 
     python bench/lora_step.py [--repeats 15] [--adapters 4]
 """
@@ -131,18 +133,28 @@ def main() -> None:
     base16, lora16 = best_pair_ms(engine.runner, rows, mixed, args.repeats)
     one = rows[:1]
     lora1_chunks = [dataclasses.replace(one[0], adapter=adapters[0])]
-    base1, lora1 = best_pair_ms(engine.runner, one, lora1_chunks, args.repeats)
+    base1, lora1 = best_pair_ms(engine.runner, one, lora1_chunks, args.repeats)       # merged
+    merged = engine.runner.merges.current                          # built by that cell
+    engine.runner.merges.enabled = False                           # the same row, grouped
+    base1g, lora1g = best_pair_ms(engine.runner, one, lora1_chunks, args.repeats)
+    engine.runner.merges.enabled = True
     products16 = products_ms(mixed, model.config, args.repeats)
     products1 = products_ms(lora1_chunks, model.config, args.repeats)
     print(f"{'cell':<46} {'base ms':>8} {'lora ms':>8} {'lora speed':>11} {'products ms':>12}")
     print(f"{f'16 rows: {BASE_ROWS} base + {per_adapter} on each of {args.adapters} adapters':<46} "
           f"{base16:>8.2f} {lora16:>8.2f} {base16 / lora16:>10.2f}x {products16:>12.2f}")
-    print(f"{'1 row on one adapter':<46} {base1:>8.2f} {lora1:>8.2f} {base1 / lora1:>10.2f}x "
-          f"{products1:>12.2f}")
+    print(f"{'1 row on one adapter, merged':<46} {base1:>8.2f} {lora1:>8.2f} {base1 / lora1:>10.2f}x "
+          f"{0.0:>12.2f}")
+    print(f"{'1 row on one adapter, grouped':<46} {base1g:>8.2f} {lora1g:>8.2f} "
+          f"{base1g / lora1g:>10.2f}x {products1:>12.2f}")
+    print(f"merging the adapter: {merged.build_s * 1e3:.0f} ms, {merged.nbytes / 1e6:.0f} MB copied")
     print(json.dumps({"rows16_base_ms": round(base16, 2), "rows16_lora_ms": round(lora16, 2),
                       "rows16_products_ms": round(products16, 3),
                       "rows1_base_ms": round(base1, 2), "rows1_lora_ms": round(lora1, 2),
+                      "rows1_grouped_base_ms": round(base1g, 2),
+                      "rows1_grouped_lora_ms": round(lora1g, 2),
                       "rows1_products_ms": round(products1, 3),
+                      "merge_build_ms": round(merged.build_s * 1e3, 1), "merge_bytes": merged.nbytes,
                       "adapters": args.adapters, "rank": RANK, "repeats": args.repeats}))
 
 

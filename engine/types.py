@@ -143,6 +143,7 @@ class EngineConfig:
     num_kv_blocks: int | None = None        # overrides kv_cache_mib when set (tests use tiny pools)
     max_num_seqs: int = 128                 # sequences in one step
     max_loras: int = 4                      # distinct LoRA adapters in one step (the base not counted)
+    lora_merge: bool = True                 # a step on one adapter alone runs on its merged weights
     max_batched_tokens: int = 2048          # tokens in one step (decode rows + prefill chunks)
     prefill_chunk: int = 512                # longest prefill piece of one sequence per step
     tokens_beside_decode: int = 128         # the latency policy: prefill + embedding rows in a step
@@ -179,6 +180,13 @@ class EngineStats:
     running_adapters: tuple[str, ...] = ()
     waiting_adapters: tuple[str, ...] = ()
     max_loras: int = 0
+    # Steps on one adapter alone run on a merged copy of its weights (engine/model/lora_merge.py):
+    # the adapter held ("": none) and its copied bytes; steps by path, merges built, since start.
+    lora_merged_adapter: str = ""
+    lora_merged_bytes: int = 0
+    lora_merged_steps_total: int = 0
+    lora_grouped_steps_total: int = 0
+    lora_merges_built_total: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -186,6 +186,7 @@ KEYS: dict[str, Key] = {
     "num_kv_blocks": Key(int, _positive, "an integer >= 1"),
     "max_num_seqs": Key(int, _positive, "an integer >= 1"),
     "max_loras": Key(int, _positive, "an integer >= 1"),
+    "lora_merge": Key(bool, lambda v: True, "true or false"),
     "allow_runtime_lora": Key(bool, lambda v: True, "true or false"),
     "lora_root": _ANY,
     "max_batched_tokens": Key(int, _positive, "an integer >= 1"),
@@ -215,7 +216,7 @@ SPECULATIVE_KEYS: dict[str, Key] = {name: Key(kind, lambda v: True, SPECULATIVE_
                                     for name, kind in SPECULATIVE_KINDS.items()}
 ENGINE_FIELDS = ("prefill_chunk", "block_size", "kv_cache_mib", "num_kv_blocks",
                  "max_num_seqs", "max_batched_tokens", "tokens_beside_decode", "itl_target_ms",
-                 "max_model_len", "prefix_cache", "max_loras")
+                 "max_model_len", "prefix_cache", "max_loras", "lora_merge")
 SERVE_FIELDS = ("model_dir", "model_id", "http_listen", "health_listen", "queue_capacity",
                 "queue_deadline_ms", "arrival_window_ms", "drain_timeout_s",
                 "ping_interval_s", "engine_view", "trace_file", "trace_max_mib", "chat_template",

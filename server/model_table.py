@@ -37,7 +37,7 @@ LORA_KEYS = ("id", "kind", "base", "adapter_dir", "scale")
 MAX_LORA_SCALE = 100.0
 # [engine] keys a model may set for itself (its engine, its queue, its template).
 PER_MODEL_KEYS = ("prefill_chunk", "block_size", "kv_cache_mib", "num_kv_blocks", "max_num_seqs",
-                  "max_loras",
+                  "max_loras", "lora_merge",
                   "max_batched_tokens", "tokens_beside_decode", "itl_target_ms", "max_model_len",
                   "prefix_cache", "queue_capacity", "queue_deadline_ms", "chat_template",
                   "arrival_window_ms")

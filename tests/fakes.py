@@ -56,6 +56,7 @@ class FakeEngine:
         self.running_limit = running_limit
         self.jobs: list[EmbedDone] = []          # embeddings finished, not yet taken
         self.next_job = 0
+        self.forgotten: list = []                 # adapters `forget_adapter` was told of
 
     def add_request(self, req: GenRequest) -> int:
         if len(self.seqs) >= self.running_limit:
@@ -104,6 +105,9 @@ class FakeEngine:
 
     def cancel_embedding(self, job_id: int) -> None:
         pass
+
+    def forget_adapter(self, adapter) -> None:
+        self.forgotten.append(adapter)
 
 
 class SlotEngine:

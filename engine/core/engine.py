@@ -41,6 +41,7 @@ from engine.types import (EngineConfig, EngineStats, GenRequest, KvSize, PromptL
 from engine.kv.blocks import BlockManager
 from engine.kv.pools import KVCache
 from engine.kv.window import WindowPool, pool_sizes
+from engine.model.lora import LoraAdapter
 from engine.model.spec import Model
 from engine.core.chunk import Chunk
 from engine.core.runner import ModelRunner
@@ -92,7 +93,7 @@ class Engine:
         self.blocks = BlockManager(num_blocks, config.block_size, config.prefix_cache, window)
         # The decode mirror may hold at most as many bytes as the pools (see engine/kv/mirror.py).
         self.runner = ModelRunner(mc, model.weights, self.kv, self._max_model_len,
-                                  mirror_bytes=self.kv.nbytes)
+                                  mirror_bytes=self.kv.nbytes, lora_merge=config.lora_merge)
         self.drafts: DraftPolicy | None = None             # speculation off
         if config.speculative is not None:
             speculative.check_config(config.speculative)
@@ -129,6 +130,11 @@ class Engine:
     def abort(self, request_id: RequestId) -> None:
         """Drop a request and free its blocks now (unknown or finished id: nothing)."""
         self.scheduler.abort(request_id)
+
+    def forget_adapter(self, adapter: LoraAdapter) -> None:
+        """The adapter was unloaded: its merged weights, if held, are freed now, and it is
+        never merged again (its requests in flight finish on the grouped path)."""
+        self.runner.merges.forget(adapter)
 
     def abort_all(self) -> None:
         self.scheduler.abort_all()
@@ -220,7 +226,7 @@ class Engine:
         return build_snapshot(self.scheduler.running, self.scheduler.waiting, self.blocks)
 
     def stats(self) -> EngineStats:
-        sch, blocks = self.scheduler, self.blocks
+        sch, blocks, merges = self.scheduler, self.blocks, self.runner.merges
         by_source = self.drafts.by_source() if self.drafts is not None else ()
         return EngineStats(
             kv_blocks_used=blocks.num_used_blocks,
@@ -242,6 +248,10 @@ class Engine:
             running_adapters=_adapter_names(sch.running),
             waiting_adapters=_adapter_names(sch.waiting),
             max_loras=self.config.max_loras,
+            lora_merged_adapter=merges.merged_adapter, lora_merged_bytes=merges.merged_bytes,
+            lora_merged_steps_total=merges.merged_steps_total,
+            lora_grouped_steps_total=merges.grouped_steps_total,
+            lora_merges_built_total=merges.merges_built_total,
         )
 
 

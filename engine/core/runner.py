@@ -30,6 +30,9 @@ from the dense reference only in where K/V live and which of them it reads.
 Chunks on LoRA adapters (`Chunk.adapter`) share the step: every base matmul still runs
 once over all N rows, and each adapter's low-rank products are added on its rows only
 (engine/model/lora_batch.py: the rows are grouped once per step, every layer reuses it).
+A step whose rows all run on ONE adapter instead runs the layers over that adapter's
+merged weights, and adds nothing (engine/model/lora_merge.py: one merged adapter kept,
+built on the first such step; `lora_merge=False` keeps every step on the grouped path).
 
 What it is not: scheduling or sampling. Chunks in, logits out.
 """
@@ -46,6 +49,7 @@ from engine.kv.mirror import DecodeMirror
 from engine.kv.pools import KVCache, slots_for
 from engine.model import llama
 from engine.model.lora_batch import LoraBatch, add_low_rank
+from engine.model.lora_merge import MergedCache
 from engine.model.project import project
 from engine.model.spec import LlamaWeights, ModelConfig
 
@@ -74,11 +78,13 @@ class ModelRunner:
     """Batched paged forward for one model and its KV pools."""
 
     def __init__(self, config: ModelConfig, weights: LlamaWeights, kv: KVCache, max_model_len: int,
-                 *, mirror_bytes: int = 0):
+                 *, mirror_bytes: int = 0, lora_merge: bool = True):
         self.config = config
         self.mirror = DecodeMirror(kv, config.num_layers, mirror_bytes) if mirror_bytes > 0 else None
         self.weights = weights
         self.kv = kv
+        # Steps on one adapter alone run on its merged weights (lora_merge off: every step grouped).
+        self.merges = MergedCache(weights.layers, enabled=lora_merge)
         self.block_size = kv.block_size
         self.group_size = config.num_heads // config.num_kv_heads      # G query heads per KV head
         self.scale = F32(config.attn_scale)
@@ -134,9 +140,13 @@ class ModelRunner:
                           c.start_pos, len(c.tokens), self.block_size) for c in chunks])
         groups = self.planner.plan(chunks)
         lora = LoraBatch.of_chunks([c.adapter for c in chunks], [len(c.tokens) for c in chunks])
+        layers = self.weights.layers                        # the base's, or one adapter's merged
+        merged = self.merges.for_step(lora, n_rows)
+        if merged is not None:
+            layers, lora = merged.layers, None              # its products are in the weights
         mirrored = [(g, positions[g.rows]) for g in groups if isinstance(g, MirrorGroup)]  # [B] each
         attn = np.empty((n_rows, cfg.q_size), dtype=F32)                                     # [N, H*hd]
-        for index, layer in enumerate(self.weights.layers):
+        for index, layer in enumerate(layers):
             h = llama.rms_norm(x, layer.attn_norm, cfg.rms_norm_eps)                         # [N, d]
             cos, sin = step_ropes[id(self.rope_tables[index][0])]                            # [N, hd/2]
             layer_lora = None if lora is None else lora.layer(index)                        # this step's adapter rows

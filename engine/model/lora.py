@@ -16,8 +16,10 @@ so that `(x @ a) @ b` [n, out] is, column for column, each module's own
 `scaling * x A^T B^T`: two small matmuls per fused weight, and the zeros add exactly
 nothing. Q and K rows are in Hugging Face's order in the engine (the loader un-permutes a
 GGUF's) as in the adapter, so B needs no permutation. The base weights are never touched:
-merged, they would serve one adapter; kept apart, one base serves rows of many adapters in
-the same batch (engine/model/lora_batch.py).
+kept apart, one base serves rows of many adapters in the same batch
+(engine/model/lora_batch.py). Only a step whose rows all run on one adapter runs on merged
+weights, `W + a @ b` in a copy of the fused weights that adapter changes, one adapter at a
+time (engine/model/lora_merge.py).
 
 Refused, naming the file and the key (`ModelFormatError`, or `UnsupportedModel` for maths
 not implemented): tensors other than lora_A / lora_B weights (DoRA magnitudes, LoRA

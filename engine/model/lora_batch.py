@@ -19,6 +19,9 @@ step's chunks into a `LoraBatch` once per step -- each adapter's rows, a slice w
 are one run -- that every layer reuses through `LoraBatch.layer(i)`. How many different
 adapters one step may hold (a `max_loras`) is the scheduler's choice; `num_adapters` says
 how many this one has.
+
+A step whose rows ALL run on one adapter (`sole_adapter`) is not grouped: the runner runs
+it on that adapter's merged weights (engine/model/lora_merge.py), where nothing is added.
 """
 from __future__ import annotations
 
@@ -78,6 +81,15 @@ class LoraBatch:
     @property
     def num_adapters(self) -> int:
         return len(self.groups)
+
+    def sole_adapter(self, num_rows: int) -> LoraAdapter | None:
+        """The adapter every one of the step's `num_rows` rows runs on; None when the step
+        also holds base rows or another adapter (engine/model/lora_merge.py)."""
+        if len(self.groups) != 1:
+            return None
+        rows = self.groups[0].rows                  # all N rows: one run, so a slice
+        every_row = isinstance(rows, slice) and rows == slice(0, num_rows)
+        return self.groups[0].adapter if every_row else None
 
     def layer(self, index: int) -> LayerLora:
         """Layer `index`'s products, each with its adapter's rows."""

@@ -90,6 +90,17 @@ def _engine_families(s: EngineStats, m: tuple[tuple[str, str], ...] = ()) -> lis
          "Distinct LoRA adapters of the running and of the waiting requests.",
          [(m + (("state", "running"),), len(s.running_adapters)),
           (m + (("state", "waiting"),), len(s.waiting_adapters))]),
+        ("tl_engine_lora_steps_total", "counter",
+         "Engine steps with LoRA rows, by path: merged (every row on one adapter, run on its "
+         "merged weights) or grouped (the base's weights and each adapter's products).",
+         [(m + (("path", "merged"),), s.lora_merged_steps_total),
+          (m + (("path", "grouped"),), s.lora_grouped_steps_total)]),
+        ("tl_engine_lora_merged_bytes", "gauge",
+         "Bytes of the one adapter's merged weights the engine holds (0: none).",
+         [(m, s.lora_merged_bytes)]),
+        ("tl_engine_lora_merges_total", "counter",
+         "Adapters merged into a copy of the base's weights (each switch of adapter builds one).",
+         [(m, s.lora_merges_built_total)]),
         # Speculative decoding per draft source (grammar, prediction, suffix, prompt_lookup):
         # a source the engine has not reported has no sample.
         ("tl_engine_spec_draft_tokens_total", "counter",

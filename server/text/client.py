@@ -2,6 +2,7 @@
 
     client.generate(requests, rules, ...) -> Generation     chat, completions, Responses
     client.embed(inputs, encoding_format, ...) -> EmbedTicket   embeddings of a chat model
+    client.forget_adapter(adapter)                           a LoRA adapter was unloaded
     client.served                                            the model as text (template,
                                                              tokenizer, length rules)
 
@@ -40,7 +41,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Sequence
 
-from engine.api import Finish, GenRequest, PromptLogprobs, TokenOut, Tokenizer
+from engine.api import Finish, GenRequest, LoraAdapter, PromptLogprobs, TokenOut, Tokenizer
 from server.errors import ApiError
 from server.text.reasoning import Thinking
 from server.text.served import ServedModel
@@ -320,7 +321,7 @@ def choice_outputs(tokenizer: Tokenizer, rules: TextRules, count: int,
 
 
 class EngineClient:
-    """One chat model: its text layer and its engine thread, behind two calls."""
+    """One chat model: its text layer and its engine thread, behind three calls."""
 
     def __init__(self, served: ServedModel, bridge: EngineBridge):
         self.served = served
@@ -354,3 +355,7 @@ class EngineClient:
               request_id: str = "") -> EmbedTicket:
         """An embeddings call on this model's engine (admitted like a generation)."""
         return self._bridge.embed(inputs, encoding_format, request_id=request_id)
+
+    def forget_adapter(self, adapter: LoraAdapter) -> None:
+        """The adapter was unloaded: the engine frees its merged weights (any thread)."""
+        self._bridge.forget_adapter(adapter)

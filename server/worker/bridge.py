@@ -3,9 +3,9 @@
 The threads that submit (the pool threads that prepare requests; the loop thread, which
 aborts) and the engine thread share exactly three things:
 
-* the **inbox** — typed commands (`Add`, `Abort`, `Embed`: server/worker/tickets.py) guarded
-  by a Condition; the engine thread drains it between steps, so aborts and embeddings
-  never race a step;
+* the **inbox** — typed commands (`Add`, `Abort`, `Embed`, `ForgetAdapter`:
+  server/worker/tickets.py) guarded by a Condition; the engine thread drains it between
+  steps, so aborts, embeddings and an unloaded adapter's release never race a step;
 * one **Ticket per request** — the engine thread appends the request's `Event`s to it and,
   right after each step, hands them to the ticket's `output` (the text layer's side:
   detokenising, stop strings, tool calls). An output may answer "end this request now"
@@ -43,7 +43,7 @@ from dataclasses import replace
 from typing import Callable
 
 from engine.api import (FINISH_DEADLINE, Engine, EngineStats, GenRequest, KvSize,
-                        PromptLogprobs, PromptTooLong, RequestRefused, StepRecord,
+                        LoraAdapter, PromptLogprobs, PromptTooLong, RequestRefused, StepRecord,
                         TokenOut)
 from server.worker.admission import (EngineAdmission, EngineLoad, QueuePolicy,
                                      engine_down_error, leave_queue)
@@ -53,7 +53,8 @@ from server.worker.embedding_jobs import EmbedTicket, EmbeddingJobs
 from server.worker.events import Event, Failed, Invalid, TooLong, expired_event
 from server.worker.observers import EngineWatcher, StepTracer
 from server.worker.owned_thread import OwnedThread
-from server.worker.tickets import Abort, Add, Command, Embed, Ticket, TicketOutput
+from server.worker.tickets import (Abort, Add, Command, Embed, ForgetAdapter, Ticket,
+                                   TicketOutput)
 
 log = logging.getLogger("tlserve.bridge")
 
@@ -126,6 +127,11 @@ class EngineBridge(OwnedThread):
         self._post(Embed(ticket))
         return ticket
 
+    def forget_adapter(self, adapter: LoraAdapter) -> None:
+        """The adapter was unloaded: the engine thread frees its merged weights at its next
+        turn (requests still on it run on to their end)."""
+        self._post(ForgetAdapter(adapter))
+
     def load(self) -> EngineLoad:
         """What the engine runs now, for the admission estimate."""
         started = self.step_started_s
@@ -157,6 +163,8 @@ class EngineBridge(OwnedThread):
 
     def _refuse(self, command: Command, reason: str) -> None:
         """End a command the engine thread will never run (it stopped or died)."""
+        if isinstance(command, ForgetAdapter):
+            return                          # nothing waits on it: the engine holds nothing now
         leave_queue(command.ticket)
         if isinstance(command, Embed):
             command.ticket.error, command.ticket.done = reason, True
@@ -242,6 +250,9 @@ class EngineBridge(OwnedThread):
                 self._abort(ticket)
 
     def _apply(self, command: Command) -> None:
+        if isinstance(command, ForgetAdapter):
+            self._engine.forget_adapter(command.adapter)
+            return
         ticket = command.ticket
         try:
             if isinstance(command, Add):

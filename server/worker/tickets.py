@@ -9,9 +9,10 @@ string matched, a repeated tool call): that abort comes back as data and the eng
 thread applies it before its next step. A ticket without an output (the CLI, tests) keeps
 its events for whoever reads them.
 
-The inbox carries three typed commands, one per thing the API can ask: `Add` a generation
+The inbox carries four typed commands, one per thing the API can ask: `Add` a generation
 (from the pool thread that prepared it), `Abort` one (the loop thread: the client left; a
-refused choice's siblings), `Embed` a batch of inputs.
+refused choice's siblings), `Embed` a batch of inputs, `ForgetAdapter` (a LoRA adapter was
+unloaded: the engine frees what it keeps for it, its merged weights).
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Protocol, Union
 
-from engine.api import GenRequest
+from engine.api import GenRequest, LoraAdapter
 from server.worker.embedding_jobs import EmbedTicket
 from server.worker.events import Event
 
@@ -82,4 +83,10 @@ class Embed:
     ticket: EmbedTicket
 
 
-Command = Union[Add, Abort, Embed]
+@dataclass(frozen=True)
+class ForgetAdapter:
+    """A LoRA adapter was unloaded: free its merged weights (`Engine.forget_adapter`)."""
+    adapter: LoraAdapter
+
+
+Command = Union[Add, Abort, Embed, ForgetAdapter]

@@ -7,7 +7,11 @@ answers equal PEFT's (the oracle's text, 16 tokens, chosen logprobs within 1e-3)
 base, in the same server, answers the oracle's base text; the written adapter answers as
 its merged weights do with numpy. Tools, a JSON schema, a streamed chat, n > 1 and
 /v1/models through openai-python; `cache_salt` checked and scoping the prefix cache;
-`/v1/load_lora_adapter` and `/v1/unload_lora_adapter` with their refusals.
+`/v1/load_lora_adapter` and `/v1/unload_lora_adapter` with their refusals, and the unload
+freeing the merged weights its adapter ran on alone (`tl_engine_lora_merged_bytes`). A
+request alone on an adapter runs on merged weights (engine/model/lora_merge.py), so the
+oracle answers here are the merged path's; tests/engine/model/test_lora_oracle.py holds the
+grouped path to them too.
 """
 from __future__ import annotations
 
@@ -209,19 +213,29 @@ def test_runtime_load_and_unload(server, written):
     prompt = [504, 3575, 282, 4649, 314]
     assert _complete(server, "again", prompt)["choices"][0]["text"] == \
         _complete(server, WRITTEN, prompt)["choices"][0]["text"]
+    built, _ = _merged(server)
     with requests.post(server.http_url + "/v1/completions", stream=True,
                        timeout=REAL_CLIENT_TIMEOUT_S, headers={"Authorization": f"Bearer {KEY}"},
                        json={"model": "again", "prompt": prompt, "max_tokens": 24,
                              "temperature": 0, "ignore_eos": True, "stream": True}) as running:
         lines = running.iter_lines()
         first = next(line for line in lines if line.startswith(b"data: "))   # it has begun
+        now_built, held_bytes = _merged(server)
+        assert now_built == built + 1 and held_bytes > 0     # alone on "again": merged
         unloaded = _post(server, "/v1/unload_lora_adapter", {"lora_name": "again"})
         assert unloaded.status_code == 200
         rest = [line for line in lines if line.startswith(b"data: ")]
     assert rest[-1] == b"data: [DONE]"                        # the stream in flight finished
+    assert _merged(server) == (built + 1, 0)                 # the unload freed the copy
     texts = [json.loads(x[6:])["choices"][0]["text"] for x in [first] + rest[:-1]
              if json.loads(x[6:])["choices"]]
     assert "".join(texts).startswith(_complete(server, WRITTEN, prompt)["choices"][0]["text"])
     gone = _post(server, "/v1/completions", {"model": "again", "prompt": prompt})
     assert gone.status_code == 404
     assert _post(server, "/v1/unload_lora_adapter", {"lora_name": "again"}).status_code == 404
+
+
+def _merged(server) -> tuple[float, float]:
+    """The base engine's merges built so far and the merged weights' bytes it holds now."""
+    samples = metrics(server)
+    return samples["tl_engine_lora_merges_total"], samples["tl_engine_lora_merged_bytes"]

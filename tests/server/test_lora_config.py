@@ -1,7 +1,7 @@
 """LoRA adapters in the configuration: `[[models]]` tables of kind "lora" (base, adapter_dir,
 scale; nothing of an engine's own), `--lora NAME=DIR`, `TL_ENGINE__MODELS`, and the
-`[engine]` keys max_loras, allow_runtime_lora, lora_root; every refusal names the table and
-the key."""
+`[engine]` keys max_loras, lora_merge, allow_runtime_lora, lora_root; every refusal names
+the table and the key."""
 from __future__ import annotations
 
 import json
@@ -10,6 +10,7 @@ import pytest
 
 from server.config import ConfigError, ServeConfig
 from server.model_table import ModelEntry
+from server.loading import model_config
 from server.serve import config_from_args, parse_args
 
 BASE = """
@@ -56,6 +57,18 @@ def test_max_loras_must_be_positive_and_comes_from_the_environment_too():
         ServeConfig.from_toml("[engine]\nmax_loras = 0\n", env={})
     cfg = ServeConfig.from_toml("", env={"TL_ENGINE__MAX_LORAS": "3"})
     assert cfg.engine.max_loras == 3 and ServeConfig().engine.max_loras == 4
+
+
+def test_lora_merge_is_on_by_default_and_set_by_the_file_the_environment_or_a_model(tmp_path):
+    assert ServeConfig().engine.lora_merge is True
+    assert ServeConfig.from_toml("[engine]\nlora_merge = false\n", env={}).engine.lora_merge is False
+    assert ServeConfig.from_toml("", env={"TL_ENGINE__LORA_MERGE": "false"}).engine.lora_merge is False
+    with pytest.raises(ConfigError, match=r"\[engine\].lora_merge"):
+        ServeConfig.from_toml("[engine]\nlora_merge = 1\n", env={})
+    cfg = ServeConfig.from_toml(BASE + '[[models]]\nid = "other"\nmodel_dir = "other"\n'
+                                'lora_merge = false\n', env={}, base_dir=tmp_path)
+    assert model_config(cfg, cfg.models[0]).engine.lora_merge is False
+    assert cfg.engine.lora_merge is True                            # that model's own only
 
 
 def test_lora_tables_from_the_environment():

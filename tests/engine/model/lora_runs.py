@@ -17,6 +17,7 @@ from engine.core.chunk import Chunk
 from engine.core.runner import ModelRunner
 from engine.kv.pools import KVCache
 from engine.model.lora import LoraAdapter
+from engine.model.lora_merge import MergedCache
 from engine.model.spec import Model
 
 BLOCK_SIZE = 8
@@ -37,6 +38,12 @@ class RowResult:
     chosen_logprob: list[float] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class RowsRun:
+    results: list[RowResult]           # one per row, in order
+    merges: MergedCache                # which path the steps took (its counts)
+
+
 def _record(result: RowResult, logits: np.ndarray) -> int:
     """Greedy id of one step's logits [V]; its top-5 logprobs go into `result`."""
     wide = logits.astype(np.float64)
@@ -50,14 +57,15 @@ def _record(result: RowResult, logits: np.ndarray) -> int:
     return token
 
 
-def greedy_rows(model: Model, rows: list[Row], stop_ids=(), prefill_tokens: int = 8
-                ) -> list[RowResult]:
-    """Run every row to its max_new_tokens or a stop id, all in the same steps."""
+def greedy_rows(model: Model, rows: list[Row], stop_ids=(), prefill_tokens: int = 8, *,
+                lora_merge: bool = True) -> RowsRun:
+    """Run every row to its max_new_tokens or a stop id, all in the same steps (a step
+    whose rows are all on one adapter on its merged weights unless `lora_merge` is off)."""
     cfg = model.config
     blocks_per_row = -(-max(len(r.prompt_ids) + r.max_new_tokens for r in rows) // BLOCK_SIZE)
     kv = KVCache(cfg, blocks_per_row * len(rows), BLOCK_SIZE)
     runner = ModelRunner(cfg, model.weights, kv, cfg.max_position_embeddings,
-                         mirror_bytes=kv.nbytes)
+                         mirror_bytes=kv.nbytes, lora_merge=lora_merge)
     tables = [tuple(range(i * blocks_per_row, (i + 1) * blocks_per_row)) for i in range(len(rows))]
     results = [RowResult() for _ in rows]
     computed = [0] * len(rows)                       # positions whose K/V are written
@@ -74,7 +82,7 @@ def greedy_rows(model: Model, rows: list[Row], stop_ids=(), prefill_tokens: int 
                                 adapter=row.adapter))
             owners.append((i, last))
         if not chunks:
-            return results
+            return RowsRun(results, runner.merges)
         logits = runner.forward(chunks)                                # [R, V]
         logit_row = 0
         for (i, last), chunk in zip(owners, chunks):

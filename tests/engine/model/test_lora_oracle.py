@@ -5,9 +5,10 @@ qwen3-tiny-lora-b (rslora, r 4 on gate/up/down), llama32-tiny-lora (all-linear) 
 smol-135m-lora (r 8 on q/v/o/down over the real SmolLM2 Q4_1 GGUF, whose Q/K rows the
 loader un-permutes) -- with greedy ids with the adapter and without it, and top-5 logprobs.
 
-Each test runs the adapter's rows and plain base rows in the SAME batches of the model
-runner (engine/model/lora_batch.py: the base matmul for all rows, the adapter's product on
-its rows only), so every row must come out with its own answer.
+Each adapter is run twice: its rows and plain base rows in the SAME batches of the model
+runner with merging off (engine/model/lora_batch.py: the base matmul for all rows, the
+adapter's product on its rows only), so every row must come out with its own answer; and
+its rows alone, every step on its merged weights (engine/model/lora_merge.py).
 """
 from __future__ import annotations
 
@@ -70,8 +71,9 @@ def test_adapter_rows_and_base_rows_in_one_batch_match_peft(adapter_name):
     cases = _cases(adapter_name, "greedy.jsonl")
     rows = [Row(tuple(c["prompt_ids"]), adapter, c["max_tokens"]) for c in cases]
     rows += [Row(tuple(c["prompt_ids"]), None, c["max_tokens"]) for c in cases]
-    results = greedy_rows(base, rows, stop_ids=cases[0]["stop_ids"])
-    with_adapter, plain = results[:len(cases)], results[len(cases):]
+    run = greedy_rows(base, rows, stop_ids=cases[0]["stop_ids"], lora_merge=False)
+    assert run.merges.merged_steps_total == 0 < run.merges.grouped_steps_total
+    with_adapter, plain = run.results[:len(cases)], run.results[len(cases):]
     for case, got in zip(cases, with_adapter):
         _assert_ids(got.ids, case["adapter_ids"], case["adapter_step_top1_top2_logit_margin"],
                     f"adapter, prompt {case['index']}")
@@ -81,6 +83,25 @@ def test_adapter_rows_and_base_rows_in_one_batch_match_peft(adapter_name):
     for case in _cases(adapter_name, "logprobs.jsonl"):
         _assert_logprobs(with_adapter[case["index"]], case)
     assert sum(c["differs"] for c in cases) >= 5      # the adapter really changes answers
+
+
+@pytest.mark.parametrize("adapter_name", sorted(BASES))
+def test_adapter_rows_alone_run_on_merged_weights_and_match_peft(adapter_name):
+    """The same cases with no base row beside them: every step holds one adapter alone, so
+    every step runs on its merged weights (engine/model/lora_merge.py), and must still be
+    PEFT's (ids, and logprobs within the tolerance)."""
+    base = _base(BASES[adapter_name])
+    adapter = load_adapter(LORA_DIR / adapter_name, base.config)
+    cases = _cases(adapter_name, "greedy.jsonl")
+    rows = [Row(tuple(c["prompt_ids"]), adapter, c["max_tokens"]) for c in cases]
+    run = greedy_rows(base, rows, stop_ids=cases[0]["stop_ids"])
+    assert run.merges.grouped_steps_total == 0 < run.merges.merged_steps_total
+    assert run.merges.merges_built_total == 1
+    for case, got in zip(cases, run.results):
+        _assert_ids(got.ids, case["adapter_ids"], case["adapter_step_top1_top2_logit_margin"],
+                    f"adapter, prompt {case['index']}")
+    for case in _cases(adapter_name, "logprobs.jsonl"):
+        _assert_logprobs(run.results[case["index"]], case)
 
 
 def test_two_adapters_and_the_base_in_one_batch_each_get_their_own_answer():
@@ -98,7 +119,7 @@ def test_two_adapters_and_the_base_in_one_batch_each_get_their_own_answer():
             key = "adapter" if name else "base"
             wanted.append((case[f"{key}_ids"], case[f"{key}_step_top1_top2_logit_margin"],
                            f"{name or 'base'}, prompt {index}"))
-    results = greedy_rows(base, rows, stop_ids=cases["qwen3-tiny-lora-a"][0]["stop_ids"])
+    results = greedy_rows(base, rows, stop_ids=cases["qwen3-tiny-lora-a"][0]["stop_ids"]).results
     for got, (ids, margins, what) in zip(results, wanted):
         _assert_ids(got.ids, ids, margins, what)
     a_ids = [c["adapter_ids"] for c in cases["qwen3-tiny-lora-a"]]

@@ -180,3 +180,16 @@ def test_lora_requests_info_names_each_engine_s_running_and_waiting_adapters():
                     '"",waiting_lora_adapters=""}']
     assert samples['tl_engine_lora_adapters{model="smol",state="running"}'] == 2
     assert samples['tl_engine_lora_adapters{model="smol",state="waiting"}'] == 1
+
+
+def test_the_merged_weights_series_carry_the_engine_s_lora_merge_numbers():
+    stats = EngineStats(lora_merged_adapter="poet", lora_merged_bytes=2048,
+                        lora_merged_steps_total=7, lora_grouped_steps_total=3,
+                        lora_merges_built_total=2)
+    family, samples = parse(metrics_text(None, engines=[EngineReading("smol", stats)]))
+    assert family["tl_engine_lora_steps_total"] == "counter"
+    assert family["tl_engine_lora_merged_bytes"] == "gauge"
+    assert samples['tl_engine_lora_steps_total{model="smol",path="merged"}'] == 7
+    assert samples['tl_engine_lora_steps_total{model="smol",path="grouped"}'] == 3
+    assert samples['tl_engine_lora_merged_bytes{model="smol"}'] == 2048
+    assert samples['tl_engine_lora_merges_total{model="smol"}'] == 2

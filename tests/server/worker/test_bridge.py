@@ -229,3 +229,17 @@ def test_an_output_that_ends_its_request_aborts_it_before_the_next_step():
     finally:
         engine.permit(10_000)
         bridge.stop()
+
+
+def test_an_unloaded_adapter_reaches_the_engine_on_its_thread_and_a_stopped_one_drops_it():
+    engine = FakeEngine()
+    bridge = bridge_for(engine)                     # not started: the command waits
+    adapter = object()                              # the bridge passes it on as it is
+    bridge.forget_adapter(adapter)
+    assert engine.forgotten == []                   # only the engine thread tells the engine
+    assert bridge.run_once() is False               # one turn: nothing to step
+    assert engine.forgotten == [adapter]
+    bridge.start()
+    bridge.stop()
+    bridge.forget_adapter(adapter)                  # a stopped bridge: nothing to free, no error
+    assert engine.forgotten == [adapter]
