@@ -8,6 +8,7 @@ from engine.api import (FINISH_LENGTH, EngineStats, GenRequest, KvSize, StepReco
 from server.observe.metrics import ServerMetrics, metrics_text
 from server.observe.vllm_metrics import (INTER_TOKEN_BUCKETS_S, REQUEST_BUCKETS_S,
                                          TTFT_BUCKETS_S, EngineReading, FinishedRequest)
+from server.worker.tickets import Ticket
 from tests.fakes import Clock, bridge_for
 from tests.server.observe.prom_parse import parse
 
@@ -142,7 +143,7 @@ class Watcher:
         pass
 
 
-def run_one_request(view) -> "Ticket":  # noqa: F821 (the bridge's Ticket)
+def run_one_request(view) -> Ticket:
     # prefill 0.5 + 0.5, then tokens after 0.25, 0.125, 0.375, 0.25 (exact in binary)
     clock = Clock(10.0)
     engine = ChunkedPrefill(clock, [0.5, 0.5, 0.25, 0.125, 0.375, 0.25])
