@@ -98,6 +98,13 @@ class BatchWorker:
                 self._runner.stop()
         self._work.set()
 
+    def queued_lines(self) -> int:
+        """The lines not yet answered of every batch waiting or running (thread-safe)."""
+        with self._lock:
+            running_id = self._running_id
+        live = {running_id: self.stats.read()[2]} if running_id is not None else {}
+        return self.store.lines_waiting(live)
+
     def stop(self, join_s: float) -> None:
         """Submit nothing more, finish what is in flight (checkpointed), and end the thread."""
         with self._lock:

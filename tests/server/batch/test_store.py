@@ -191,3 +191,16 @@ def test_a_running_batch_found_expired_at_a_start_lists_its_rest(tmp_path):
     bad = [json.loads(r) for r in store.file_path(done.error_file_id).read_bytes().splitlines()]
     assert sorted((r["custom_id"], r["error"]["code"]) for r in bad) == [
         ("a", "batch_expired"), ("b", "batch_expired")]
+
+
+def test_the_queue_depth_counts_every_waiting_and_running_batch(tmp_path):
+    store = BatchStore(tmp_path, max_dir_bytes=2**20)
+    worker = BatchWorker(store, EchoApp(), Wake(), max_running=1)
+    running = new_batch(store, b"".join(line(c) for c in "abcde"))
+    store.update(running.id, lambda r: stamped(r, "in_progress", store.now(), total=5,
+                                               completed=2, failed=1))
+    new_batch(store, line("x") + line("y") + line("z").rstrip(b"\n"))   # validating: 3 lines
+    done = new_batch(store, line("q"))
+    store.update(done.id, lambda r: stamped(r, "completed", store.now(), total=1, completed=1))
+    assert worker.queued_lines() == 2 + 3               # the records' counts, nothing running
+    assert store.lines_waiting({running.id: 1}) == 1 + 3   # the running batch's live count
