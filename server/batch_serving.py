@@ -73,6 +73,7 @@ class BatchService:
         self.pool.stop()
 
     def reading(self) -> BatchReading:
-        done, failed, queued = self.worker.stats.read()
+        done, failed, _ = self.worker.stats.read()
         return BatchReading(by_status=self.backend.store.counts_by_status(),
-                            requests_done=done, requests_failed=failed, queued_lines=queued)
+                            requests_done=done, requests_failed=failed,
+                            queued_lines=self.worker.queued_lines())

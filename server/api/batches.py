@@ -12,10 +12,9 @@ from urllib.parse import parse_qs
 
 from server import replies
 from server.api.fields import load_json_object
-from server.api.files import batch_api, list_document
+from server.api.files import batch_api, page, page_limit
 from server.api.launch import ApiContext
 from server.door.routes import Params
-from server.errors import bad
 from server.http.protocol import Request, Response
 from server.replies import Headers
 
@@ -38,27 +37,13 @@ def retrieve_batch(ctx: ApiContext, request: Request, params: Params,
 
 def list_batches(ctx: ApiContext, request: Request, params: Params,
                  extra: Headers) -> Response:
-    documents = batch_api(ctx).batches()
     query = parse_qs(request.query)
-    after = query.get("after", [None])[0]
-    limit = _limit(query.get("limit", [str(DEFAULT_LIMIT)])[0])
-    if after is not None:
-        ids = [d["id"] for d in documents]
-        documents = documents[ids.index(after) + 1:] if after in ids else []
-    return replies.json_response(200, list_document(documents[:limit],
-                                                    has_more=len(documents) > limit))
+    limit = page_limit(query, DEFAULT_LIMIT, MAX_LIMIT)
+    return replies.json_response(200, page(batch_api(ctx).batches(),
+                                           query.get("after", [None])[0], limit))
 
 
 def cancel_batch(ctx: ApiContext, request: Request, params: Params,
                  extra: Headers) -> Response:
     return replies.json_response(200, batch_api(ctx).cancel(params["batch_id"]))
 
-
-def _limit(text: str) -> int:
-    try:
-        limit = int(text)
-    except ValueError:
-        limit = 0
-    if not 1 <= limit <= MAX_LIMIT:
-        raise bad("limit", f"limit must be an integer in 1..{MAX_LIMIT}, got {text!r}.")
-    return limit

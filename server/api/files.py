@@ -28,6 +28,7 @@ from server.replies import Headers
 
 JSONL_TYPE = (("Content-Type", "application/jsonl"),)
 DEFAULT_FILENAME = "upload.jsonl"
+FILES_DEFAULT_LIMIT, FILES_MAX_LIMIT = 10_000, 10_000    # OpenAI's bounds on a files page
 
 
 def batch_api(ctx: ApiContext) -> BatchBackend:
@@ -71,10 +72,40 @@ def _body_source(request: Request) -> BinaryIO:
 
 
 def list_files(ctx: ApiContext, request: Request, params: Params, extra: Headers) -> Response:
-    """Every file, or those of one `purpose` ("batch": uploads, "batch_output": outputs)."""
-    purpose = parse_qs(request.query).get("purpose", [None])[0]
+    """The files, or those of one `purpose` ("batch": uploads, "batch_output": outputs),
+    newest first (`order=asc`: oldest first), paged by `after` (a file id) and `limit`
+    (1..10000, default 10000), as OpenAI's."""
+    query = parse_qs(request.query)
+    purpose = query.get("purpose", [None])[0]
+    order = query.get("order", ["desc"])[0]
+    if order not in ("asc", "desc"):
+        raise bad("order", f'order must be "asc" or "desc", got {order!r}.')
+    limit = page_limit(query, FILES_DEFAULT_LIMIT, FILES_MAX_LIMIT)
     documents = [d for d in batch_api(ctx).files() if purpose in (None, d["purpose"])]
-    return replies.json_response(200, list_document(documents, has_more=False))
+    if order == "desc":
+        documents.reverse()
+    return replies.json_response(200, page(documents, query.get("after", [None])[0], limit))
+
+
+def page_limit(query: dict[str, list[str]], default: int, most: int) -> int:
+    """The `limit` query parameter, 1..`most`; a 400 naming it otherwise."""
+    text = query.get("limit", [str(default)])[0]
+    try:
+        limit = int(text)
+    except ValueError:
+        limit = 0
+    if not 1 <= limit <= most:
+        raise bad("limit", f"limit must be an integer in 1..{most}, got {text!r}.")
+    return limit
+
+
+def page(documents: list[dict], after: str | None, limit: int) -> dict:
+    """The list document of the `limit` objects after the one whose id is `after` (an id
+    not in the list: an empty page)."""
+    if after is not None:
+        ids = [d["id"] for d in documents]
+        documents = documents[ids.index(after) + 1:] if after in ids else []
+    return list_document(documents[:limit], has_more=len(documents) > limit)
 
 
 def retrieve_file(ctx: ApiContext, request: Request, params: Params,

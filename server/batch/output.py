@@ -54,6 +54,19 @@ class Answer:
         return json_bytes(document) + b"\n"
 
 
+EXPIRED_MESSAGE = "This request could not be executed before the completion window expired."
+
+
+def expired_line(line: BatchLine) -> bytes:
+    """The error-file line of a line never run because its batch's window passed."""
+    document = {"id": f"batch_req_{os.urandom(BATCH_REQUEST_ID_BYTES).hex()}",
+                "custom_id": line.custom_id, "response": None,
+                "error": {"code": "batch_expired", "message": EXPIRED_MESSAGE}}
+    if line.custom_id is None:
+        document["line"] = line.line_no
+    return json_bytes(document) + b"\n"
+
+
 def refused(line: BadLine, request_id: str) -> Answer:
     """The answer of a refused line: its 400 (the server's status for it) and document."""
     return Answer(line, line.error.status, request_id, line.error.document())
@@ -87,6 +100,10 @@ class OutputFile:
 
     def write(self, answer: Answer) -> None:
         self._handle.write(answer.output_line())     # one write per line: whole or cut
+        self._handle.flush()
+
+    def write_expired(self, line: BatchLine) -> None:
+        self._handle.write(expired_line(line))
         self._handle.flush()
 
     def close(self) -> None:

@@ -21,12 +21,11 @@ from __future__ import annotations
 import io
 import json
 import os
-import shutil
 import threading
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import BinaryIO, Callable
+from typing import BinaryIO, Callable, Mapping
 
 from server.replies import json_bytes
 
@@ -47,6 +46,7 @@ class FileRecord:
     created_at: int
     filename: str
     purpose: str
+    lines: int = 0          # newline-separated lines (blank ones too); not in the document
 
     def document(self) -> dict:
         return {"id": self.id, "object": "file", "bytes": self.bytes,
@@ -133,14 +133,20 @@ def write_atomically(path: Path, data: bytes) -> None:
     os.replace(temp, path)
 
 
-def copy_atomically(source: BinaryIO, path: Path) -> None:
-    """`source`'s bytes at `path`, copied in pieces, whole or not at all."""
+def copy_atomically(source: BinaryIO, path: Path) -> int:
+    """`source`'s bytes at `path`, copied in pieces, whole or not at all; returns its lines
+    (a last one without its newline counted too)."""
     temp = path.with_name(path.name + ".tmp")
+    lines, last = 0, b"\n"
     with open(temp, "wb") as handle:
-        shutil.copyfileobj(source, handle, COPY_BYTES)
+        while piece := source.read(COPY_BYTES):
+            handle.write(piece)
+            lines += piece.count(b"\n")
+            last = piece[-1:]
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(temp, path)
+    return lines + (last != b"\n")
 
 
 def safe_filename(name: str) -> str:
@@ -190,9 +196,9 @@ class BatchStore:
             if is_upload and self.used_bytes() + size_bytes > self.max_dir_bytes:
                 raise StoreFull(f"{size_bytes} bytes would pass the batch directory's quota "
                                 f"of {self.max_dir_bytes // 2**20} MiB")
-            copy_atomically(source, self.files_dir / file_id)
+            lines = copy_atomically(source, self.files_dir / file_id)
             record = FileRecord(file_id, size_bytes, self.now(), safe_filename(filename),
-                                purpose)
+                                purpose, lines)
             write_atomically(self.files_dir / f"{file_id}.json", json_bytes(asdict(record)))
             with self._index_lock:
                 self._files[file_id] = record
@@ -273,6 +279,25 @@ class BatchStore:
 
     def output_path(self, batch_id: str) -> Path:
         return self.batches_dir / f"{batch_id}.jsonl"
+
+    def lines_waiting(self, live: Mapping[str, int]) -> int:
+        """The lines not yet answered of every batch validating or in progress: `live`'s
+        count for a batch it names (the one running), else what its record says (its input
+        file's lines while it is validating; total less the answered ones after)."""
+        with self._index_lock:
+            waiting = [b for b in self._batches.values()
+                       if b.status in ("validating", "in_progress")]
+            files = dict(self._files)
+        out = 0
+        for batch in waiting:
+            if batch.id in live:
+                out += live[batch.id]
+            elif batch.status == "validating":
+                source = files.get(batch.input_file_id)
+                out += source.lines if source is not None else 0
+            else:
+                out += max(0, batch.total - batch.completed - batch.failed)
+        return out
 
     def counts_by_status(self) -> dict[str, int]:
         with self._index_lock:

@@ -8,8 +8,10 @@ their end, through an API application of its own.
                  answered at once; the tasks through a `BatchRunner` (runner.py), at most
                  `max_running` in flight; counts saved at most every `SAVE_EVERY_S`
     finalizing   the 2xx lines -> the output file, the others -> the error file
-    completed    (or cancelled, after a cancel stopped the runner; expired, past
-                 expires_at before it finished)
+    completed    (or cancelled, after a cancel stopped the runner; or expired: once
+                 expires_at passes, validating or running, no line is submitted any more,
+                 those in flight finish, and every line not answered gets a
+                 `batch_expired` error line, so both files hold the whole input)
 
 Threads: the worker's own thread is the only one that touches its streams, and its
 `ApiApp` has a `ServerState` of its own, so the streams' metric callbacks update counters
@@ -96,6 +98,13 @@ class BatchWorker:
                 self._runner.stop()
         self._work.set()
 
+    def queued_lines(self) -> int:
+        """The lines not yet answered of every batch waiting or running (thread-safe)."""
+        with self._lock:
+            running_id = self._running_id
+        live = {running_id: self.stats.read()[2]} if running_id is not None else {}
+        return self.store.lines_waiting(live)
+
     def stop(self, join_s: float) -> None:
         """Submit nothing more, finish what is in flight (checkpointed), and end the thread."""
         with self._lock:
@@ -132,7 +141,9 @@ class BatchWorker:
         now = self.store.now()
         if record.status == "cancelling":
             self._finalize(record, "cancelled")
-        elif record.status in ("validating", "in_progress") and now >= record.expires_at:
+        elif record.status == "in_progress" and now >= record.expires_at:
+            self._expire(record)
+        elif record.status == "validating" and now >= record.expires_at:
             self._finalize(record, "expired")
         elif record.status == "validating":
             self._validate(record)
@@ -190,15 +201,32 @@ class BatchWorker:
                 if self._stopping or current is None or current.status != "in_progress":
                     return
                 self._runner, self._running_id = runner, record.id
-            left = runner.run([line for line in todo if isinstance(line, Task)], counts.add)
+            left = runner.run([line for line in todo if isinstance(line, Task)], counts.add,
+                              is_expired=lambda: self.store.now() >= record.expires_at)
         finally:
             with self._lock:
                 self._runner = self._running_id = None
             output.close()
             counts.save()
-        if left == 0:
+        if left and self.store.now() >= record.expires_at:
+            self._expire(self.store.batch(record.id) or record)
+        elif left == 0:
             self.store.update(record.id, lambda r: None if r.status != "in_progress" else
                               stamped(r, "finalizing", self.store.now()))
+
+    def _expire(self, record: BatchRecord) -> None:
+        """Past its window: every line not answered gets its `batch_expired` error line,
+        then the batch ends `expired` with both files (a cancel already asked wins)."""
+        if record.status != "in_progress":
+            return
+        output = OutputFile.open(self.store.output_path(record.id))
+        try:
+            for line in self._lines(record):
+                if line.key not in output.done_keys:
+                    output.write_expired(line)
+        finally:
+            output.close()
+        self._finalize(record, "expired")
 
     def _finalize(self, record: BatchRecord, status: str) -> None:
         """The output lines split into the output file (2xx) and the error file; `status`."""

@@ -222,7 +222,7 @@ def batch_metrics_text(reading: BatchReading) -> str:
                      [((("outcome", "done"),), reading.requests_done),
                       ((("outcome", "failed"),), reading.requests_failed)])
             + family("tl_batch_queue_depth", "gauge",
-                     "Lines of the running batch not yet answered.",
+                     "Lines not yet answered of every batch waiting or running.",
                      [((), reading.queued_lines)]))
 
 

@@ -4,6 +4,7 @@ a file with bad lines and one with a duplicate custom_id, and /metrics."""
 from __future__ import annotations
 
 import io
+import itertools
 import json
 
 import openai
@@ -210,3 +211,27 @@ def test_an_upload_above_the_body_limit_streams_to_disk(succ_model_dir, tmp_path
         assert refused.value.status_code == 413
         assert list((tmp_path / "spool").iterdir()) == []
         assert [f.id for f in client.files.list()] == [uploaded.id]
+
+
+def test_files_and_batches_lists_are_paged_as_openai_walks_them(client, server):
+    ids = [upload(client, jsonl(chat_line(f"p{i}")), name=f"page-{i}.jsonl").id
+           for i in range(3)]
+    every = [f.id for f in client.files.list(order="asc")]          # one page, oldest first
+    assert every == list(reversed([f.id for f in client.files.list()]))   # newest first
+    walked = [f.id for f in itertools.islice(client.files.list(limit=1, order="asc"), 100)]
+    assert walked == every and set(ids) <= set(walked)               # page by page, each once
+    first = client.files.list(limit=2, order="asc", purpose="batch")
+    assert first.has_more is True and len(first.data) == 2
+    assert all(f.purpose == "batch" for f in first.data)
+    batch_ids = [client.batches.create(input_file_id=file_id, endpoint="/v1/chat/completions",
+                                       completion_window="24h").id for file_id in ids[:2]]
+    walked_batches = [b.id for b in itertools.islice(client.batches.list(limit=1), 100)]
+    assert set(batch_ids) <= set(walked_batches)
+    assert len(walked_batches) == len(set(walked_batches))
+    for query, param in (("limit=0", "limit"), ("limit=10001", "limit"), ("order=up", "order")):
+        raw = requests.get(server.http_url + "/v1/files?" + query, timeout=10)
+        assert raw.status_code == 400 and raw.json()["error"]["param"] == param
+    raw = requests.get(server.http_url + "/v1/batches?limit=101", timeout=10)
+    assert raw.status_code == 400 and raw.json()["error"]["param"] == "limit"
+    for batch_id in batch_ids:
+        finished(client, batch_id)

@@ -146,3 +146,61 @@ def test_finalizing_twice_replaces_the_outputs(tmp_path):
     worker._finalize(done, "completed")
     assert {f.id for f in store.files()} == files_before
     assert store.batch(record.id).output_file_id == done.output_file_id
+
+
+class ExpiringApp(EchoApp):
+    """EchoApp whose `expire_at`-th request moves the clock past the batch's window (the
+    request itself is answered: it was already dispatched)."""
+
+    def __init__(self, clock: Clock, expire_at: int):
+        super().__init__()
+        self.clock, self.expire_at = clock, expire_at
+
+    def handle(self, request: Request) -> Response:
+        if len(self.requests) + 1 == self.expire_at:
+            self.clock.now_s += DAY_S
+        return super().handle(request)
+
+
+def test_a_batch_whose_window_passes_while_it_runs_expires(tmp_path):
+    clock = Clock()
+    store = BatchStore(tmp_path, max_dir_bytes=2**20, clock=clock)
+    app = ExpiringApp(clock, expire_at=2)
+    worker = BatchWorker(store, app, Wake(), max_running=1)
+    record = new_batch(store, line("a") + line("b") + line("c") + line("d"))
+    done = advance_to_end(worker, store, record.id)
+    assert len(app.requests) == 2                      # nothing dispatched after the window
+    assert done.status == "expired" and done.expired_at == int(clock.now_s)
+    good = [json.loads(r) for r in store.file_path(done.output_file_id).read_bytes().splitlines()]
+    assert [r["custom_id"] for r in good] == ["a", "b"]
+    bad = [json.loads(r) for r in store.file_path(done.error_file_id).read_bytes().splitlines()]
+    assert [(r["custom_id"], r["response"], r["error"]["code"]) for r in bad] == [
+        ("c", None, "batch_expired"), ("d", None, "batch_expired")]
+    assert (done.total, done.completed, done.failed) == (4, 2, 2)
+
+
+def test_a_running_batch_found_expired_at_a_start_lists_its_rest(tmp_path):
+    clock = Clock()
+    store = BatchStore(tmp_path, max_dir_bytes=2**20, clock=clock)
+    record = new_batch(store, line("a") + line("b"))
+    store.update(record.id, lambda r: stamped(r, "in_progress", store.now(), total=2))
+    clock.now_s += DAY_S                               # the server was down past the window
+    app = EchoApp()
+    done = advance_to_end(BatchWorker(store, app, Wake(), max_running=1), store, record.id)
+    assert app.requests == [] and done.status == "expired" and done.output_file_id is None
+    bad = [json.loads(r) for r in store.file_path(done.error_file_id).read_bytes().splitlines()]
+    assert sorted((r["custom_id"], r["error"]["code"]) for r in bad) == [
+        ("a", "batch_expired"), ("b", "batch_expired")]
+
+
+def test_the_queue_depth_counts_every_waiting_and_running_batch(tmp_path):
+    store = BatchStore(tmp_path, max_dir_bytes=2**20)
+    worker = BatchWorker(store, EchoApp(), Wake(), max_running=1)
+    running = new_batch(store, b"".join(line(c) for c in "abcde"))
+    store.update(running.id, lambda r: stamped(r, "in_progress", store.now(), total=5,
+                                               completed=2, failed=1))
+    new_batch(store, line("x") + line("y") + line("z").rstrip(b"\n"))   # validating: 3 lines
+    done = new_batch(store, line("q"))
+    store.update(done.id, lambda r: stamped(r, "completed", store.now(), total=1, completed=1))
+    assert worker.queued_lines() == 2 + 3               # the records' counts, nothing running
+    assert store.lines_waiting({running.id: 1}) == 1 + 3   # the running batch's live count
