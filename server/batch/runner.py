@@ -76,7 +76,6 @@ class BatchRunner:
         self.max_in_flight = max_in_flight
         self._stopping = False
         self._hold_until_s = 0.0            # no submitting before this (a 429's Retry-After)
-        self._is_expired: Callable[[], bool] = lambda: False    # run's, while it runs
 
     def stop(self) -> None:
         """Submit nothing more; finish what is in flight (thread-safe: sets a flag)."""
@@ -88,16 +87,15 @@ class BatchRunner:
         """Answer every task (until `stop`, or until `is_expired()` says the batch's window
         has passed: no task is submitted from then on, those in flight finish); returns how
         many were left unsubmitted."""
-        self._is_expired = is_expired
         waiting = deque(tasks)
         flying: list[InFlight] = []
         while True:
             self.wake.event.clear()
             now = self.clock()
-            if not self._stopping and self._is_expired():
+            if not self._stopping and is_expired():
                 self._stopping = True         # as a stop: submit nothing, finish the flying
             if not self._stopping and now >= self._hold_until_s:
-                self._submit(waiting, flying, on_answer)
+                self._submit(waiting, flying, on_answer, is_expired)
             for item in [i for i in flying if i.stream.has_output() or _due(i, now)]:
                 if self._poll(item, now, waiting, on_answer):
                     flying.remove(item)
@@ -105,10 +103,10 @@ class BatchRunner:
                 return len(waiting)
             self.wake.event.wait(self._wait_s(flying, waiting))
 
-    def _submit(self, waiting: deque, flying: list[InFlight],
-                on_answer: Callable[[Answer], None]) -> None:
+    def _submit(self, waiting: deque, flying: list[InFlight], on_answer: Callable[[Answer], None],
+                is_expired: Callable[[], bool]) -> None:
         while (waiting and len(flying) < self.max_in_flight and not self._stopping
-               and not self._is_expired()):
+               and not is_expired()):
             task = waiting.popleft()
             request_id = f"req-{os.urandom(MINTED_ID_BYTES).hex()}"
             request = Request(method="POST", path=task.url, headers=JSON_HEADERS,
