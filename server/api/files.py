@@ -13,7 +13,7 @@ has no notion of owners.
 from __future__ import annotations
 
 import io
-import os
+from pathlib import Path
 from typing import BinaryIO
 from urllib.parse import parse_qs
 
@@ -42,8 +42,13 @@ def batch_api(ctx: ApiContext) -> BatchBackend:
 def upload(ctx: ApiContext, request: Request, params: Params, extra: Headers) -> Response:
     """The form read where the body is -- the spool file the HTTP layer wrote as it
     arrived, or memory for a body it did not spool -- and its file part copied into the
-    store in pieces; the spool file is deleted whatever the answer."""
+    store in pieces; the spool file is deleted whatever the answer. A spooled body is read
+    once its writer says it has landed: a write that failed (the disk full) is a 507."""
+    error = request.spooled.landing.wait() if request.spooled is not None else None
     try:
+        if error is not None:
+            raise ApiError("storage_full", f"The upload could not be written to disk "
+                           f"({error.strerror or error}).") from None
         api = batch_api(ctx)
         with _body_source(request) as source:
             form = read_form(source, request.header("content-type") or "")
@@ -61,7 +66,7 @@ def upload(ctx: ApiContext, request: Request, params: Params, extra: Headers) ->
                                   part.length)
     finally:
         if request.spooled is not None:
-            os.unlink(request.spooled.path)
+            Path(request.spooled.path).unlink(missing_ok=True)   # gone if a write failed
     return replies.json_response(200, document)
 
 

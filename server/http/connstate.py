@@ -132,8 +132,11 @@ def select_timeout(now_s: float, *due_s: float | None) -> float | None:
 def wants_read(conn: ConnState, limits: HttpLimits) -> bool:
     """Keep reading while a request is being parsed, while lingering (to see the close), and
     while pipelined input stays under its bound; a stream's socket stays readable, so a
-    client that goes away is noticed at once."""
+    client that goes away is noticed at once. An upload whose sink is full waits (the
+    sinks wake the loop when it has room)."""
     http = conn.http
+    if http.is_body_paused:
+        return False
     is_parsing = http.state in (IDLE, BODY)
     return not http.is_eof and (is_parsing or conn.is_lingering
                                 or http.buffered_bytes <= limits.max_pipelined_bytes)

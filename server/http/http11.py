@@ -134,6 +134,12 @@ class Connection:
         return self.state == BODY or (self.state == IDLE and len(self._buf) > 0)
 
     @property
+    def is_body_paused(self) -> bool:
+        """The body goes to a sink whose pieces wait for the disk over its bound: read no
+        more of it until the sinks' wake-up says the sink has room."""
+        return self._sink is not None and not self._sink.has_room
+
+    @property
     def pending_path(self) -> str:
         """The target path of the request being read, once its head is in ("" before)."""
         return self._pending_path

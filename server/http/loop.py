@@ -2,8 +2,8 @@
 
 One thread runs `EventLoop.run()`. It blocks in `select(timeout=nearest deadline)` and wakes
 for exactly four reasons: a socket is ready, a timer is due, another thread called `wake()`
-(the engine finished a step) or a signal arrived (`signal.set_wakeup_fd` writes to the same
-wake-up socketpair). It never polls: thousands of idle keep-alive connections cost nothing
+(the engine finished a step, an upload's disk writer made room) or a signal arrived
+(`signal.set_wakeup_fd` writes to the same wake-up socketpair). It never polls: thousands of idle keep-alive connections cost nothing
 but their file descriptors and one timer each.
 
 Per connection the loop only moves bytes: `server/http/http11.Connection` turns them into
@@ -16,8 +16,9 @@ write).
 
 Bounds (`server/http/limits.py`): a stream whose client does not read is not polled while its
 send buffer is over `max_send_buffer_bytes`, and is dropped after `send_timeout_s` without
-progress; pipelined input is held up to `max_pipelined_bytes`; a framing error is answered,
-then the connection half-closes and lingers briefly so the client reads the error.
+progress; pipelined input is held up to `max_pipelined_bytes`; an upload whose sink is full
+(its pieces wait for the disk) is not read until the sink wakes the loop; a framing error is
+answered, then the connection half-closes and lingers briefly so the client reads the error.
 
 Drain (first SIGTERM or `request_drain()`): close the listeners marked `closes_on_drain`,
 call `on_drain()` once, keep serving open connections and the health listener, and return
@@ -100,6 +101,7 @@ class EventLoop:
         self._conns: set[ConnState] = set()
         self._streaming: set[ConnState] = set()   # conns with an active Stream
         self._ready: list[ConnState] = []         # conns with buffered requests left to answer
+        self._paused_bodies: set[ConnState] = set()   # uploads waiting for their sink's room
         self._timers = TimerHeap()
         self._drain = Drain(timeout_s=drain_timeout_s)
         self._wake_pending = False
@@ -118,6 +120,9 @@ class EventLoop:
         except BaseException:
             self._close_all()
             raise
+        for spec in listeners:
+            if spec.sinks is not None:
+                spec.sinks.attach(self.wake)           # a full sink with room again wakes us
 
     # ---- thread-safe controls ---------------------------------------------------------
 
@@ -314,6 +319,10 @@ class EventLoop:
         # below) or sees it clear and writes a fresh byte. Clearing before emptying could
         # swallow that byte with the flag left set: every later wake() would be dropped.
         self._wake_pending = False
+        for conn in list(self._paused_bodies):
+            if conn.is_closed or not conn.http.is_body_paused:
+                self._paused_bodies.discard(conn)
+                self._update(conn)                     # its sink has room: read on
         now = self._clock()
         for conn in list(self._streaming):
             if (conn.stream is not None and not conn.is_closed
@@ -465,6 +474,8 @@ class EventLoop:
         events = selectors.EVENT_WRITE if conn.outbuf else 0
         if wants_read(conn, self.limits):
             events |= selectors.EVENT_READ
+        elif http.is_body_paused:
+            self._paused_bodies.add(conn)              # a wake looks at it again
         if events != conn.events:
             if conn.events == 0:
                 self._selector.register(conn.sock, events, conn)
@@ -496,6 +507,7 @@ class EventLoop:
             self._selector.unregister(conn.sock)
         conn.sock.close()
         self._conns.discard(conn)
+        self._paused_bodies.discard(conn)
         conn.listener.num_connections -= 1
         self._resume_accepting()
 
@@ -518,6 +530,9 @@ class EventLoop:
         for state in self._listeners.values():
             if not state.is_closed:
                 self._close_listener(state)
+        for state in self._listeners.values():
+            if state.spec.sinks is not None:
+                state.spec.sinks.close()               # what was given to the disk lands
         self._selector.close()
         self._wake_r.close()
         self._wake_w.close()

@@ -19,8 +19,9 @@ transport finds. Nothing here does I/O or knows JSON.
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Callable, Protocol, runtime_checkable
 
 @dataclass(frozen=True, kw_only=True)
 class Request:
@@ -71,19 +72,46 @@ class StreamPoll:
     successor: "Stream | None" = None
 
 
+class Landing:
+    """When a spooled body's last piece is on disk. The thread that writes the pieces sets
+    it (with the OSError that stopped it, if one did); the request's handler waits for it
+    before it reads the file."""
+
+    def __init__(self) -> None:
+        self._done = threading.Event()
+        self.error: OSError | None = None
+
+    def set(self, error: OSError | None = None) -> None:
+        self.error = error
+        self._done.set()
+
+    def wait(self) -> OSError | None:
+        """Block until the file is whole (or given up on): the error, or None."""
+        self._done.wait()
+        return self.error
+
+
 @dataclass(frozen=True)
 class SpooledBody:
     """A request body a `BodySink` wrote to a file as it arrived; whoever handles the
-    request owns the file from then on (moves it, or deletes it)."""
+    request waits for its `landing`, then owns the file (moves it, or deletes it)."""
     path: str
     size_bytes: int
+    landing: Landing
 
 
 class BodySink(Protocol):
     """Where one request's body goes instead of memory. The HTTP parser calls `write` with
     each piece as it arrives (a recv's worth at most), then `finish` once the body is whole,
-    or `discard` if it never will be (an error, the client gone)."""
+    or `discard` if it never will be (an error, the client gone). None of them may block:
+    they run on the loop thread, so the writing happens elsewhere."""
     max_bytes: int                                # this body's own limit (above the usual)
+
+    @property
+    def has_room(self) -> bool:
+        """False while the pieces given wait for the disk over the sink's bound: the loop
+        reads no more of this body until the sinks' wake-up says there is room again."""
+        ...
 
     def write(self, data: bytes) -> None: ...
 
@@ -94,10 +122,16 @@ class BodySink(Protocol):
 
 class BodySinks(Protocol):
     """Which requests' bodies go to a sink: asked once per request, at its head (method,
-    path, headers as `Request` has them); None keeps the body in memory as usual."""
+    path, headers as `Request` has them); None keeps the body in memory as usual. The loop
+    that serves them calls `attach` once with its `wake` (called, from any thread, when a
+    full sink has room again) and `close` when it stops (whatever was given still lands)."""
 
     def sink_for(self, method: str, path: str,
                  headers: tuple[tuple[str, str], ...]) -> BodySink | None: ...
+
+    def attach(self, wake: Callable[[], None]) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class AppFailure(Exception):

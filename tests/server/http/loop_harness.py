@@ -203,9 +203,11 @@ def request(method="GET", path="/", body=b"", extra=b""):
 
 
 @contextmanager
-def serving(app=None, *, limits=HttpLimits(), health_app=None, watch=None, **kwargs):
-    """A loop on a thread over 127.0.0.1:0; `watch` (a SelectWatch) sees its selects."""
-    listeners = [Listener("api", "127.0.0.1:0", app or EchoApp(), True)]
+def serving(app=None, *, limits=HttpLimits(), health_app=None, watch=None, sinks=None,
+            **kwargs):
+    """A loop on a thread over 127.0.0.1:0; `watch` (a SelectWatch) sees its selects;
+    `sinks` claim the API listener's uploads."""
+    listeners = [Listener("api", "127.0.0.1:0", app or EchoApp(), True, sinks=sinks)]
     if health_app is not None:
         listeners.append(Listener("health", "127.0.0.1:0", health_app, False))
     loop = EventLoop(listeners, limits=limits, **kwargs)

@@ -1,14 +1,16 @@
 """Bodies a `BodySink` claims (uploads): the parser hands each piece to the sink as it
 arrives and keeps none of it, fed at every split; the sink's own limit replaces the usual
-one; a body that never completes is discarded; a request the sinks do not claim is read
-into memory as before."""
+one; a body that never completes is discarded; a sink without room pauses the body; a
+request the sinks do not claim is read into memory as before."""
 from __future__ import annotations
 
 from server.http.http11 import Connection, HttpError
 from server.http.limits import HttpLimits
-from server.http.protocol import Request, SpooledBody
+from server.http.connstate import wants_read
+from server.http.protocol import Landing, Request, SpooledBody
 
 LIMITS = HttpLimits(max_body_bytes=16)        # small, so "above the usual limit" is cheap
+LANDING = Landing()
 
 
 class MemorySink:
@@ -16,13 +18,14 @@ class MemorySink:
         self.max_bytes = max_bytes
         self.pieces: list[bytes] = []
         self.finished = self.discarded = False
+        self.has_room = True
 
     def write(self, data: bytes) -> None:
         self.pieces.append(data)
 
     def finish(self) -> SpooledBody:
         self.finished = True
-        return SpooledBody("/spool/x", sum(map(len, self.pieces)))
+        return SpooledBody("/spool/x", sum(map(len, self.pieces)), LANDING)
 
     def discard(self) -> None:
         self.discarded = True
@@ -64,7 +67,7 @@ def test_a_claimed_body_goes_to_the_sink_in_pieces_at_every_split():
         conn = Connection(limits=LIMITS, sinks=sinks)
         request = feed(conn, post("/upload", body), step)
         assert isinstance(request, Request), request
-        assert request.body == b"" and request.spooled == SpooledBody("/spool/x", len(body))
+        assert request.body == b"" and request.spooled == SpooledBody("/spool/x", len(body), LANDING)
         [sink] = sinks.made
         assert b"".join(sink.pieces) == body and sink.finished and not sink.discarded
         assert conn.buffered_bytes == 0
@@ -99,3 +102,31 @@ def test_an_unclaimed_body_is_read_into_memory_under_the_usual_limit():
     assert request.spooled is None and sinks.made == []
     refused = feed(Connection(limits=LIMITS, sinks=sinks), post("/other", b"z" * 17), 100)
     assert isinstance(refused, HttpError) and refused.kind == "body_too_large"
+
+
+class Conn:
+    """What `wants_read` looks at besides the parser."""
+    is_lingering = False
+
+    def __init__(self, http):
+        self.http = http
+
+
+def test_a_sink_without_room_pauses_its_body_until_it_has_room():
+    sinks = Sinks()
+    conn = Connection(limits=LIMITS, sinks=sinks)
+    conn.receive_data(post("/upload", b"w" * 40)[:-20])
+    assert not isinstance(conn.next_event(), (Request, HttpError))
+    [sink] = sinks.made
+    assert not conn.is_body_paused and wants_read(Conn(conn), LIMITS)
+    sink.has_room = False                         # its pieces wait for the disk
+    assert conn.is_body_paused and not wants_read(Conn(conn), LIMITS)
+    sink.has_room = True
+    assert wants_read(Conn(conn), LIMITS)
+    conn.receive_data(b"w" * 20)
+    assert isinstance(conn.next_event(), Request)
+    assert not conn.is_body_paused                # the body is whole: the sink is let go
+    other = Connection(limits=LIMITS, sinks=sinks)
+    other.receive_data(post("/other", b"z" * 10)[:-5])
+    other.next_event()
+    assert not other.is_body_paused and wants_read(Conn(other), LIMITS)
