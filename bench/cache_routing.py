@@ -266,6 +266,7 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.quick:
         args.model_dir = quick_model()
+        args.turns = min(args.turns, 2)      # the succ model's 1,024-token context holds two
     OUT.mkdir(parents=True, exist_ok=True)
     calibrate = Server(args.model_dir, {"TL_ENGINE__ACCESS_LOG": "off"})
     try:
