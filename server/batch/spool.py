@@ -130,8 +130,7 @@ class SpoolWriter:
 
     def _apply(self, sink: FileSink, item: bytes | Mark) -> None:
         if item is Mark.DISCARD:
-            self._close(sink)
-            sink.path.unlink(missing_ok=True)
+            self._drop(sink)
             return
         if sink.error is None:
             try:
@@ -143,19 +142,20 @@ class SpoolWriter:
                     sink.handle.write(item)
             except OSError as exc:
                 sink.error = exc
-                self._close(sink)
-                sink.path.unlink(missing_ok=True)
+                self._drop(sink)
         if item is Mark.FINISH:
             sink.landing.set(sink.error)
 
     @staticmethod
-    def _close(sink: FileSink) -> None:
+    def _drop(sink: FileSink) -> None:
+        """Close and delete the sink's file: it will never be read."""
         if sink.handle is not None:
             try:
                 sink.handle.close()
             except OSError:
                 pass                             # what failed is reported by the write's error
             sink.handle = None
+        sink.path.unlink(missing_ok=True)
 
 
 class UploadSpool:

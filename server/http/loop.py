@@ -3,8 +3,8 @@
 One thread runs `EventLoop.run()`. It blocks in `select(timeout=nearest deadline)` and wakes
 for exactly four reasons: a socket is ready, a timer is due, another thread called `wake()`
 (the engine finished a step, an upload's disk writer made room) or a signal arrived
-(`signal.set_wakeup_fd` writes to the same wake-up socketpair). It never polls: thousands of idle keep-alive connections cost nothing
-but their file descriptors and one timer each.
+(`signal.set_wakeup_fd` writes to the same wake-up socketpair). It never polls: thousands
+of idle keep-alive connections cost nothing but their file descriptors and one timer each.
 
 Per connection the loop only moves bytes: `server/http/http11.Connection` turns them into
 `Request`s and turns `Response`s / stream chunks back into bytes. The application (`App`)
@@ -320,7 +320,7 @@ class EventLoop:
         # swallow that byte with the flag left set: every later wake() would be dropped.
         self._wake_pending = False
         for conn in list(self._paused_bodies):
-            if conn.is_closed or not conn.http.is_body_paused:
+            if not conn.http.is_body_paused:        # (a closed one left the set in _close)
                 self._paused_bodies.discard(conn)
                 self._update(conn)                     # its sink has room: read on
         now = self._clock()

@@ -11,6 +11,7 @@ from server.door.auth import ApiKeyCheck
 from server.http.loop import RECV_BYTES
 from server.http.protocol import Response
 from tests.server.batch.spool_fakes import gated_writer
+from tests.polling import wait_for
 from tests.server.http.loop_harness import WAIT_S, Client, EchoApp, SelectWatch, serving
 
 BODY_BYTES = 48 * 2**20        # far more than the socket buffers hold: the client must wait
@@ -38,15 +39,6 @@ class RecordingSpool(UploadSpool):
         return sink
 
 
-def wait_for(condition, what: str) -> None:
-    event = threading.Event()
-    for _ in range(int(WAIT_S / 0.01)):
-        if condition():
-            return
-        event.wait(0.01)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def test_a_full_sink_pauses_its_upload_and_the_writer_resumes_it(tmp_path):
     gate = threading.Event()                          # the disk: stuck until set
     writer, files = gated_writer(gate)
@@ -64,14 +56,14 @@ def test_a_full_sink_pauses_its_upload_and_the_writer_resumes_it(tmp_path):
 
         sender = threading.Thread(target=send_all, daemon=True)
         sender.start()
-        wait_for(lambda: spool.made, "the upload's head")
+        assert wait_for(lambda: spool.made)
         [sink] = spool.made
-        wait_for(lambda: not sink.has_room, "the sink to fill")
-        wait_for(watch.is_waiting, "the loop to sleep in select")
+        assert wait_for(lambda: not sink.has_room)
+        assert wait_for(watch.is_waiting)
         other = Client(loop.bound_address("api"))     # everyone else is still served
         other.send(b"GET /ping HTTP/1.1\r\nHost: t\r\n\r\n")
         assert other.read_response()[0] == 200
-        wait_for(watch.is_waiting, "the loop to sleep again")
+        assert wait_for(watch.is_waiting)
         assert not sent.is_set()                      # the client still has bytes to send
         assert sink.queued_bytes <= QUEUED_BYTES_MAX + RECV_BYTES   # none of them read
         gate.set()
